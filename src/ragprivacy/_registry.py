@@ -1,0 +1,50 @@
+"""A plain name → factory registry, one per kind of backend.
+
+Backends register under a short name (``register("lsa", LsaEmbedder)``); a spec string
+may carry an argument after a colon (``"sentence-transformers:/models/minilm"``), which
+is passed to the factory as its first positional argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from ragprivacy.errors import UnknownBackendError
+
+__all__ = ["Registry"]
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Named factories of one kind of backend (embedders, indices, generators, ...)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._factories: dict[str, Callable[..., T]] = {}
+
+    def register(self, name: str, factory: Callable[..., T], *, replace: bool = False) -> None:
+        """Register ``factory`` under ``name``; refuses to overwrite unless ``replace``."""
+        if not name or ":" in name:
+            raise ValueError(f"A {self.kind} name must be non-empty without ':'; got {name!r}.")
+        if name in self._factories and not replace:
+            raise ValueError(f"A {self.kind} named {name!r} is already registered.")
+        self._factories[name] = factory
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        return sorted(self._factories)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._factories
+
+    def create(self, spec: str, **kwargs: Any) -> T:
+        """Build the backend named by ``spec`` (``"name"`` or ``"name:argument"``)."""
+        name, _, arg = spec.partition(":")
+        if name not in self._factories:
+            raise UnknownBackendError(
+                f"Unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}."
+            )
+        factory = self._factories[name]
+        return factory(arg, **kwargs) if arg else factory(**kwargs)

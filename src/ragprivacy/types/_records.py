@@ -1,0 +1,208 @@
+"""The shared dataclasses (see the package docstring)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "Completion",
+    "Document",
+    "Hit",
+    "PIISpan",
+    "PrivacyCost",
+    "Response",
+    "Retrieval",
+]
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class PIISpan:
+    """A piece of personal data inside a document: ``text[start:end]`` of type ``kind``.
+
+    ``kind`` is a lower-case label such as ``name``, ``email``, ``phone``, ``url``,
+    ``age``, ``address``, ``condition``, ``drug``, ``date``, ``organization``.
+    """
+
+    start: int
+    end: int
+    kind: str
+    value: str
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start <= self.end:
+            raise ValueError(f"PIISpan needs 0 <= start <= end; got {self.start}, {self.end}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "kind": self.kind, "value": self.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PIISpan:
+        return cls(int(data["start"]), int(data["end"]), str(data["kind"]), str(data["value"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A stored text with an id, free-form metadata and its PII ground truth."""
+
+    id: str
+    text: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    pii: tuple[PIISpan, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"A Document id must be a non-empty string; got {self.id!r}.")
+        if not isinstance(self.text, str):
+            raise ValueError(f"Document {self.id!r}: text must be a string.")
+        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
+        object.__setattr__(self, "pii", tuple(self.pii))
+        for span in self.pii:
+            if span.end > len(self.text):
+                raise ValueError(
+                    f"Document {self.id!r}: PII span [{span.start}, {span.end}) lies past the "
+                    f"end of the text ({len(self.text)} characters)."
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the JSONL record format)."""
+        out: dict[str, Any] = {"id": self.id, "text": self.text}
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        if self.pii:
+            out["pii"] = [s.to_dict() for s in self.pii]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Document:
+        return cls(
+            id=str(data["id"]),
+            text=str(data["text"]),
+            metadata=dict(data.get("metadata") or {}),
+            pii=tuple(PIISpan.from_dict(s) for s in data.get("pii") or ()),
+        )
+
+    def with_text(self, text: str) -> Document:
+        """A copy with new text; PII spans are dropped since their offsets no longer hold."""
+        return replace(self, text=text, pii=())
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One retrieved document: its id, its position in the index and its score."""
+
+    doc_id: str
+    index: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    """What a retriever returned for one query, best first.
+
+    ``scores`` are the scores the selection used (noisy ones under a noisy retriever; for
+    instrumented evaluation only). ``event`` is the privacy event the retrieval consumed
+    (a ``ragprivacy.dp`` event), or ``None`` for a non-private retriever.
+    """
+
+    ids: tuple[str, ...]
+    indices: tuple[int, ...]
+    scores: tuple[float, ...]
+    event: Any = None
+
+    def __post_init__(self) -> None:
+        if not len(self.ids) == len(self.indices) == len(self.scores):
+            raise ValueError("Retrieval ids, indices and scores must have equal lengths.")
+
+    @property
+    def hits(self) -> tuple[Hit, ...]:
+        return tuple(Hit(d, i, s) for d, i, s in zip(self.ids, self.indices, self.scores))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A generator's output: text, its tokens, and each token's log-probability.
+
+    ``logprobs`` is ``None`` when the backend does not expose probabilities.
+    """
+
+    text: str
+    tokens: tuple[str, ...] = ()
+    logprobs: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", tuple(self.tokens))
+        if self.logprobs is not None:
+            object.__setattr__(self, "logprobs", tuple(float(x) for x in self.logprobs))
+            if len(self.logprobs) != len(self.tokens):
+                raise ValueError("Completion logprobs must align with tokens.")
+
+    @property
+    def mean_logprob(self) -> float:
+        """Mean token log-probability (NaN without probabilities or tokens)."""
+        if not self.logprobs:
+            return math.nan
+        return sum(self.logprobs) / len(self.logprobs)
+
+
+@dataclass(frozen=True, slots=True)
+class PrivacyCost:
+    """The privacy one answer spent, as ``eval`` totals it.
+
+    ``epsilon``/``delta`` are this answer's cost under the system's own accounting (0 for
+    a non-private system); ``cumulative_epsilon`` is the total so far where the system
+    tracks one; ``per_document`` maps document ids to what each was charged (filters).
+    """
+
+    epsilon: float = 0.0
+    delta: float = 0.0
+    mechanism: str = "none"
+    cumulative_epsilon: float | None = None
+    per_document: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "per_document", _frozen_mapping(self.per_document))
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """What a RAG system answers.
+
+    ``text``, ``tokens`` and ``logprobs`` are public: they are all a black-box attack may
+    read (``logprobs`` only when the deployment exposes them). ``retrieval`` records what
+    was retrieved, for evaluation and audit only; :meth:`public` strips it.
+    """
+
+    text: str
+    tokens: tuple[str, ...] = ()
+    logprobs: tuple[float, ...] | None = None
+    privacy: PrivacyCost = field(default_factory=PrivacyCost)
+    retrieval: Retrieval | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", tuple(self.tokens))
+        if self.logprobs is not None:
+            object.__setattr__(self, "logprobs", tuple(self.logprobs))
+        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
+
+    @property
+    def retrieved_ids(self) -> tuple[str, ...]:
+        """Ids of the retrieved documents (evaluation-only view)."""
+        return self.retrieval.ids if self.retrieval is not None else ()
+
+    def public(self) -> Response:
+        """The view an attacker gets: text, tokens, log-probabilities; nothing retrieved."""
+        return Response(
+            text=self.text, tokens=self.tokens, logprobs=self.logprobs, privacy=self.privacy
+        )
