@@ -39,12 +39,26 @@ class Registry(Generic[T]):
     def __contains__(self, name: object) -> bool:
         return name in self._factories
 
-    def create(self, spec: str, **kwargs: Any) -> T:
-        """Build the backend named by ``spec`` (``"name"`` or ``"name:argument"``)."""
-        name, _, arg = spec.partition(":")
-        if name not in self._factories:
+    def factory(self, name: str) -> Callable[..., T]:
+        """The factory registered as ``name``."""
+        try:
+            return self._factories[name]
+        except KeyError:
             raise UnknownBackendError(
                 f"Unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}."
+            ) from None
+
+    def create(self, spec: str, *args: Any, **kwargs: Any) -> T:
+        """Build the backend named by ``spec`` (``"name"`` or ``"name:argument"``).
+
+        Positional ``args`` come first (e.g. the knowledge base of a retriever), then the
+        spec's argument if it has one.
+        """
+        if not isinstance(spec, str) or not spec:
+            raise UnknownBackendError(
+                f"A {self.kind} spec must be a non-empty string such as "
+                f"{self.names()[0] if self.names() else 'name'!r}; got {spec!r}."
             )
-        factory = self._factories[name]
-        return factory(arg, **kwargs) if arg else factory(**kwargs)
+        name, _, arg = spec.partition(":")
+        factory = self.factory(name)
+        return factory(*args, arg, **kwargs) if arg else factory(*args, **kwargs)

@@ -1,0 +1,85 @@
+"""``ragprivacy run`` (one experiment config), ``ragprivacy demo`` (the shipped demo
+config) and ``ragprivacy backends`` (what each registry holds)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import typer
+
+__all__ = ["DEMO_CONFIG", "register"]
+
+DEMO_CONFIG = "demo.yaml"
+
+
+def _run(
+    config_path: Path | None, preset: str | None, out: Path, workers: int | None, progress: bool
+) -> None:
+    from ragprivacy.eval import load_config, parse_config, run_config
+
+    if preset is not None:
+        import yaml
+
+        text = resources.files("ragprivacy.eval").joinpath("presets", preset).read_text()
+        config = parse_config(yaml.safe_load(text), source=preset)
+        shown = f"configs/{preset}"
+    else:
+        config = load_config(config_path or Path("config.yaml"))
+        shown = str(config_path)
+    if workers is not None and workers < 1:
+        from ragprivacy.errors import ConfigError
+
+        raise ConfigError(f"The '--workers' option must be >= 1; got {workers}.")
+    result = run_config(config, out, workers=workers, progress=progress, config_path=shown)
+    typer.echo(f"wrote {result.report_path} and {result.results_path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``run``, ``demo`` and ``backends`` to the root command."""
+
+    @app.command("run")
+    def run(
+        config: Path = typer.Argument(..., help="Experiment config (YAML)."),
+        out: Path = typer.Option(Path("out"), "--out", help="Output directory."),
+        workers: int | None = typer.Option(None, "--workers", help="Processes (default: config)."),
+        progress: bool = typer.Option(True, "--progress/--no-progress"),
+    ) -> None:
+        """Run an experiment config; write results.json, report.md and PNG plots."""
+        _run(config, None, out, workers, progress)
+
+    @app.command("demo")
+    def demo(
+        out: Path = typer.Option(Path("demo-out"), "--out", help="Output directory."),
+        workers: int | None = typer.Option(None, "--workers", help="Processes (default: 2)."),
+        progress: bool = typer.Option(True, "--progress/--no-progress"),
+    ) -> None:
+        """Knowledge QA (non-RAG vs RAG) and verbatim leakage of a medical corpus."""
+        _run(None, DEMO_CONFIG, out, workers, progress)
+
+    @app.command("backends")
+    def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """List the registered backends of every kind."""
+        from ragprivacy.corpus import synthetic_kinds
+        from ragprivacy.embed import embedder_names
+        from ragprivacy.eval import experiment_types
+        from ragprivacy.generate import generator_names
+        from ragprivacy.index import index_names
+        from ragprivacy.rag import system_names
+        from ragprivacy.retrieval import retriever_names
+
+        table = {
+            "synthetic corpora": synthetic_kinds(),
+            "embedders": embedder_names(),
+            "indices": index_names(),
+            "retrievers": retriever_names(),
+            "generators": generator_names(),
+            "systems": system_names(),
+            "experiments": experiment_types(),
+        }
+        if as_json:
+            typer.echo(json.dumps(table, indent=2))
+        else:
+            for kind, names in table.items():
+                typer.echo(f"{kind:>18}: {', '.join(names)}")

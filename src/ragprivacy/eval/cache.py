@@ -1,0 +1,146 @@
+"""An on-disk cache of generator calls, so a rerun or a crash loses no finished work.
+
+Entries are keyed by SHA-256 over the backend name, its settings, the call (method,
+prompt, arguments). The store is SQLite in WAL mode, safe for the several processes of a
+sweep. A cached stochastic generator returns the first draw it made for a prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ragprivacy.errors import DataError
+from ragprivacy.generate import Generator, Prompt, TokenDistribution
+from ragprivacy.types import Completion
+
+__all__ = ["CachedGenerator", "GenerationCache"]
+
+
+class GenerationCache:
+    """A key → JSON store in one SQLite file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._local = threading.local()
+            with self._conn() as conn:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
+        except (OSError, sqlite3.Error) as exc:
+            raise DataError(f"Cannot open the generation cache at {self.path}: {exc}.") from exc
+        self.hits = 0
+        self.misses = 0
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        conn = self._conn()
+        for start in range(0, len(keys), 500):
+            chunk = list(keys[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for key, value in conn.execute(
+                f"SELECT key, value FROM calls WHERE key IN ({marks})", chunk
+            ):
+                found[key] = json.loads(value)
+        self.hits += len(found)
+        self.misses += len(set(keys)) - len(found)
+        return found
+
+    def put_many(self, items: dict[str, Any]) -> None:
+        if not items:
+            return
+        with self._conn() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO calls (key, value) VALUES (?, ?)",
+                [(k, json.dumps(v)) for k, v in items.items()],
+            )
+
+    def __len__(self) -> int:
+        return int(self._conn().execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+
+def _completion_to_json(c: Completion) -> dict[str, Any]:
+    return {"text": c.text, "tokens": list(c.tokens), "logprobs": c.logprobs}
+
+
+def _completion_from_json(d: dict[str, Any]) -> Completion:
+    lp = d.get("logprobs")
+    return Completion(d["text"], tuple(d["tokens"]), tuple(lp) if lp is not None else None)
+
+
+class CachedGenerator(Generator):
+    """Wraps a generator; answers repeated calls from a :class:`GenerationCache`."""
+
+    def __init__(self, inner: Generator, cache: GenerationCache) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.name = inner.name
+        self._identity = json.dumps(
+            {"name": inner.name, "config": inner.config()}, sort_keys=True, default=str
+        )
+
+    def _key(self, method: str, prompt: Prompt, extra: Any) -> str:
+        blob = json.dumps(
+            [self._identity, method, prompt.cache_key(), extra], sort_keys=True, default=str
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
+        return self.generate_batch([prompt], max_tokens=max_tokens)[0]
+
+    def generate_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int | None = None
+    ) -> list[Completion]:
+        keys = [self._key("generate", p, max_tokens) for p in prompts]
+        found = self.cache.get_many(keys)
+        todo = [i for i, k in enumerate(keys) if k not in found]
+        if todo:
+            fresh = self.inner.generate_batch([prompts[i] for i in todo], max_tokens=max_tokens)
+            new = {keys[i]: _completion_to_json(c) for i, c in zip(todo, fresh)}
+            self.cache.put_many(new)
+            found.update(new)
+        return [_completion_from_json(found[k]) for k in keys]
+
+    def next_token_distribution(
+        self, prompt: Prompt, prefix: Sequence[str] | str = ()
+    ) -> TokenDistribution:
+        key = self._key("next", prompt, prefix if isinstance(prefix, str) else list(prefix))
+        found = self.cache.get_many([key])
+        if key in found:
+            d = found[key]
+            return TokenDistribution(tuple(d["tokens"]), tuple(d["probs"]))
+        dist = self.inner.next_token_distribution(prompt, prefix)
+        self.cache.put_many({key: {"tokens": list(dist.tokens), "probs": list(dist.probs)}})
+        return dist
+
+    def score(self, prompt: Prompt, continuation: str) -> Completion:
+        key = self._key("score", prompt, continuation)
+        found = self.cache.get_many([key])
+        if key in found:
+            return _completion_from_json(found[key])
+        c = self.inner.score(prompt, continuation)
+        self.cache.put_many({key: _completion_to_json(c)})
+        return c
+
+    @property
+    def exposes_logprobs(self) -> bool:
+        return self.inner.exposes_logprobs
+
+    def config(self) -> dict[str, Any]:
+        return self.inner.config()

@@ -1,0 +1,253 @@
+"""Experiment configurations: frozen dataclasses loaded from YAML.
+
+A config names its corpora, the models (embedder, index, generator), a root seed, and a
+list of experiments, each of a registered type (``qa``, ``leakage``, ...)::
+
+    name: demo
+    seed: 7
+    corpora:
+      knowledge: {synthetic: knowledge, n: 2000}
+    models: {embedder: lsa, index: exact, generator: reference}
+    experiments:
+      - {type: qa, corpus: knowledge, systems: [non-rag, rag], questions: 400}
+
+Unknown keys, missing keys and wrong types are refused with the key's path in the
+message. Library code takes these objects; only ``eval`` and ``cli`` read YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ragprivacy._validation import check_positive_int
+from ragprivacy.errors import ConfigError, DataError
+
+__all__ = [
+    "CorpusSpec",
+    "ExperimentConfig",
+    "ExperimentSpec",
+    "ModelSpec",
+    "from_mapping",
+    "load_config",
+    "parse_config",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CorpusSpec:
+    """Where a corpus comes from: exactly one of ``synthetic`` (a kind), ``path`` (a
+    JSONL/CSV file) or ``dataset`` (a registered dataset loader name)."""
+
+    synthetic: str | None = None
+    path: str | None = None
+    dataset: str | None = None
+    n: int = 2000
+    seed: int | None = None
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        given = [x for x in (self.synthetic, self.path, self.dataset) if x is not None]
+        if len(given) != 1:
+            raise ConfigError(
+                f"A corpus needs exactly one of 'synthetic', 'path' or 'dataset'; got {len(given)}."
+            )
+        check_positive_int("n", self.n)
+        if self.limit is not None:
+            check_positive_int("limit", self.limit)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """Backends by registry name, with their options.
+
+    ``background`` sizes the reference reader's background corpus: texts the synthetic
+    generator makes from a stream independent of every member document.
+    """
+
+    embedder: str = "lsa"
+    index: str = "exact"
+    generator: str = "reference"
+    generator_options: Mapping[str, Any] = field(default_factory=dict)
+    background_n: int = 1000
+
+    def __post_init__(self) -> None:
+        check_positive_int("background_n", self.background_n)
+        object.__setattr__(self, "generator_options", dict(self.generator_options))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExperimentSpec:
+    """One experiment: its registered ``type``, the ``corpus`` it runs on, the
+    ``systems`` compared, and type-specific ``options`` (everything else in the mapping)."""
+
+    type: str
+    corpus: str
+    systems: tuple[str, ...] = ("non-rag", "rag")
+    k: int = 5
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_positive_int("k", self.k)
+        if not self.systems:
+            raise ConfigError(f"Experiment {self.type!r} lists no systems.")
+        object.__setattr__(self, "systems", tuple(self.systems))
+        object.__setattr__(self, "options", dict(self.options))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExperimentConfig:
+    """A whole run: corpora, models, experiments, root seed, workers and caching."""
+
+    name: str
+    seed: int = 0
+    corpora: Mapping[str, CorpusSpec] = field(default_factory=dict)
+    models: ModelSpec = field(default_factory=ModelSpec)
+    experiments: tuple[ExperimentSpec, ...] = ()
+    workers: int = 2
+    cache: bool = True
+
+    def __post_init__(self) -> None:
+        check_positive_int("workers", self.workers)
+        check_positive_int("seed", self.seed, allow_zero=True)
+        if not self.experiments:
+            raise ConfigError(f"Config {self.name!r} lists no experiments.")
+        for i, exp in enumerate(self.experiments):
+            if exp.corpus not in self.corpora:
+                raise ConfigError(
+                    f"experiments[{i}] uses corpus {exp.corpus!r}, which the config does not "
+                    f"define; define it under 'corpora' (defined: {sorted(self.corpora)})."
+                )
+        object.__setattr__(self, "corpora", dict(self.corpora))
+        object.__setattr__(self, "experiments", tuple(self.experiments))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy (recorded in results)."""
+        return _plain(self)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _check_type(where: str, value: Any, hint: Any) -> Any:
+    """Check (and lightly coerce) a YAML value against a field's type hint."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_type(where, value, arg)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}.")
+    if hint is Any:
+        return value
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list; got {value!r}.")
+        (item,) = typing.get_args(hint)[:1]
+        return tuple(_check_type(f"{where}[{i}]", v, item) for i, v in enumerate(value))
+    if origin in (Mapping, dict) or hint in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping; got {value!r}.")
+        args = typing.get_args(hint)
+        if len(args) == 2:
+            return {k: _check_type(f"{where}.{k}", v, args[1]) for k, v in value.items()}
+        return dict(value)
+    if dataclasses.is_dataclass(hint):
+        return from_mapping(hint, value, where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false; got {value!r}.")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer; got {value!r}.")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number; got {value!r}.")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string; got {value!r}.")
+        return value
+    return value
+
+
+def from_mapping(cls: Any, data: Any, where: str) -> Any:
+    """Build dataclass ``cls`` from a YAML mapping, refusing unknown or mistyped keys;
+    ``where`` prefixes error messages with the key path."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping; got {data!r}.")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    extra_into = "options" if cls is ExperimentSpec else None
+    kwargs: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    for key, value in data.items():
+        if extra_into is not None and key == extra_into:
+            options.update(_check_type(f"{where}.{key}", value, dict))
+        elif key in fields:
+            kwargs[key] = _check_type(f"{where}.{key}", value, hints[key])
+        elif extra_into is not None:
+            options[key] = value  # type-specific; the experiment validates them
+        else:
+            raise ConfigError(
+                f"{where}.{key}: unknown key; expected one of {', '.join(sorted(fields))}."
+            )
+    if extra_into is not None:
+        kwargs[extra_into] = options
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{where}: missing required key(s) {', '.join(missing)}.")
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def parse_config(data: Any, *, source: str = "config") -> ExperimentConfig:
+    """Build an :class:`ExperimentConfig` from a parsed YAML mapping."""
+    return from_mapping(ExperimentConfig, data, source)
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate a YAML experiment config."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"Config file {str(p)!r} does not exist; give the path of a YAML file.")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Config file {str(p)!r} is not valid YAML: {exc}") from None
+    if data is None:
+        raise ConfigError(f"Config file {str(p)!r} is empty.")
+    return parse_config(data, source=p.name)

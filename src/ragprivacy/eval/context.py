@@ -1,0 +1,105 @@
+"""``RunContext``: builds (once per process) the corpora, knowledge bases, generators
+and systems an experiment's cells need, from the config."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any
+
+from ragprivacy.corpus import Corpus
+from ragprivacy.eval.cache import CachedGenerator, GenerationCache
+from ragprivacy.eval.config import CorpusSpec, ExperimentConfig
+from ragprivacy.generate import Generator, create_generator
+from ragprivacy.rag import RAGSystem, create_system
+from ragprivacy.retrieval import KnowledgeBase, create_retriever
+
+__all__ = ["RunContext", "derive_seed", "load_corpus_spec"]
+
+
+def derive_seed(root: int, *labels: str) -> int:
+    """A seed for a named part of a run, derived from the root seed (stable across runs
+    and processes, independent across labels)."""
+    label = "/".join(labels).encode()
+    return (root * 1_000_003 + zlib.crc32(label)) % (2**31 - 1)
+
+
+def load_corpus_spec(spec: CorpusSpec, *, root_seed: int, name: str) -> Corpus:
+    """Load or synthesise the corpus a :class:`CorpusSpec` describes."""
+    from ragprivacy.corpus import load_corpus, load_dataset_corpus, synthesize
+
+    if spec.synthetic is not None:
+        seed = spec.seed if spec.seed is not None else derive_seed(root_seed, "corpus", name)
+        corpus = synthesize(spec.synthetic, spec.n, seed=seed)
+    elif spec.path is not None:
+        corpus = load_corpus(spec.path)
+    else:
+        corpus = load_dataset_corpus(str(spec.dataset), limit=spec.limit)
+    if spec.limit is not None and len(corpus) > spec.limit:
+        corpus = corpus.subset(corpus.ids[: spec.limit])
+    return corpus.require_nonempty()
+
+
+class RunContext:
+    """Per-process builder and memo of the objects a run needs.
+
+    Args:
+        config: the experiment config.
+        cache_dir: where generator calls are cached (``None`` disables the cache).
+    """
+
+    def __init__(self, config: ExperimentConfig, *, cache_dir: str | Path | None = None) -> None:
+        self.config = config
+        self.cache = GenerationCache(Path(cache_dir) / "generations.sqlite") if cache_dir else None
+        self._corpora: dict[str, Corpus] = {}
+        self._kbs: dict[str, KnowledgeBase] = {}
+        self._generators: dict[str, Generator] = {}
+
+    def corpus(self, name: str) -> Corpus:
+        if name not in self._corpora:
+            self._corpora[name] = load_corpus_spec(
+                self.config.corpora[name], root_seed=self.config.seed, name=name
+            )
+        return self._corpora[name]
+
+    def knowledge_base(self, name: str) -> KnowledgeBase:
+        if name not in self._kbs:
+            models = self.config.models
+            self._kbs[name] = KnowledgeBase.build(
+                self.corpus(name), embedder=models.embedder, index=models.index
+            )
+        return self._kbs[name]
+
+    def background_texts(self, name: str) -> list[str]:
+        """Non-member text for the reference reader's background model: the same kind of
+        synthetic text from an independent seed (plain prose when the corpus is not
+        synthetic)."""
+        from ragprivacy.corpus import background_texts
+
+        spec = self.config.corpora[name]
+        kind = spec.synthetic or "knowledge"
+        seed = derive_seed(self.config.seed, "background", name)
+        return background_texts(kind, self.config.models.background_n, seed=seed)
+
+    def generator(self, corpus_name: str) -> Generator:
+        """The generator of the config; the reference reader gets a background model
+        fitted on non-member text of the corpus's kind."""
+        if corpus_name not in self._generators:
+            models = self.config.models
+            options: dict[str, Any] = dict(models.generator_options)
+            if models.generator.partition(":")[0] == "reference" and "background" not in options:
+                options["background"] = self.background_texts(corpus_name)
+            gen = create_generator(models.generator, **options)
+            if self.cache is not None:
+                gen = CachedGenerator(gen, self.cache)
+            self._generators[corpus_name] = gen
+        return self._generators[corpus_name]
+
+    def system(self, spec: str, corpus_name: str, *, k: int = 5, **options: Any) -> RAGSystem:
+        """A RAG system by registry name over the corpus's knowledge base."""
+        generator = self.generator(corpus_name)
+        if spec.partition(":")[0] == "non-rag":
+            return create_system(spec, generator=generator, **options)
+        retriever_spec = options.pop("retriever", "topk")
+        retriever = create_retriever(retriever_spec, self.knowledge_base(corpus_name), k=k)
+        return create_system(spec, retriever=retriever, generator=generator, **options)

@@ -1,0 +1,83 @@
+"""The experiment-type interface and its registry.
+
+An experiment type turns one ``ExperimentSpec`` into independent *cells* (e.g. one per
+system), runs a cell inside a worker process with a :class:`RunContext`, and writes its
+section of the report from all its cells' results.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._registry import Registry
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
+from ragprivacy.eval.context import RunContext, derive_seed
+
+__all__ = [
+    "Experiment",
+    "ReportSection",
+    "create_experiment",
+    "experiment_types",
+    "register_experiment",
+]
+
+
+@dataclass(slots=True)
+class ReportSection:
+    """Markdown for one experiment and the PNG files it refers to (relative paths)."""
+
+    title: str
+    markdown: str
+    figures: list[str] = field(default_factory=list)
+
+
+class Experiment(ABC):
+    """One experiment type. Subclasses validate ``spec.options`` in ``__init__``.
+
+    ``seed`` is shared by every cell of the experiment (so all systems see the same
+    questions or targets); each cell also gets its own ``rng`` stream for its noise.
+    """
+
+    type: str = "experiment"
+
+    def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
+        self.spec = spec
+        self.config = config
+        self.index = index
+        self.seed = derive_seed(config.seed, "experiment", str(index), spec.type)
+
+    def cells(self) -> list[dict[str, Any]]:
+        """JSON-ready parameters of the independent cells (default: one per system)."""
+        return [{"system": s} for s in self.spec.systems]
+
+    @abstractmethod
+    def run_cell(
+        self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
+    ) -> dict[str, Any]:
+        """Run one cell; return JSON-ready metrics (and any per-item records)."""
+
+    @abstractmethod
+    def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
+        """The report section from every cell's ``{"cell": ..., "result": ...}``."""
+
+
+_REGISTRY: Registry[Experiment] = Registry("experiment type")
+
+
+def register_experiment(name: str, cls: type[Experiment], *, replace: bool = False) -> None:
+    """Register an experiment type (``type:`` in configs)."""
+    _REGISTRY.register(name, cls, replace=replace)
+
+
+def create_experiment(spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> Experiment:
+    """The experiment of ``spec`` (its ``index`` in the config seeds its samples)."""
+    return _REGISTRY.factory(spec.type)(spec, config, index)
+
+
+def experiment_types() -> list[str]:
+    return _REGISTRY.names()

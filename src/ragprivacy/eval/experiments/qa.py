@@ -1,0 +1,170 @@
+"""``qa``: question-answering utility of each system on a corpus with gold QA.
+
+Per question: match accuracy (Private-RAG section 4), SQuAD exact match and token F1,
+retrieval recall and precision at K against the supporting documents, and the answer's
+perplexity under the generator. Every system answers the same question sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._validation import check_positive_int
+from ragprivacy.errors import ConfigError, DataError
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
+from ragprivacy.eval.context import RunContext
+from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
+from ragprivacy.eval.experiments.plots import grouped_bars
+from ragprivacy.eval.metrics import (
+    exact_match,
+    match,
+    perplexity,
+    precision_at_k,
+    recall_at_k,
+    token_f1,
+    wilson_interval,
+)
+
+__all__ = ["QAExperiment", "QAOptions"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QAOptions:
+    """``questions``: how many questions to sample per hop count; ``hops``: which hop
+    counts to evaluate (1 = single-hop, 2+ = multi-hop chains)."""
+
+    questions: int = 500
+    hops: tuple[int, ...] = (1,)
+
+    def __post_init__(self) -> None:
+        check_positive_int("questions", self.questions)
+        for h in self.hops:
+            check_positive_int("hops", h)
+
+
+def _mean(xs: Sequence[float]) -> float:
+    vals = [x for x in xs if not math.isnan(x)]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+class QAExperiment(Experiment):
+    """Answer a seeded sample of the corpus's questions with each system."""
+
+    type = "qa"
+
+    def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
+        super().__init__(spec, config, index)
+        self.options: QAOptions = from_mapping(QAOptions, spec.options, f"experiments[{index}]")
+
+    def _sample(self, ctx: RunContext) -> list[Any]:
+        corpus = ctx.corpus(self.spec.corpus)
+        if not corpus.questions:
+            raise DataError(
+                f"Corpus {self.spec.corpus!r} has no questions; the 'qa' experiment needs a "
+                "corpus with gold QA (e.g. synthetic: knowledge)."
+            )
+        rng = np.random.default_rng(self.seed)
+        chosen = []
+        for h in self.options.hops:
+            pool = [q for q in corpus.questions if q.hops == h]
+            if not pool:
+                raise ConfigError(
+                    f"Corpus {self.spec.corpus!r} has no {h}-hop questions; "
+                    f"available: {sorted({q.hops for q in corpus.questions})}."
+                )
+            take = min(self.options.questions, len(pool))
+            chosen.extend(pool[i] for i in sorted(rng.choice(len(pool), take, replace=False)))
+        return chosen
+
+    def run_cell(
+        self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
+    ) -> dict[str, Any]:
+        questions = self._sample(ctx)
+        system = ctx.system(cell["system"], self.spec.corpus, k=self.spec.k)
+        responses = system.answer_batch([q.question for q in questions])
+        records = []
+        for q, r in zip(questions, responses):
+            records.append(
+                {
+                    "id": q.id,
+                    "hops": q.hops,
+                    "answer": r.text,
+                    "match": match(r.text, q.answers),
+                    "em": exact_match(r.text, q.answers),
+                    "f1": token_f1(r.text, q.answers),
+                    "recall": recall_at_k(r.retrieved_ids, q.support_ids),
+                    "precision": precision_at_k(r.retrieved_ids, q.support_ids),
+                    "perplexity": perplexity(r.logprobs),
+                    "epsilon": r.privacy.epsilon,
+                }
+            )
+        by_hops = {}
+        for h in self.options.hops:
+            rows = [x for x in records if x["hops"] == h]
+            hits = sum(x["match"] for x in rows)
+            lo, hi = wilson_interval(hits, len(rows))
+            by_hops[str(h)] = {
+                "n": len(rows),
+                "match_accuracy": hits / len(rows),
+                "match_ci95": [lo, hi],
+                "exact_match": _mean([float(x["em"]) for x in rows]),
+                "token_f1": _mean([x["f1"] for x in rows]),
+                "retrieval_recall": _mean([x["recall"] for x in rows]),
+                "precision_at_k": _mean([x["precision"] for x in rows]),
+                "answer_perplexity": _mean([x["perplexity"] for x in rows]),
+                "epsilon_total": float(sum(x["epsilon"] for x in rows)),
+            }
+        return {"system": system.describe(), "by_hops": by_hops, "records": records}
+
+    def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
+        hops = [str(h) for h in self.options.hops]
+        lines = [
+            f"Corpus `{self.spec.corpus}`, top-K = {self.spec.k}, up to "
+            f"{self.options.questions} questions per hop count (same sample for every "
+            "system). Match accuracy = an answer containing a gold answer; 95% Wilson "
+            "intervals.",
+            "",
+            "| system | hops | n | match accuracy (95% CI) | EM | F1 | recall@K | "
+            "precision@K | answer perplexity |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        series: dict[str, list[float]] = {}
+        errors: dict[str, list[tuple[float, float]]] = {}
+        for item in results:
+            name = item["cell"]["system"]
+            res = item["result"]
+            for h in hops:
+                m = res["by_hops"][h]
+                lines.append(
+                    f"| {name} | {h} | {m['n']} | {m['match_accuracy']:.3f} "
+                    f"({m['match_ci95'][0]:.3f}–{m['match_ci95'][1]:.3f}) | "
+                    f"{m['exact_match']:.3f} | {m['token_f1']:.3f} | "
+                    f"{_fmt(m['retrieval_recall'])} | {_fmt(m['precision_at_k'])} | "
+                    f"{_fmt(m['answer_perplexity'], 2)} |"
+                )
+                series.setdefault(name, []).append(m["match_accuracy"])
+                errors.setdefault(name, []).append(tuple(m["match_ci95"]))
+        fig = f"qa_{self.index}_accuracy.png"
+        grouped_bars(
+            out_dir / fig,
+            groups=[f"{h}-hop" for h in hops],
+            series=series,
+            errors=errors,
+            ylabel="match accuracy",
+            title=f"QA utility on {self.spec.corpus}",
+        )
+        lines += ["", f"![QA match accuracy]({fig})"]
+        return ReportSection(f"QA utility ({self.spec.corpus})", "\n".join(lines), [fig])
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+register_experiment("qa", QAExperiment)

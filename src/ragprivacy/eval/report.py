@@ -1,0 +1,65 @@
+"""``report.md``: a header with what produced the results, one section per experiment,
+and the settings needed to reproduce them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ragprivacy.eval.experiments.base import Experiment
+
+__all__ = ["describe_generator", "write_report"]
+
+_GENERATOR_NOTES = {
+    "reference": (
+        "the **reference reader**, a deterministic, weight-free stand-in for an "
+        "instruction-following LLM that copies what it retrieves (copy distribution over "
+        "the retrieved context mixed with an n-gram background model fitted on non-member "
+        "text). Its figures say what such a model leaks, not what a given hosted LLM does."
+    ),
+    "hf": "a Hugging Face causal language model loaded from a local path",
+    "openai": "an OpenAI-compatible HTTP endpoint",
+}
+
+
+def describe_generator(spec: str) -> str:
+    """One sentence on which generator produced the results (reports must say it)."""
+    name = spec.partition(":")[0]
+    return f"`{spec}`: " + _GENERATOR_NOTES.get(name, "a registered generator backend") + "."
+
+
+def write_report(experiments: list[Experiment], results: dict[str, Any], out_dir: Path) -> Path:
+    """Write ``out_dir/report.md`` from the run's results; returns its path."""
+    settings = results["settings"]
+    models = settings["models"]
+    lines = [
+        f"# {results['name']}",
+        "",
+        f"- Root seed: `{results['root_seed']}`; started {results['started']}; "
+        f"{results['seconds']:.1f} s.",
+        f"- Generator: {describe_generator(models['generator'])}",
+        f"- Embedder: `{models['embedder']}`; index: `{models['index']}`.",
+        "- Versions: "
+        + ", ".join(f"{k} {v}" for k, v in results["versions"].items() if k != "platform"),
+        "",
+    ]
+    for i, exp in enumerate(experiments):
+        cells = [c for c in results["cells"] if c["experiment"] == i]
+        section = exp.report(cells, out_dir)
+        lines += [f"## {section.title}", "", section.markdown, ""]
+    lines += [
+        "## Settings",
+        "",
+        "```yaml",
+        yaml.safe_dump(settings, sort_keys=False).rstrip(),
+        "```",
+        "",
+        "Reproduce with `ragprivacy run CONFIG.yaml --out DIR` on these settings "
+        "(`results.json` holds every cell's seed and per-item records).",
+        "",
+    ]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

@@ -1,0 +1,228 @@
+"""Run an experiment config: cells in a process pool, checkpoints, results and report.
+
+Each cell's result is written to ``OUT/cells/<key>.json`` as soon as it finishes, and
+generator calls are cached in ``OUT/.cache/generations.sqlite``, so a rerun after a crash
+redoes only unfinished cells. ``OUT/results.json`` records the settings, the root seed,
+each cell's seed, package versions and every metric; ``OUT/report.md`` renders them with
+PNG plots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragprivacy.errors import DataError, RagPrivacyError
+from ragprivacy.eval.config import ExperimentConfig
+from ragprivacy.eval.context import RunContext
+from ragprivacy.eval.experiments.base import Experiment, create_experiment
+from ragprivacy.eval.report import write_report
+
+__all__ = ["RunResult", "package_versions", "run_config"]
+
+_CONTEXTS: dict[str, RunContext] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Where a run wrote its outputs, and the results payload."""
+
+    out_dir: Path
+    results_path: Path
+    report_path: Path
+    results: dict[str, Any]
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of Python and of the packages results depend on."""
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for pkg in (
+        "ragprivacy",
+        "numpy",
+        "scipy",
+        "scikit-learn",
+        "dp-accounting",
+        "faiss-cpu",
+        "torch",
+        "transformers",
+        "sentence-transformers",
+    ):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _cell_key(config: dict[str, Any], exp_index: int, cell: dict[str, Any]) -> str:
+    blob = json.dumps([config, exp_index, cell], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _run_cell(
+    config: ExperimentConfig,
+    exp_index: int,
+    cell: dict[str, Any],
+    seed_entropy: int,
+    seed_key: tuple[int, ...],
+    cache_dir: str | None,
+) -> dict[str, Any]:
+    """Worker entry point: build (or reuse) this process's context and run one cell."""
+    ctx_key = json.dumps([config.to_dict(), cache_dir], sort_keys=True, default=str)
+    ctx = _CONTEXTS.get(ctx_key)
+    if ctx is None:
+        ctx = _CONTEXTS.setdefault(ctx_key, RunContext(config, cache_dir=cache_dir))
+    experiment = create_experiment(config.experiments[exp_index], config, exp_index)
+    rng = np.random.default_rng(np.random.SeedSequence(seed_entropy, spawn_key=seed_key))
+    start = time.perf_counter()
+    result = experiment.run_cell(cell, ctx, rng)
+    return {"result": result, "seconds": time.perf_counter() - start}
+
+
+def run_config(
+    config: ExperimentConfig,
+    out_dir: str | Path,
+    *,
+    workers: int | None = None,
+    progress: bool = True,
+    config_path: str | None = None,
+) -> RunResult:
+    """Run every cell of ``config`` and write ``results.json`` and ``report.md``.
+
+    Args:
+        config: the validated experiment config.
+        out_dir: output directory (created; finished cells found there are reused).
+        workers: processes for independent cells (default ``config.workers``; 1 runs
+            everything in this process).
+        progress: show a progress bar over cells.
+        config_path: recorded in the report's reproduce line.
+    """
+    out = Path(out_dir)
+    try:
+        (out / "cells").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"Cannot create the output directory {str(out)!r}: {exc}.") from exc
+    experiments: list[Experiment] = [
+        create_experiment(spec, config, i) for i, spec in enumerate(config.experiments)
+    ]
+    config_dict = config.to_dict()
+    cells = [(i, cell) for i, exp in enumerate(experiments) for cell in exp.cells()]
+    root = np.random.SeedSequence(config.seed)
+    children = root.spawn(len(cells))
+    cache_dir = str(out / ".cache") if config.cache else None
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+
+    done: dict[int, dict[str, Any]] = {}
+    pending = []
+    for n, (i, cell) in enumerate(cells):
+        path = out / "cells" / f"{_cell_key(config_dict, i, cell)}.json"
+        if path.is_file():
+            done[n] = json.loads(path.read_text())
+        else:
+            pending.append(n)
+
+    def finish(n: int, payload: dict[str, Any]) -> None:
+        i, cell = cells[n]
+        payload = {
+            "experiment": i,
+            "type": config.experiments[i].type,
+            "cell": cell,
+            "seed": {"entropy": root.entropy, "spawn_key": list(children[n].spawn_key)},
+            **payload,
+        }
+        path = out / "cells" / f"{_cell_key(config_dict, i, cell)}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(payload, default=_json_default))
+        tmp.replace(path)
+        done[n] = json.loads(path.read_text())
+
+    n_workers = min(workers or config.workers, max(1, len(pending)))
+    args = {
+        n: (config, cells[n][0], cells[n][1], root.entropy, children[n].spawn_key, cache_dir)
+        for n in pending
+    }
+    with _progress(progress, len(cells), len(done)) as advance:
+        if n_workers <= 1:
+            for n in pending:
+                finish(n, _run_cell(*args[n]))
+                advance()
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
+                futures = {pool.submit(_run_cell, *args[n]): n for n in pending}
+                for fut in as_completed(futures):
+                    try:
+                        finish(futures[fut], fut.result())
+                    except RagPrivacyError:
+                        for other in futures:
+                            other.cancel()
+                        raise
+                    advance()
+
+    ordered = [done[n] for n in range(len(cells))]
+    results = {
+        "name": config.name,
+        "root_seed": config.seed,
+        "started": started,
+        "seconds": time.perf_counter() - t0,
+        "settings": config_dict,
+        "versions": package_versions(),
+        "config_path": config_path,
+        "cells": ordered,
+    }
+    results_path = out / "results.json"
+    results_path.write_text(json.dumps(results, indent=2, default=_json_default))
+    report_path = write_report(experiments, results, out)
+    return RunResult(out, results_path, report_path, results)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+class _progress:
+    """A rich progress bar over cells (a no-op when disabled)."""
+
+    def __init__(self, show: bool, total: int, completed: int) -> None:
+        self.show, self.total, self.completed = show, total, completed
+
+    def __enter__(self) -> Any:
+        if not self.show:
+            return lambda: None
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(
+            TextColumn("cells"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            transient=True,
+        )
+        self._bar.start()
+        task = self._bar.add_task("cells", total=self.total, completed=self.completed)
+        return lambda: self._bar.advance(task)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.show:
+            self._bar.stop()

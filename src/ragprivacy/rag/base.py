@@ -1,0 +1,184 @@
+"""The ``RAGSystem`` interface, queries, and the non-private systems (non-RAG, standard)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ragprivacy._registry import Registry
+from ragprivacy.generate import Generator, Prompt, Task
+from ragprivacy.retrieval import Retriever
+from ragprivacy.types import Completion, PrivacyCost, Response, Retrieval
+
+__all__ = [
+    "NonRAG",
+    "Query",
+    "RAGSystem",
+    "StandardRAG",
+    "create_system",
+    "register_system",
+    "system_names",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A request to a RAG system.
+
+    Attributes:
+        text: what the user sends (a question, a text to continue, a masked text, ...).
+        task: how the system's prompt frames it (``Task.ANSWER`` for plain questions).
+        retrieval_text: what is embedded for retrieval (default: ``text``).
+        options: prompt options (``template``, ``max_tokens``, ...).
+    """
+
+    text: str
+    task: Task = Task.ANSWER
+    retrieval_text: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TypeError(f"A Query text must be a string; got {type(self.text).__name__}.")
+        object.__setattr__(self, "task", Task(self.task))
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    @property
+    def search_text(self) -> str:
+        return self.retrieval_text if self.retrieval_text is not None else self.text
+
+    @classmethod
+    def of(cls, query: str | Query) -> Query:
+        return query if isinstance(query, Query) else cls(query)
+
+
+class RAGSystem(ABC):
+    """A system under test: it answers queries for an account and reports what it spent.
+
+    ``answer`` returns a :class:`~ragprivacy.types.Response` whose public part (text,
+    tokens, log-probabilities) is all an attack may see; ``Response.retrieval`` records
+    the retrieved documents for evaluation and audit.
+    """
+
+    name: str = "rag"
+
+    @abstractmethod
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        """Answer one query."""
+
+    def answer_batch(
+        self, queries: Sequence[str | Query], *, account: str | None = None
+    ) -> list[Response]:
+        """Answer several queries in order (systems override this to batch)."""
+        return [self.answer(q, account=account) for q in queries]
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description of the system (recorded in results)."""
+        return {"name": self.name}
+
+
+def _response(completion: Completion, retrieval: Retrieval | None, cost: PrivacyCost) -> Response:
+    return Response(
+        text=completion.text,
+        tokens=completion.tokens,
+        logprobs=completion.logprobs,
+        privacy=cost,
+        retrieval=retrieval,
+    )
+
+
+class NonRAG(RAGSystem):
+    """The generator alone, with no retrieved context (the utility floor; no privacy cost)."""
+
+    name = "non-rag"
+
+    def __init__(self, generator: Generator, *, instruction: str | None = None) -> None:
+        self.generator = generator
+        self.instruction = instruction
+
+    def _prompt(self, q: Query) -> Prompt:
+        return Prompt(q.task, q.text, (), self.instruction, q.options)
+
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        return self.answer_batch([query], account=account)[0]
+
+    def answer_batch(
+        self, queries: Sequence[str | Query], *, account: str | None = None
+    ) -> list[Response]:
+        prompts = [self._prompt(Query.of(q)) for q in queries]
+        return [_response(c, None, PrivacyCost()) for c in self.generator.generate_batch(prompts)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "generator": self.generator.name}
+
+
+class StandardRAG(RAGSystem):
+    """Retrieve the top-K documents, put them in the prompt, generate (Lewis et al. 2020).
+
+    Non-private: the retrieved documents reach the generator unprotected. With a private
+    ``retriever`` the response reports the retrieval's privacy event.
+    """
+
+    name = "rag"
+
+    def __init__(
+        self, retriever: Retriever, generator: Generator, *, instruction: str | None = None
+    ) -> None:
+        self.retriever = retriever
+        self.generator = generator
+        self.instruction = instruction
+
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        return self.answer_batch([query], account=account)[0]
+
+    def answer_batch(
+        self, queries: Sequence[str | Query], *, account: str | None = None
+    ) -> list[Response]:
+        qs = [Query.of(q) for q in queries]
+        retrievals = self.retriever.retrieve_batch([q.search_text for q in qs], account=account)
+        prompts = [
+            Prompt(q.task, q.text, self.retriever.kb.texts(r.indices), self.instruction, q.options)
+            for q, r in zip(qs, retrievals)
+        ]
+        completions = self.generator.generate_batch(prompts)
+        return [
+            _response(c, r, PrivacyCost(mechanism=self.retriever.name))
+            for c, r in zip(completions, retrievals)
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "retriever": self.retriever.config(),
+            "generator": self.generator.name,
+            "instruction": self.instruction,
+        }
+
+
+_REGISTRY: Registry[RAGSystem] = Registry("system")
+
+
+def register_system(name: str, factory: Any, *, replace: bool = False) -> None:
+    """Register a RAG system factory (called as ``factory(retriever=..., generator=...,
+    **options)``)."""
+    _REGISTRY.register(name, factory, replace=replace)
+
+
+def create_system(spec: str, **kwargs: Any) -> RAGSystem:
+    """Build a RAG system from a registry spec (``"non-rag"``, ``"rag"``, ...)."""
+    return _REGISTRY.create(spec, **kwargs)
+
+
+def system_names() -> list[str]:
+    return _REGISTRY.names()
+
+
+def _make_nonrag(*, generator: Generator, retriever: Retriever | None = None, **kw: Any) -> NonRAG:
+    return NonRAG(generator, **kw)
+
+
+register_system("non-rag", _make_nonrag)
+register_system("rag", StandardRAG)

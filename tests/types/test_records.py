@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+
+from ragprivacy.types import Completion, Document, PIISpan, PrivacyCost, Response, Retrieval
+
+
+def test_document_round_trip_and_validation() -> None:
+    doc = Document("d1", "Call Ann at 555-123-4567.", {"kind": "x"}, (PIISpan(5, 8, "name", "Ann"),))
+    assert Document.from_dict(doc.to_dict()) == doc
+    with pytest.raises(ValueError, match="past the end"):
+        Document("d2", "short", pii=(PIISpan(0, 99, "name", "x"),))
+    with pytest.raises(ValueError, match="non-empty"):
+        Document("", "text")
+    with pytest.raises(TypeError):
+        doc.metadata["kind"] = "y"  # type: ignore[index]
+
+
+def test_response_public_view_hides_retrieval() -> None:
+    r = Response(
+        "answer",
+        tokens=("answer",),
+        logprobs=(-0.1,),
+        privacy=PrivacyCost(epsilon=0.5),
+        retrieval=Retrieval(("a",), (0,), (0.9,)),
+    )
+    assert r.retrieved_ids == ("a",)
+    pub = r.public()
+    assert pub.retrieval is None and pub.retrieved_ids == ()
+    assert pub.text == "answer" and pub.logprobs == (-0.1,) and pub.privacy.epsilon == 0.5
+
+
+def test_completion_checks_alignment() -> None:
+    with pytest.raises(ValueError):
+        Completion("a b", ("a", "b"), (-1.0,))
+    assert Completion("a", ("a",), (-2.0,)).mean_logprob == -2.0
+
+
+def test_retrieval_lengths_checked() -> None:
+    with pytest.raises(ValueError):
+        Retrieval(("a", "b"), (0,), (1.0,))
