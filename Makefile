@@ -36,6 +36,8 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,bench]'
+	$(PY) benchmarks/bench_samplers.py
 	$(PY) benchmarks/bench_embed.py
 	$(PY) benchmarks/bench_index.py
 

@@ -108,3 +108,27 @@ def test_run_config_end_to_end_subprocess(tmp_path: Path) -> None:
     assert code == 0, stderr
     again = json.loads((out / "results.json").read_text())
     assert [c["result"] for c in again["cells"]] == [c["result"] for c in results["cells"]]
+
+
+def test_dataset_load_from_local_file_and_unavailable_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "hcm.json"
+    src.write_text(
+        json.dumps(
+            [
+                {"instruction": "x", "input": "I have a cough.", "output": "Rest and fluids."},
+                {"instruction": "x", "input": "My knee hurts.", "output": "Ice it."},
+            ]
+        )
+    )
+    out = tmp_path / "hcm.jsonl"
+    args = ["corpus", "load", "--dataset", "healthcaremagic", "--path", str(src)]
+    assert main([*args, "--out", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 2
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty-hf" / "datasets"))
+    capsys.readouterr()
+    code = main(["corpus", "load", "--dataset", "healthcaremagic", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "offline" in err and "Traceback" not in err

@@ -35,6 +35,30 @@ def synth(
     typer.echo(f"wrote {len(corpus)} {kind} documents{extra} to {out}")
 
 
+@app.command("load")
+def load(
+    dataset: str = typer.Option(..., "--dataset", help="Dataset name (see `ragprivacy backends`)."),
+    out: Path = typer.Option(..., "--out", help="Output .jsonl (or .csv) path."),
+    path: Path | None = typer.Option(
+        None, "--path", help="Local file or folder in the dataset's own format."
+    ),
+    split: str | None = typer.Option(None, "--split", help="Split to read (default: the usual)."),
+    limit: int | None = typer.Option(None, "--limit", help="Read at most this many records."),
+) -> None:
+    """Convert one of the papers' datasets (local files, or the local Hugging Face cache;
+    nothing is downloaded) into a ragprivacy corpus file."""
+    from ragprivacy.corpus import load_dataset_corpus, write_csv, write_jsonl
+
+    if limit is not None:
+        check_positive_int("limit", limit)
+    corpus = load_dataset_corpus(
+        dataset, path=str(path) if path else None, split=split, limit=limit
+    ).require_nonempty()
+    (write_csv if out.suffix.lower() == ".csv" else write_jsonl)(corpus, out)
+    extra = f" and {len(corpus.questions)} questions" if corpus.questions else ""
+    typer.echo(f"wrote {len(corpus)} {dataset} documents{extra} to {out}")
+
+
 @app.command("info")
 def info(
     path: Path = typer.Argument(..., help="A .jsonl or .csv corpus."),

@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
     @app.command("backends")
     def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """List the registered backends of every kind."""
-        from ragprivacy.corpus import synthetic_kinds
+        from ragprivacy.corpus import dataset_names, synthetic_kinds
         from ragprivacy.embed import embedder_names
         from ragprivacy.eval import experiment_types
         from ragprivacy.generate import generator_names
@@ -71,6 +71,7 @@ def register(app: typer.Typer) -> None:
 
         table = {
             "synthetic corpora": synthetic_kinds(),
+            "datasets": dataset_names(),
             "embedders": embedder_names(),
             "indices": index_names(),
             "retrievers": retriever_names(),

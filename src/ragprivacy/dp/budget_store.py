@@ -1,0 +1,364 @@
+"""Per-document privacy budgets that are never overspent: in memory or in SQLite.
+
+A store holds, for every document, what it has spent along ``dims`` dimensions (1 for a
+pure-ε filter; one per Rényi order for an RDP filter) against one capacity vector shared
+by all documents (MURAG's initial budget M·ε_q, Private-RAG Alg. 1). A document that was
+never charged has spent nothing.
+
+A charge for a set of documents is atomic: every document must afford it in every
+dimension (spent + amount ≤ capacity, up to a relative tolerance of 1e-9 for float sums),
+or nothing is charged and :class:`DocumentBudgetExhaustedError` names the documents that
+cannot pay. The SQLite store does the check and the debit in one ``BEGIN IMMEDIATE``
+transaction (one writer at a time across threads and processes), in WAL mode with
+``synchronous=FULL``: a charge that returned is durable, and a process killed mid-charge
+leaves no trace of it. A ``charge_id`` makes a charge idempotent, so a client that does
+not know whether its charge landed (a crash, a timeout) can retry safely.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ragprivacy._validation import check_positive
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+
+__all__ = [
+    "BudgetStore",
+    "ChargeReceipt",
+    "DocumentBudgetExhaustedError",
+    "MemoryBudgetStore",
+    "SqliteBudgetStore",
+]
+
+Amount = float | Sequence[float] | np.ndarray
+_RTOL = 1e-9
+_CHUNK = 500  # SQL variables per IN (...) query
+
+
+class DocumentBudgetExhaustedError(BudgetExhaustedError):
+    """A charge was refused because some documents cannot afford it; nothing was charged."""
+
+    def __init__(self, message: str, exhausted: Sequence[str]) -> None:
+        super().__init__(message)
+        self.exhausted = tuple(exhausted)
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeReceipt:
+    """A committed charge: its id, the documents, and the amount each paid per dimension."""
+
+    charge_id: str
+    doc_ids: tuple[str, ...]
+    amount: tuple[float, ...]
+    replayed: bool = False
+
+
+def _capacity(capacity: float | Sequence[float]) -> np.ndarray:
+    values = [capacity] if isinstance(capacity, int | float) else list(capacity)
+    if not values:
+        raise ConfigError("The 'capacity' parameter must hold at least one value.")
+    return np.array([check_positive("capacity", v) for v in values], dtype=np.float64)
+
+
+def _doc_ids(doc_ids: Iterable[str]) -> tuple[str, ...]:
+    ids = tuple(doc_ids)
+    for d in ids:
+        if not isinstance(d, str) or not d:
+            raise ConfigError(f"Document ids must be non-empty strings; got {d!r}.")
+    if len(set(ids)) != len(ids):
+        raise ConfigError("A charge lists a document more than once; deduplicate the ids.")
+    return ids
+
+
+class BudgetStore(ABC):
+    """Spent budgets per document, with an all-or-nothing :meth:`charge`."""
+
+    def __init__(self, capacity: float | Sequence[float]) -> None:
+        self.capacity = _capacity(capacity)
+
+    @property
+    def dims(self) -> int:
+        """Number of budget dimensions (1 for pure ε, one per order for Rényi filters)."""
+        return int(self.capacity.size)
+
+    def _amount(self, amount: Amount) -> np.ndarray:
+        a = np.atleast_1d(np.asarray(amount, dtype=np.float64))
+        if a.size == 1 and self.dims > 1:
+            a = np.repeat(a, self.dims)
+        if a.shape != (self.dims,) or not np.all(np.isfinite(a)) or (a < 0).any():
+            raise ConfigError(
+                f"A charge amount must be {self.dims} finite non-negative number(s); "
+                f"got {amount!r}."
+            )
+        return a
+
+    def _fits(self, spent: np.ndarray, amount: np.ndarray) -> np.ndarray:
+        """Which rows of ``spent`` can pay ``amount`` in every dimension."""
+        return np.all(spent + amount <= self.capacity * (1 + _RTOL), axis=-1)
+
+    @abstractmethod
+    def spent(self, doc_ids: Iterable[str]) -> np.ndarray:
+        """What each document has spent, shape (len(doc_ids), dims)."""
+
+    def remaining(self, doc_ids: Iterable[str]) -> np.ndarray:
+        """capacity − spent per document (may be slightly negative within tolerance)."""
+        return self.capacity - self.spent(doc_ids)
+
+    def can_afford(self, doc_ids: Iterable[str], amount: Amount) -> np.ndarray:
+        """Boolean per document: could it pay ``amount`` now (a read, not a reservation)."""
+        ids = _doc_ids(doc_ids)
+        if not ids:
+            return np.zeros(0, dtype=bool)
+        return self._fits(self.spent(ids), self._amount(amount))
+
+    def active(self, doc_ids: Iterable[str], next_charge: Amount) -> list[str]:
+        """The documents that can still afford ``next_charge`` (MURAG's active set A_t)."""
+        ids = _doc_ids(doc_ids)
+        ok = self.can_afford(ids, next_charge)
+        return [d for d, good in zip(ids, ok) if good]
+
+    @abstractmethod
+    def charge(
+        self,
+        doc_ids: Iterable[str],
+        amount: Amount,
+        *,
+        charge_id: str | None = None,
+    ) -> ChargeReceipt:
+        """Debit ``amount`` from every document, all or nothing.
+
+        Raises:
+            DocumentBudgetExhaustedError: some document cannot pay; nothing was charged.
+        """
+
+    def _refuse(self, ids: Sequence[str], ok: np.ndarray, amount: np.ndarray) -> None:
+        bad = [d for d, good in zip(ids, ok) if not good]
+        shown = ", ".join(repr(d) for d in bad[:10]) + (" ..." if len(bad) > 10 else "")
+        raise DocumentBudgetExhaustedError(
+            f"Charge of {amount.tolist()} refused: {len(bad)} document(s) would exceed their "
+            f"budget {self.capacity.tolist()} ({shown}); nothing was charged. Drop the "
+            f"exhausted documents from the request (use active()).",
+            bad,
+        )
+
+
+class MemoryBudgetStore(BudgetStore):
+    """An in-process store (a lock makes each charge atomic across threads)."""
+
+    def __init__(self, capacity: float | Sequence[float]) -> None:
+        super().__init__(capacity)
+        self._spent: dict[str, np.ndarray] = {}
+        self._charges: dict[str, ChargeReceipt] = {}
+        self._lock = threading.Lock()
+
+    def spent(self, doc_ids: Iterable[str]) -> np.ndarray:
+        ids = _doc_ids(doc_ids)
+        zero = np.zeros(self.dims)
+        with self._lock:
+            rows = [self._spent.get(d, zero) for d in ids]
+        return np.array(rows, dtype=np.float64).reshape(len(ids), self.dims)
+
+    def charge(
+        self,
+        doc_ids: Iterable[str],
+        amount: Amount,
+        *,
+        charge_id: str | None = None,
+    ) -> ChargeReceipt:
+        ids = _doc_ids(doc_ids)
+        a = self._amount(amount)
+        cid = charge_id or uuid.uuid4().hex
+        with self._lock:
+            if cid in self._charges:
+                prev = self._charges[cid]
+                return ChargeReceipt(prev.charge_id, prev.doc_ids, prev.amount, replayed=True)
+            zero = np.zeros(self.dims)
+            spent = np.array([self._spent.get(d, zero) for d in ids]).reshape(len(ids), self.dims)
+            ok = self._fits(spent, a)
+            if not ok.all():
+                self._refuse(ids, ok, a)
+            for d, row in zip(ids, spent):
+                self._spent[d] = row + a
+            receipt = ChargeReceipt(cid, ids, tuple(a.tolist()))
+            self._charges[cid] = receipt
+        return receipt
+
+
+class SqliteBudgetStore(BudgetStore):
+    """A durable store in one SQLite file, safe across threads and processes.
+
+    Args:
+        path: the database file (created if absent).
+        capacity: per-document capacity (one value per dimension). ``None`` reads it from
+            an existing database; a value that disagrees with the stored one is refused.
+        timeout: seconds to wait for another writer's lock.
+        synchronous: ``"FULL"`` (durable on power loss) or ``"NORMAL"`` (survives process
+            crashes, may lose the last commits on power loss).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        capacity: float | Sequence[float] | None = None,
+        *,
+        timeout: float = 60.0,
+        synchronous: str = "FULL",
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigError(
+                f"The 'synchronous' parameter must be FULL or NORMAL; got {synchronous!r}."
+            )
+        self.path = Path(path)
+        self.timeout = check_positive("timeout", timeout)
+        self._synchronous = synchronous
+        self._local = threading.local()
+        self._before_commit: Callable[[], None] | None = None  # test hook (crash injection)
+        conn = self._conn()
+        self._exec(conn, "BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'capacity'").fetchone()
+            if row is None:
+                if capacity is None:
+                    raise ConfigError(f"{self.path} holds no budget store; pass a capacity.")
+                cap = _capacity(capacity)
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('capacity', ?)",
+                    (json.dumps(cap.tolist()),),
+                )
+            else:
+                cap = np.array(json.loads(row[0]), dtype=np.float64)
+                if capacity is not None and not np.array_equal(cap, _capacity(capacity)):
+                    raise ConfigError(
+                        f"{self.path} was created with capacity {cap.tolist()}; got "
+                        f"{_capacity(capacity).tolist()}. Open it with capacity=None."
+                    )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        super().__init__(cap.tolist())
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.executescript(
+                """
+                CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE IF NOT EXISTS spent (
+                    doc_id TEXT NOT NULL, dim INTEGER NOT NULL, amount REAL NOT NULL,
+                    PRIMARY KEY (doc_id, dim)) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS charges (
+                    charge_id TEXT PRIMARY KEY, doc_ids TEXT NOT NULL, amount TEXT NOT NULL,
+                    created REAL NOT NULL);
+                """
+            )
+            self._local.conn = conn
+        return conn
+
+    def _exec(self, conn: sqlite3.Connection, sql: str) -> None:
+        # busy_timeout covers lock waits; retry the rare SQLITE_BUSY it does not cover.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                conn.execute(sql)
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) and "busy" not in str(err):
+                    raise
+                if time.monotonic() > deadline:
+                    raise BudgetExhaustedError(
+                        f"Could not lock the budget store {self.path} within {self.timeout}s; "
+                        f"nothing was charged. Retry with the same charge_id."
+                    ) from err
+                time.sleep(0.01)
+
+    def _read(self, conn: sqlite3.Connection, ids: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(ids), self.dims), dtype=np.float64)
+        pos = {d: i for i, d in enumerate(ids)}
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            q = ",".join("?" * len(chunk))
+            for doc, dim, amount in conn.execute(
+                f"SELECT doc_id, dim, amount FROM spent WHERE doc_id IN ({q})", chunk
+            ):
+                out[pos[doc], dim] = amount
+        return out
+
+    def spent(self, doc_ids: Iterable[str]) -> np.ndarray:
+        ids = _doc_ids(doc_ids)
+        return self._read(self._conn(), ids)
+
+    def charge(
+        self,
+        doc_ids: Iterable[str],
+        amount: Amount,
+        *,
+        charge_id: str | None = None,
+    ) -> ChargeReceipt:
+        ids = _doc_ids(doc_ids)
+        a = self._amount(amount)
+        cid = charge_id or uuid.uuid4().hex
+        conn = self._conn()
+        self._exec(conn, "BEGIN IMMEDIATE")
+        try:
+            row = conn.execute(
+                "SELECT doc_ids, amount FROM charges WHERE charge_id = ?", (cid,)
+            ).fetchone()
+            if row is not None:
+                conn.execute("COMMIT")
+                return ChargeReceipt(
+                    cid, tuple(json.loads(row[0])), tuple(json.loads(row[1])), replayed=True
+                )
+            ok = self._fits(self._read(conn, ids), a)
+            if not ok.all():
+                conn.execute("ROLLBACK")
+                self._refuse(ids, ok, a)
+            conn.executemany(
+                "INSERT INTO spent(doc_id, dim, amount) VALUES (?, ?, ?) "
+                "ON CONFLICT(doc_id, dim) DO UPDATE SET amount = amount + excluded.amount",
+                [(d, k, float(a[k])) for d in ids for k in range(self.dims) if a[k] != 0],
+            )
+            conn.execute(
+                "INSERT INTO charges(charge_id, doc_ids, amount, created) VALUES (?, ?, ?, ?)",
+                (cid, json.dumps(list(ids)), json.dumps(a.tolist()), time.time()),
+            )
+            if self._before_commit is not None:
+                self._before_commit()
+            conn.execute("COMMIT")
+        except DocumentBudgetExhaustedError:
+            raise
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return ChargeReceipt(cid, ids, tuple(a.tolist()))
+
+    def charges(self) -> list[ChargeReceipt]:
+        """Every committed charge, oldest first (the store's own audit log)."""
+        rows = (
+            self._conn()
+            .execute("SELECT charge_id, doc_ids, amount FROM charges ORDER BY created, charge_id")
+            .fetchall()
+        )
+        return [ChargeReceipt(c, tuple(json.loads(d)), tuple(json.loads(a))) for c, d, a in rows]
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None

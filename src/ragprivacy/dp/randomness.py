@@ -1,0 +1,170 @@
+"""Keyed, reproducible randomness and a cryptographic bit source.
+
+Two kinds of randomness, kept apart on purpose:
+
+- :func:`stream` — a numpy ``Generator`` (Philox) keyed by SHA-256 of a root seed and a
+  record: independent, reproducible streams for simulations and sweeps. Not for noise
+  that protects real data.
+- :class:`ChaCha20Bits` — the ChaCha20 keystream (RFC 8439, from ``cryptography``) under
+  a 256-bit key, drawn in bulk. The secure samplers of :mod:`ragprivacy.dp.samplers` read
+  their bits from it. :meth:`ChaCha20Bits.from_entropy` keys it from the OS and cannot be
+  seeded; :meth:`ChaCha20Bits.derived` keys it from H(seed ‖ record), which is what the
+  audit protocol's derived noise z_q = DGS(H(s_W ‖ rec_q); σ) needs (collusion paper §5.3,
+  claim A2).
+
+Records are encoded unambiguously (type tag and length before every part), so that
+("ab", "c") and ("a", "bc") give different keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+from ragprivacy.errors import BackendError, ConfigError
+
+__all__ = [
+    "ChaCha20Bits",
+    "RecordPart",
+    "derive_key",
+    "encode_record",
+    "stream",
+]
+
+RecordPart = bytes | str | int | Sequence["RecordPart"]
+
+_DOMAIN = b"ragprivacy.dp/v1"
+# ChaCha20's block counter is 32 bits: one key/nonce gives at most 2^32 blocks of 64 bytes.
+_MAX_BYTES = (1 << 32) * 64
+
+
+def _encode(part: RecordPart, out: list[bytes]) -> None:
+    if isinstance(part, bool):
+        raise ConfigError(f"Record parts must be bytes, str, int or sequences; got bool {part!r}.")
+    if isinstance(part, bytes | bytearray | memoryview):
+        data = bytes(part)
+        out += [b"b", len(data).to_bytes(8, "big"), data]
+    elif isinstance(part, str):
+        data = part.encode("utf-8")
+        out += [b"s", len(data).to_bytes(8, "big"), data]
+    elif isinstance(part, int | np.integer):
+        data = str(int(part)).encode("ascii")
+        out += [b"i", len(data).to_bytes(8, "big"), data]
+    elif isinstance(part, Sequence):
+        out += [b"t", len(part).to_bytes(8, "big")]
+        for item in part:
+            _encode(item, out)
+    else:
+        raise ConfigError(
+            f"Record parts must be bytes, str, int or sequences of them; got "
+            f"{type(part).__name__}. Encode floats as strings explicitly."
+        )
+
+
+def encode_record(*parts: RecordPart) -> bytes:
+    """The unambiguous byte encoding of ``parts`` (type tag, 8-byte length, payload)."""
+    out: list[bytes] = []
+    _encode(list(parts), out)
+    return b"".join(out)
+
+
+def derive_key(seed: RecordPart, record: RecordPart = (), *, label: str = "") -> bytes:
+    """A 32-byte key H(domain ‖ label ‖ seed ‖ record) with SHA-256 (a PRF on its inputs).
+
+    >>> derive_key(b"s", ("acct-1", 7)) == derive_key(b"s", ("acct-1", 7))
+    True
+    >>> derive_key("ab", "c") == derive_key("a", "bc")
+    False
+    """
+    return hashlib.sha256(_DOMAIN + encode_record(label, seed, record)).digest()
+
+
+def stream(seed: RecordPart, record: RecordPart = ()) -> np.random.Generator:
+    """An independent, reproducible numpy stream for (``seed``, ``record``): Philox keyed
+    by SHA-256(seed ‖ record). For simulations only; secure noise uses :class:`ChaCha20Bits`.
+
+    >>> float(stream(1, "q1").random()) == float(stream(1, "q1").random())
+    True
+    """
+    key = int.from_bytes(derive_key(seed, record, label="philox")[:16], "little")
+    return np.random.Generator(np.random.Philox(key=key))
+
+
+class ChaCha20Bits:
+    """Random bits from the ChaCha20 keystream under a 256-bit key (RFC 8439).
+
+    Draws are sequential: the same key always yields the same bits in the same order.
+    One key yields at most 256 GiB (the 32-bit block counter); beyond that it refuses.
+
+    >>> a = ChaCha20Bits.derived(b"seed", ("acct", 1))
+    >>> b = ChaCha20Bits.derived(b"seed", ("acct", 1))
+    >>> bool((a.uint64(4) == b.uint64(4)).all())
+    True
+    """
+
+    __slots__ = ("_enc", "_key", "_used")
+
+    def __init__(self, key: bytes) -> None:
+        if not isinstance(key, bytes) or len(key) != 32:
+            raise ConfigError(
+                f"A ChaCha20 key must be 32 bytes; got {type(key).__name__} of length "
+                f"{len(key) if isinstance(key, bytes) else '?'}. Use derive_key()."
+            )
+        self._key = key
+        # 16-byte nonce = 4-byte little-endian block counter (0) + 12-byte nonce (0); one
+        # key is used for exactly one stream, so a fixed nonce is safe.
+        cipher = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None)
+        self._enc = cipher.encryptor()
+        self._used = 0
+
+    @classmethod
+    def from_entropy(cls) -> ChaCha20Bits:
+        """A source keyed from the operating system's CSPRNG (cannot be reproduced)."""
+        return cls(os.urandom(32))
+
+    @classmethod
+    def derived(cls, seed: RecordPart, record: RecordPart = ()) -> ChaCha20Bits:
+        """A source keyed by H(seed ‖ record): reproducible by whoever knows ``seed``."""
+        return cls(derive_key(seed, record, label="chacha20"))
+
+    def child(self, label: str) -> ChaCha20Bits:
+        """An independent source keyed by H(key ‖ label); does not consume this stream."""
+        return ChaCha20Bits(derive_key(self._key, (), label="child:" + label))
+
+    @property
+    def bytes_used(self) -> int:
+        """How many keystream bytes have been drawn so far."""
+        return self._used
+
+    def random_bytes(self, n: int) -> bytes:
+        """The next ``n`` keystream bytes."""
+        if n < 0:
+            raise ConfigError(f"The 'n' parameter must be >= 0; got {n!r}.")
+        if self._used + n > _MAX_BYTES:
+            raise BackendError(
+                "This ChaCha20 key has produced 256 GiB, its limit; derive a fresh source."
+            )
+        self._used += n
+        return self._enc.update(bytes(n))
+
+    def uint64(self, n: int) -> np.ndarray:
+        """The next ``n`` uniform 64-bit words (little-endian) as a uint64 array."""
+        return np.frombuffer(self.random_bytes(8 * int(n)), dtype="<u8").astype(np.uint64)
+
+    def randbelow(self, n: int) -> int:
+        """A uniform integer in [0, n) by rejection (exact)."""
+        if n <= 0:
+            raise ConfigError(f"The 'n' parameter must be >= 1; got {n!r}.")
+        bits = max(1, (n - 1).bit_length())
+        nbytes = (bits + 7) // 8
+        while True:
+            v = int.from_bytes(self.random_bytes(nbytes), "little") & ((1 << bits) - 1)
+            if v < n:
+                return v
+
+    def __repr__(self) -> str:  # never show the key
+        return f"ChaCha20Bits(bytes_used={self._used})"

@@ -1,0 +1,140 @@
+"""The collusion paper's worked figures (§3.8), eq. (5.2) and the MIA predictions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ragprivacy.dp import (
+    collusion_epsilon_leading,
+    collusion_report,
+    epsilon_audit,
+    epsilon_audit_table,
+    max_auc_gdp,
+    mia_advantage_bound,
+    mia_advantage_exact,
+    mia_advantage_lower,
+    mia_advantage_upper,
+    mia_prediction,
+    predicted_auc,
+    predicted_auc_closed,
+)
+from ragprivacy.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("k", "eps_acc", "expected"),
+    [(10, 1.0, 3.16), (50, 1.0, 7.07), (50, 2.0, 14.14), (100, 1.0, 10.00)],
+)
+def test_worked_figures_of_section_3_8(k: int, eps_acc: float, expected: float) -> None:
+    assert round(collusion_epsilon_leading(eps_acc, 1e-6, k), 2) == expected
+    r = collusion_report(eps_acc, 1e-6, k, 10_000, method="advanced")
+    assert round(r.eps_k_leading, 2) == expected
+    # the policy view of the same number (delta_comp = delta_acc)
+    a = epsilon_audit(eps_acc, 1e-6, k, (k + 1) * 1e-6)
+    assert round(a.eps_audit_leading, 2) == expected
+
+
+def test_predicted_auc_rises_from_0531_to_0638() -> None:
+    aucs = [predicted_auc(4.0, 1e-6, 10_000, k) for k in (1, 2, 5, 10, 20)]
+    assert round(aucs[0], 3) == 0.531
+    assert round(aucs[-1], 3) == 0.638
+    assert aucs == sorted(aucs)
+    for k in (1, 5, 20):  # (3.10) at the (3.4) sigma equals the closed form (3.11)
+        assert predicted_auc(4.0, 1e-6, 10_000, k) == pytest.approx(
+            predicted_auc_closed(4.0, 1e-6, 10_000, k), rel=1e-12
+        )
+
+
+def test_auc_prediction_matches_a_monte_carlo_of_the_construction() -> None:
+    """Thm 3.6's adversary: pooled mean of kn noisy scores; the pooled mean is one Gaussian."""
+    rng = np.random.default_rng(3)
+    k, n, eps = 5, 10_000, 4.0
+    p = mia_prediction(eps, 1e-6, n, k)
+    s = p.sigma / math.sqrt(k * n)
+    trials = 4000
+    member = 1.0 + s * rng.standard_normal(trials)
+    non = 0.0 + s * rng.standard_normal(trials)
+    auc = (member[:, None] > non[None, :]).mean()
+    # Mann-Whitney SE at AUC ~ 0.6 with 4000 x 4000 is < 0.0065; 5 SE -> false alarm < 1e-6
+    assert abs(auc - p.auc) < 0.033
+
+
+def test_report_fields_and_cross_checks() -> None:
+    r = collusion_report(1.0, 1e-6, 10, 10_000)
+    d = r.to_dict()
+    for key in (
+        "eps_per_query",
+        "delta_per_query",
+        "sigma",
+        "sigma_exact",
+        "eps_k_leading",
+        "eps_k_bound",
+        "eps_k_rdp",
+        "eps_k_pld",
+        "eps_k_exact",
+        "delta_joint",
+    ):
+        assert d[key] is not None, key
+    assert r.delta_joint == pytest.approx(1e-6 + 10 * 1e-6)
+    assert r.eps_k_exact <= r.eps_k_pld + 1e-9
+    assert r.eps_k_pld == pytest.approx(r.eps_k_exact, rel=1e-3)
+    assert r.eps_k_rdp >= r.eps_k_exact
+    assert r.eps_k_rdp <= r.eps_k_rdp_closed + 1e-9
+    assert r.eps_k_bound >= r.eps_k_leading
+    assert r.eps_k_bound >= r.eps_k_exact
+    # the residual bound of App. F.2 holds (eps_q <= 1)
+    assert r.eps_k_bound <= r.eps_k_residual_bound
+    # the paper's sigma adds ~8.5x the noise one account needs; the account's exact eps ~ 0.1
+    assert 8.0 < r.noise_factor < 9.0
+    assert r.eps_acc_exact == pytest.approx(0.1014, abs=1e-3)
+    # with exactly calibrated noise the coalition's exact eps is near sqrt(k)-ish, above eps_acc
+    assert 1.0 < r.eps_k_exact_at_sigma_exact < r.eps_k_leading
+
+
+@pytest.mark.parametrize("k", [1, 3, 30])
+def test_advanced_bound_dominates_exact_for_any_k(k: int) -> None:
+    r = collusion_report(2.0, 1e-5, k, 500, method=["advanced", "exact"])
+    assert r.eps_k_bound >= r.eps_k_exact
+    assert r.eps_k_rdp is None and r.eps_k_pld is None
+
+
+def test_audit_epsilon_policy_check() -> None:
+    a = epsilon_audit(1.0, 1e-6, 50, 1e-4)
+    assert a.delta_comp == pytest.approx(1e-4 - 50e-6)
+    assert a.eps_audit_exact <= a.eps_audit_rdp <= a.eps_audit_bound
+    # a larger delta_comp than delta_acc makes the leading term smaller than sqrt(k) eps
+    assert a.eps_audit_leading < math.sqrt(50)
+    with pytest.raises(ConfigError, match="Ill-formed audit policy"):
+        epsilon_audit(1.0, 1e-6, 50, 50e-6)
+    with pytest.raises(ConfigError, match="Ill-formed audit policy"):
+        epsilon_audit(1.0, 1e-6, 50, 1e-5)
+    with pytest.raises(ConfigError, match="delta_acc"):
+        epsilon_audit(1.0, 1.0, 5, 0.5)
+
+
+def test_table_grid() -> None:
+    rows = epsilon_audit_table([10, 50, 100], [1.0, 2.0])
+    assert len(rows) == 6
+    got = {(r.k_max, r.epsilon_acc): round(r.eps_audit_leading, 2) for r in rows}
+    assert got[(10, 1.0)] == 3.16
+    assert got[(50, 2.0)] == 14.14
+    assert got[(100, 1.0)] == 10.0
+
+
+def test_mia_bounds() -> None:
+    assert mia_advantage_bound(0.0) == 0.0
+    assert mia_advantage_bound(1.0, 0.0) == pytest.approx(math.tanh(0.5))
+    up = [mia_advantage_upper(1.0, 1e-6, k) for k in (1, 10, 100)]
+    assert up == sorted(up)
+    assert up[1] == pytest.approx(math.tanh(math.sqrt(10) / 2) + 11e-6, rel=1e-9)
+    # the linearised lower bound (3.9) lies below the construction's exact advantage
+    for k in (1, 10, 100):
+        lo = mia_advantage_lower(2.0, 1e-6, 10_000, k, delta_gap=0.1)
+        assert 0 < lo <= mia_advantage_exact(2.0, 1e-6, 10_000, k, delta_gap=0.1)
+        assert lo < 0.025  # §3.8: below 0.025 across the grid at gap 0.1
+    # AUC predictions never exceed the GDP ceiling of the exact coalition mechanism
+    p = mia_prediction(4.0, 1e-6, 10_000, 20)
+    assert p.auc <= max_auc_gdp(math.sqrt(20 * 10_000) / p.sigma) + 1e-12

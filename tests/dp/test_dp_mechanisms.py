@@ -1,0 +1,168 @@
+"""Functional behaviour of the mechanisms (their privacy is audited in test_dp_privacy_audit)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragprivacy.dp import (
+    AboveThreshold,
+    ChaCha20Bits,
+    GaussianEvent,
+    GaussianNoisyTopK,
+    Grid,
+    LaplaceEvent,
+    above_threshold,
+    account_sigma_exact,
+    exact_gaussian_epsilon,
+    exponential_mechanism,
+    laplace_counts,
+    noisy_prefix_threshold,
+    top_k_indices,
+)
+from ragprivacy.dp.events import SelfComposedEvent
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+
+
+def test_top_k_order_and_ties() -> None:
+    v = np.array([0.1, 0.5, 0.5, 0.9, 0.5])
+    np.testing.assert_array_equal(top_k_indices(v, 3), [3, 1, 2])
+    np.testing.assert_array_equal(top_k_indices(v, 10), [3, 1, 2, 4, 0])
+    batch = np.array([[1.0, 2.0, 3.0], [3.0, 3.0, 1.0]])
+    np.testing.assert_array_equal(top_k_indices(batch, 2), [[2, 1], [0, 1]])
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    values=st.lists(st.integers(-3, 3), min_size=1, max_size=9000),
+    k=st.integers(1, 12),
+)
+def test_top_k_matches_a_stable_sort(values: list[int], k: int) -> None:
+    """Both code paths (partition for large rows, full sort) equal a stable sort."""
+    v = np.array(values, dtype=float)
+    expected = sorted(range(v.size), key=lambda i: (-v[i], i))[:k]
+    np.testing.assert_array_equal(top_k_indices(v, k), expected)
+
+
+def test_noisy_top_k_secure_and_simulation() -> None:
+    scores = np.linspace(0, 1, 50)
+    secure = GaussianNoisyTopK(sigma=1e-3, k=5, grid=Grid(bits=16))
+    sel = secure.select(scores, bits=ChaCha20Bits.derived(b"t", "q"))
+    np.testing.assert_array_equal(sel.indices, [49, 48, 47, 46, 45])  # tiny noise
+    assert np.all(np.diff(sel.noisy_scores) <= 0)
+    again = secure.select(scores, bits=ChaCha20Bits.derived(b"t", "q"))
+    np.testing.assert_array_equal(again.noisy_scores, sel.noisy_scores)  # derived noise
+    # the event includes one grid unit of rounding in the sensitivity
+    assert sel.event == GaussianEvent(sigma=1e-3, sensitivity=1 + 2.0**-16)
+    sim = GaussianNoisyTopK(sigma=10.0, k=3, simulation=True)
+    a = sim.select(np.zeros((4, 20)), rng=1)
+    assert a.indices.shape == (4, 3) and a.event == GaussianEvent(10.0)
+    with pytest.raises(ConfigError, match="refuses 'rng'"):
+        secure.select(scores, rng=1)
+    with pytest.raises(ConfigError, match="do not pass 'bits'"):
+        sim.select(scores, bits=ChaCha20Bits.derived(b"x"))
+    with pytest.raises(ConfigError):
+        secure.select(np.array([]))
+    with pytest.raises(ConfigError):
+        secure.select(np.array([np.nan, 1.0]))
+    with pytest.raises(ConfigError):
+        GaussianNoisyTopK(sigma=2.0**30, k=1)  # out of range in grid units
+
+
+def test_noisy_top_k_noise_has_the_stated_sigma() -> None:
+    m = GaussianNoisyTopK(sigma=0.25, k=1000, grid=Grid(bits=20))
+    sel = m.select(np.zeros(1000), bits=ChaCha20Bits.derived(b"sigma"))
+    assert abs(sel.noisy_scores.std() - 0.25) < 0.25 * 0.1
+
+
+def test_selection_cost_composes_to_the_calibrated_budget() -> None:
+    """n selections at the exactly calibrated σ spend (ε_acc, δ_acc), not more."""
+    n = 200
+    sigma = account_sigma_exact(1.0, 1e-6, n)
+    m = GaussianNoisyTopK(sigma=sigma, k=2, simulation=True)
+    eps = exact_gaussian_epsilon(SelfComposedEvent(m.event, n), 1e-6)
+    assert eps == pytest.approx(1.0, rel=1e-6)
+
+
+def test_laplace_counts_and_prefix_threshold() -> None:
+    out = laplace_counts(np.array([5, 0, 3]), 50.0, bits=ChaCha20Bits.derived(b"c"))
+    np.testing.assert_array_equal(out.values, [5, 0, 3])  # scale 0.01: noise is 0
+    assert out.event == LaplaceEvent(scale=0.02)
+    with pytest.raises(ConfigError, match="integers"):
+        laplace_counts(np.array([0.5]), 1.0)
+    res = noisy_prefix_threshold([1, 2, 5, 9], 3, 50.0, bits=ChaCha20Bits.derived(b"p"))
+    assert res.stop_bin == 1 and res.bins_released == 2
+    assert res.noisy_prefix_sums == (1.0, 3.0)
+    assert res.event_per_document == LaplaceEvent(scale=0.02)
+    never = noisy_prefix_threshold([0, 1], 50, 50.0, bits=ChaCha20Bits.derived(b"p"))
+    assert never.stop_bin is None and never.bins_released == 2
+    sim = noisy_prefix_threshold([4, 4], 1, 1.0, simulation=True, rng=3)
+    assert isinstance(sim.noisy_prefix_sums[0], float)
+    with pytest.raises(ConfigError):
+        noisy_prefix_threshold([-1, 2], 1, 1.0)
+
+
+def test_exponential_mechanism_modes() -> None:
+    assert exponential_mechanism([0, 9, 1], 100.0, bits=ChaCha20Bits.derived(b"e")) == 1
+    many = exponential_mechanism(np.zeros(5), 1.0, size=5000, bits=ChaCha20Bits.derived(b"u"))
+    assert set(np.unique(many)) == set(range(5))
+    sim = exponential_mechanism([0, 9, 1], 100.0, simulation=True, rng=0)
+    assert sim == 1
+    with pytest.raises(ConfigError):
+        exponential_mechanism([], 1.0)
+    with pytest.raises(ConfigError, match="refuses 'rng'"):
+        exponential_mechanism([1, 2], 1.0, rng=0)
+
+
+def test_exponential_mechanism_exact_path_on_a_boundary() -> None:
+    """A W whose 53-bit prefix straddles a level boundary is refined and decided exactly."""
+    from fractions import Fraction
+
+    from ragprivacy.dp._exact import LazyUniform
+    from ragprivacy.dp.exponential import _boundaries, _level_exact
+
+    x = [Fraction(0), Fraction(1, 2), Fraction(3)]
+    counts = [1, 2, 5]
+    b_lo, b_hi = _boundaries(x, counts, 200)
+    for level in (0, 1):
+        prefix = int(b_lo[level] * 2**53)  # the prefix interval contains the boundary
+        w = LazyUniform(prefix, ChaCha20Bits.derived(b"boundary", level))
+        got = _level_exact(w, x, counts)
+        assert w.bits > 53
+        lo, hi = w.interval()
+        assert got in (level, level + 1)
+        if got == level:
+            assert hi <= b_hi[level]
+        else:
+            assert lo >= b_lo[level]
+
+
+def test_above_threshold_streaming() -> None:
+    sv = AboveThreshold(10, 100.0, max_discoveries=2, bits=ChaCha20Bits.derived(b"sv"))
+    assert [sv.test(v) for v in (0, 3, 50, 2, 70)] == [False, False, True, False, True]
+    assert sv.halted and sv.queries == 5
+    with pytest.raises(BudgetExhaustedError):
+        sv.test(100)
+    assert sv.event.epsilon == 200.0 and sv.epsilon_tight == 150.0
+    below = AboveThreshold(5, 100.0, below=True, bits=ChaCha20Bits.derived(b"sv"))
+    assert [below.test(v) for v in (9, 8, 1)] == [False, False, True]
+    with pytest.raises(ConfigError, match="integer"):
+        AboveThreshold(2.5, 1.0)
+    sim = AboveThreshold(2.5, 100.0, simulation=True, rng=0)
+    assert sim.test(10.0)
+
+
+def test_above_threshold_batch() -> None:
+    pos = above_threshold(
+        np.array([0, 50, 0, 60, 70]),
+        10,
+        100.0,
+        max_discoveries=2,
+        runs=3,
+        bits=ChaCha20Bits.derived(b"b"),
+    )
+    np.testing.assert_array_equal(pos, [[1, 3]] * 3)
+    one = above_threshold(np.array([0, 0]), 10, 100.0, max_discoveries=3, bits=None)
+    np.testing.assert_array_equal(one, [-1, -1, -1])
