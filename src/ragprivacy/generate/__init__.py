@@ -1,7 +1,17 @@
-"""Prompts → text and token probabilities."""
+"""Prompts → text and token probabilities.
+
+Generators: ``reference`` (the deterministic reference reader, :class:`ReferenceReader`),
+``hf:PATH`` (a local Hugging Face causal LM, :class:`HFGenerator`) and
+``openai:MODEL@BASE_URL`` (any OpenAI-compatible server, :class:`OpenAIGenerator`).
+"""
 
 from __future__ import annotations
 
+from ragprivacy.generate.background import (
+    BackgroundModel,
+    build_background,
+    default_background,
+)
 from ragprivacy.generate.base import (
     Generator,
     TokenDistribution,
@@ -9,18 +19,61 @@ from ragprivacy.generate.base import (
     generator_names,
     register_generator,
 )
+from ragprivacy.generate.hf import HFGenerator
+from ragprivacy.generate.openai_compat import OpenAIGenerator
 from ragprivacy.generate.prompt import Prompt, Task
+from ragprivacy.generate.reference import (
+    DEFENSE_KEYWORDS,
+    REFUSAL,
+    UNKNOWN_ANSWER,
+    ReferenceReader,
+    is_defense_instruction,
+)
+from ragprivacy.generate.templates import (
+    DEFAULT_TEMPLATES,
+    MASK_PATTERN,
+    RAG_MIA_QUESTION,
+    SRAG_AUDIT_INSTRUCTION,
+    SRAG_DEFENSE_INSTRUCTION,
+    PromptTemplate,
+    count_masks,
+    get_template,
+    register_template,
+    render_prompt,
+    template_names,
+)
 from ragprivacy.generate.tokens import detokenize, normalize, tokenize
 
 __all__ = [
+    "BackgroundModel",
+    "DEFAULT_TEMPLATES",
+    "DEFENSE_KEYWORDS",
     "Generator",
+    "HFGenerator",
+    "MASK_PATTERN",
+    "OpenAIGenerator",
     "Prompt",
+    "PromptTemplate",
+    "RAG_MIA_QUESTION",
+    "REFUSAL",
+    "ReferenceReader",
+    "SRAG_AUDIT_INSTRUCTION",
+    "SRAG_DEFENSE_INSTRUCTION",
     "Task",
     "TokenDistribution",
+    "UNKNOWN_ANSWER",
+    "build_background",
+    "count_masks",
     "create_generator",
+    "default_background",
     "detokenize",
     "generator_names",
+    "get_template",
+    "is_defense_instruction",
     "normalize",
     "register_generator",
+    "register_template",
+    "render_prompt",
+    "template_names",
     "tokenize",
 ]

@@ -1,0 +1,405 @@
+"""``hf:PATH`` — a Hugging Face ``transformers`` causal LM loaded from a local directory.
+
+Nothing is downloaded: the model and tokenizer load with ``local_files_only=True`` (and
+``HF_HUB_OFFLINE=1`` is set unless the environment already says otherwise). ``torch`` and
+``transformers`` are imported only when a model is built, so the package imports without
+them.
+
+* Prompt text: with a chat template (when the tokenizer has one and ``chat_template`` is
+  not ``False``) the defense/system instruction becomes the system message and the rest
+  of :func:`~ragprivacy.generate.templates.render_prompt` the user message; otherwise
+  ``prompt.render()``. Over-long prompts keep their last tokens (leaving room for
+  ``max_tokens`` new ones).
+* Generation: our own batched decoding loop with the key/value cache, left padding and
+  explicit position ids, greedy by default, seeded sampling (a ``torch.Generator``, no
+  global seeding) with ``temperature`` on request. Log-probabilities are those of the
+  model's own distribution (``log_softmax`` of the logits, before temperature), so
+  ``generate``, ``score`` and ``next_token_distribution`` agree.
+* Token strings are the tokenizer's own vocabulary entries (``"Ġworld"`` for byte-level
+  BPE), one per id, so they map back to ids exactly: ``score`` and
+  ``next_token_distribution`` accept a prefix/continuation as such a sequence (token
+  voting feeds chosen tokens back this way) or as text; :meth:`HFGenerator.tokens_to_text`
+  turns them into text. ``Completion.text`` is the decoded text.
+* ``next_token_distribution`` covers the whole vocabulary of the output layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ragprivacy._random import RngLike, make_rng
+from ragprivacy._validation import check_choice, check_positive, check_positive_int
+from ragprivacy.errors import BackendError, DataUnavailableError
+from ragprivacy.generate.base import Generator, TokenDistribution, register_generator
+from ragprivacy.generate.prompt import Prompt
+from ragprivacy.types import Completion
+
+__all__ = ["HFGenerator"]
+
+_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def _import_backend() -> tuple[Any, Any]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        raise BackendError(
+            f"The 'hf' generator needs torch and transformers, which could not be imported "
+            f"({exc}); install the hf extra: pip install 'ragprivacy[hf]'."
+        ) from exc
+    return torch, transformers
+
+
+class HFGenerator(Generator):
+    """A local causal LM (see the module docstring).
+
+    Args:
+        path: directory holding the model and tokenizer (``save_pretrained`` layout).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` or ``"auto"``.
+        dtype: ``"float32"``, ``"float16"``, ``"bfloat16"`` or ``"auto"`` (the checkpoint's).
+        threads: torch intra-op threads (process-wide; ``None`` leaves torch's default).
+        max_tokens: default number of new tokens.
+        sampling: sample instead of greedy decoding.
+        temperature: sampling temperature (> 0).
+        batch_size: prompts per forward pass in :meth:`generate_batch`.
+        chat_template: use the tokenizer's chat template (``None``: when it has one).
+        trust_remote_code: passed to ``from_pretrained`` (off by default).
+        rng: seed for sampling (``None`` = seed 0).
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        threads: int | None = None,
+        max_tokens: int = 64,
+        sampling: bool = False,
+        temperature: float = 1.0,
+        batch_size: int = 8,
+        chat_template: bool | None = None,
+        trust_remote_code: bool = False,
+        rng: RngLike = None,
+    ) -> None:
+        self.path = Path(path).expanduser()
+        self.dtype = check_choice("dtype", dtype, _DTYPES)
+        self.max_tokens = check_positive_int("max_tokens", max_tokens)
+        self.sampling = bool(sampling)
+        self.temperature = check_positive("temperature", temperature)
+        self.batch_size = check_positive_int("batch_size", batch_size)
+        if threads is not None:
+            threads = check_positive_int("threads", threads)
+        if not self.path.exists():
+            raise DataUnavailableError(
+                f"No model directory at {str(self.path)!r}; 'hf:PATH' loads a local model "
+                "(nothing is downloaded). Save one there with save_pretrained or point to a "
+                "local snapshot."
+            )
+        torch, transformers = _import_backend()
+        self._torch = torch
+        if threads is not None:
+            torch.set_num_threads(threads)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        kwargs: dict[str, Any] = {
+            "local_files_only": True,
+            "trust_remote_code": trust_remote_code,
+        }
+        try:
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.path, **kwargs)
+            torch_dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                self.path, dtype=torch_dtype, **kwargs
+            )
+        except (OSError, ValueError) as exc:
+            raise DataUnavailableError(
+                f"Could not load a causal LM and tokenizer from {str(self.path)!r} ({exc}); "
+                "the directory needs config.json, the weights and the tokenizer files."
+            ) from exc
+        self.model.to(device)
+        self.model.eval()
+        tok = self.tokenizer
+        eos: set[int] = set()
+        for value in (
+            tok.eos_token_id,
+            getattr(self.model.generation_config, "eos_token_id", None),
+        ):
+            if isinstance(value, int):
+                eos.add(value)
+            elif isinstance(value, (list, tuple)):
+                eos.update(int(v) for v in value)
+        self._eos = eos
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        self._pad = int(pad) if pad is not None else 0
+        self._bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        self.use_chat = bool(getattr(tok, "chat_template", None)) and chat_template is not False
+        cfg = self.model.config
+        self._max_len = int(
+            getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", 0) or 0
+        )
+        if rng is None:
+            self._seed = 0
+        elif isinstance(rng, int) and not isinstance(rng, bool):
+            make_rng(rng)  # validates the seed
+            self._seed = int(rng)
+        else:
+            self._seed = int(make_rng(rng).integers(2**62))
+        # Sampling draws on the CPU from this stream, whatever the device.
+        self._generator = torch.Generator().manual_seed(self._seed)
+        self._pieces: list[str] | None = None
+        self._piece_ids: dict[str, int] = {}
+        self._digest = self._files_digest()
+
+    def __repr__(self) -> str:
+        return f"HFGenerator(path={str(self.path)!r}, device={self.device!r}, dtype={self.dtype!r})"
+
+    def _files_digest(self) -> str:
+        h = hashlib.sha256()
+        for name in sorted(p.name for p in self.path.iterdir() if p.is_file()):
+            f = self.path / name
+            if f.suffix in {".json", ".txt", ".model", ".jinja"}:
+                h.update(name.encode() + b"\0" + f.read_bytes())
+            else:
+                h.update(f"{name}\0{f.stat().st_size}".encode())
+        return h.hexdigest()
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "dtype": self.dtype,
+            "max_tokens": self.max_tokens,
+            "sampling": self.sampling,
+            "temperature": self.temperature,
+            "chat_template": self.use_chat,
+            "seed": self._seed,
+            "files": self._digest,
+        }
+
+    # ----------------------------------------------------------------- encoding
+
+    def prompt_text(self, prompt: Prompt) -> str:
+        """The exact text the model sees for ``prompt``."""
+        if not self.use_chat:
+            return prompt.render()
+        user = replace(prompt, instruction=None).render() if prompt.instruction else None
+        messages: list[dict[str, str]] = []
+        if prompt.instruction and user is not None:
+            messages = [
+                {"role": "system", "content": prompt.instruction},
+                {"role": "user", "content": user},
+            ]
+        else:
+            messages = [{"role": "user", "content": prompt.render()}]
+        try:
+            return str(
+                self.tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=False
+                )
+            )
+        except Exception:  # a template without a system role: fold it into the user turn
+            merged = [{"role": "user", "content": prompt.render()}]
+            return str(
+                self.tokenizer.apply_chat_template(
+                    merged, add_generation_prompt=True, tokenize=False
+                )
+            )
+
+    def _prompt_ids(self, prompt: Prompt, reserve: int = 0) -> list[int]:
+        ids = list(
+            self.tokenizer(self.prompt_text(prompt), add_special_tokens=not self.use_chat)[
+                "input_ids"
+            ]
+        )
+        if not ids:
+            if self._bos is None:
+                raise BackendError(
+                    "The prompt encodes to no tokens and the tokenizer has no BOS/EOS token to "
+                    "start from; give the prompt some text."
+                )
+            ids = [int(self._bos)]
+        if self._max_len:
+            # The same cut for every call whose output fits in max_tokens, so generate,
+            # score and next_token_distribution condition on the same prompt tokens.
+            keep = self._max_len - max(self.max_tokens, reserve)
+            if keep < 1:
+                keep = max(self._max_len - reserve, 1)
+            ids = ids[-keep:]
+        return ids
+
+    def _vocab_pieces(self) -> list[str]:
+        """The tokenizer's own string for every id of the model's output layer."""
+        if self._pieces is None:
+            n = int(self.model.get_output_embeddings().weight.shape[0])
+            raw = self.tokenizer.convert_ids_to_tokens(list(range(min(n, len(self.tokenizer)))))
+            pieces = [t if isinstance(t, str) else f"<id:{i}>" for i, t in enumerate(raw)]
+            pieces += [f"<id:{i}>" for i in range(len(pieces), n)]
+            self._piece_ids = {p: i for i, p in enumerate(pieces)}
+            self._pieces = pieces
+        return self._pieces
+
+    def _continuation_ids(self, continuation: str | Sequence[str]) -> list[int]:
+        if isinstance(continuation, str):
+            return list(self.tokenizer(continuation, add_special_tokens=False)["input_ids"])
+        self._vocab_pieces()
+        out: list[int] = []
+        for piece in continuation:
+            i = self._piece_ids.get(piece)
+            if i is not None:
+                out.append(i)
+            else:  # not a vocabulary entry: treat it as text
+                out.extend(self.tokenizer(piece, add_special_tokens=False)["input_ids"])
+        return out
+
+    def tokens_to_text(self, tokens: Sequence[str]) -> str:
+        """Text of token strings as returned by this generator."""
+        return str(self.tokenizer.decode(self._continuation_ids(tokens), skip_special_tokens=True))
+
+    # ----------------------------------------------------------------- model calls
+
+    def _forward(self, batch: list[list[int]]) -> tuple[Any, Any, Any]:
+        """Left-padded forward pass; returns (logits, attention mask, cache)."""
+        torch = self._torch
+        width = max(len(x) for x in batch)
+        ids = torch.full((len(batch), width), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, x in enumerate(batch):
+            ids[r, width - len(x) :] = torch.tensor(x, dtype=torch.long)
+            mask[r, width - len(x) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        return out.logits, mask, out.past_key_values
+
+    def _generate_chunk(self, prompts: Sequence[Prompt], limit: int) -> list[Completion]:
+        torch = self._torch
+        batch = [self._prompt_ids(p, reserve=limit) for p in prompts]
+        n = len(batch)
+        new_ids: list[list[int]] = [[] for _ in range(n)]
+        logprobs: list[list[float]] = [[] for _ in range(n)]
+        done = [False] * n
+        with torch.no_grad():
+            logits, mask, past = self._forward(batch)
+            last = logits[:, -1, :]
+            pos = mask.sum(-1, keepdim=True) - 1
+            for _ in range(limit):
+                logp = torch.log_softmax(last.double(), dim=-1)
+                if self.sampling:
+                    probs = torch.softmax(last.double() / self.temperature, dim=-1)
+                    nxt = torch.multinomial(probs.cpu(), 1, generator=self._generator)
+                    nxt = nxt.squeeze(-1).to(logp.device)
+                else:
+                    nxt = logp.argmax(dim=-1)
+                chosen = logp.gather(-1, nxt[:, None]).squeeze(-1).tolist()
+                for r, (t, lp) in enumerate(zip(nxt.tolist(), chosen)):
+                    if done[r]:
+                        continue
+                    if t in self._eos:
+                        done[r] = True
+                        continue
+                    new_ids[r].append(t)
+                    logprobs[r].append(float(lp))
+                if all(done):
+                    break
+                mask = torch.cat(
+                    [mask, torch.ones((n, 1), dtype=mask.dtype, device=mask.device)], 1
+                )
+                pos = pos + 1
+                out = self.model(
+                    input_ids=nxt[:, None],
+                    attention_mask=mask,
+                    position_ids=pos,
+                    past_key_values=past,
+                    use_cache=True,
+                )
+                past, last = out.past_key_values, out.logits[:, -1, :]
+        pieces = self._vocab_pieces()
+        return [
+            Completion(
+                self.tokenizer.decode(ids, skip_special_tokens=True),
+                tuple(pieces[i] for i in ids),
+                tuple(lps),
+            )
+            for ids, lps in zip(new_ids, logprobs)
+        ]
+
+    # ----------------------------------------------------------------- Generator API
+
+    def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
+        return self.generate_batch([prompt], max_tokens=max_tokens)[0]
+
+    def generate_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int | None = None
+    ) -> list[Completion]:
+        """Answer ``prompts`` in left-padded batches of ``batch_size`` (prompts with
+        different ``max_tokens`` options are batched separately)."""
+        out: list[Completion | None] = [None] * len(prompts)
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(prompts):
+            value = max_tokens if max_tokens is not None else p.options.get("max_tokens")
+            limit = self.max_tokens if value is None else check_positive_int("max_tokens", value)
+            groups.setdefault(limit, []).append(i)
+        for limit, members in groups.items():
+            for s in range(0, len(members), self.batch_size):
+                chunk = members[s : s + self.batch_size]
+                for i, c in zip(chunk, self._generate_chunk([prompts[i] for i in chunk], limit)):
+                    out[i] = c
+        return [c for c in out if c is not None]
+
+    def next_token_distribution(
+        self, prompt: Prompt, prefix: Sequence[str] | str = ()
+    ) -> TokenDistribution:
+        torch = self._torch
+        ids = self._prompt_ids(prompt, reserve=1)
+        ids = ids + (self._continuation_ids(prefix) if prefix else [])
+        if self._max_len and len(ids) > self._max_len:
+            ids = ids[-self._max_len :]
+        with torch.no_grad():
+            logits, _, _ = self._forward([ids])
+            probs = torch.softmax(logits[0, -1].double(), dim=-1).cpu().tolist()
+        return TokenDistribution(tuple(self._vocab_pieces()), tuple(probs))
+
+    def score(self, prompt: Prompt, continuation: str | Sequence[str]) -> Completion:
+        """Teacher-forced log-probabilities of ``continuation`` (a text, or the token
+        strings ``generate`` returned)."""
+        torch = self._torch
+        cont = self._continuation_ids(continuation)
+        ids = self._prompt_ids(prompt, reserve=len(cont))
+        pieces = self._vocab_pieces()
+        if not cont:
+            text = continuation if isinstance(continuation, str) else ""
+            return Completion(text, (), ())
+        with torch.no_grad():
+            logits, _, _ = self._forward([ids + cont])
+            logp = torch.log_softmax(logits[0].double(), dim=-1)
+            start = len(ids) - 1
+            rows = torch.arange(start, start + len(cont), device=logp.device)
+            target = torch.tensor(cont, device=logp.device)
+            lps = logp[rows, target].cpu().tolist()
+        text = (
+            continuation
+            if isinstance(continuation, str)
+            else self.tokenizer.decode(cont, skip_special_tokens=True)
+        )
+        return Completion(text, tuple(pieces[i] for i in cont), tuple(float(x) for x in lps))
+
+
+def _create(path: str = "", **kwargs: Any) -> HFGenerator:
+    if not path:
+        raise DataUnavailableError(
+            "The 'hf' generator needs a local model directory: use 'hf:PATH'."
+        )
+    return HFGenerator(path, **kwargs)
+
+
+register_generator("hf", _create)

@@ -1,0 +1,359 @@
+"""``openai:MODEL@BASE_URL`` — any OpenAI-compatible server over plain HTTP (``httpx``).
+
+Works with vLLM, llama.cpp's server, Ollama and OpenAI itself; the ``openai`` SDK is not
+needed. ``BASE_URL`` is the API root (``http://127.0.0.1:8000/v1``); without it the
+OpenAI API is used.
+
+* ``generate`` — ``POST {base}/chat/completions`` with ``logprobs: true`` and
+  ``top_logprobs``; the defense/system instruction is the system message and the rest of
+  :func:`~ragprivacy.generate.templates.render_prompt` the user message (or, with
+  ``mode="completions"``, ``POST {base}/completions`` on the rendered prompt). Tokens and
+  log-probabilities are the server's; ``logprobs`` is ``None`` if it returned none.
+* ``next_token_distribution`` — a one-token request; the distribution is the returned
+  ``top_logprobs`` (at most ``top_logprobs`` tokens) **renormalised over that top-k**, so
+  it overstates each listed token's probability by the mass outside the top-k. With a
+  non-empty prefix the request goes to ``/completions`` with the rendered prompt plus the
+  prefix (chat endpoints cannot continue a partial answer portably).
+* ``score`` — ``POST {base}/completions`` with ``echo: true`` and ``logprobs``, which
+  vLLM and llama.cpp support and OpenAI's chat models do not; a server without it gets a
+  :class:`~ragprivacy.errors.BackendError` that says so.
+
+The API key is read from an environment variable (``OPENAI_API_KEY`` unless
+``api_key_env`` names another) and sent only in the ``Authorization`` header; it never
+appears in :meth:`~OpenAIGenerator.config`, ``repr``, log lines or error messages.
+Requests time out after ``timeout`` seconds; HTTP 429 and 5xx answers and transport errors
+are retried ``max_retries`` times with exponential backoff (``backoff · 2**attempt``
+seconds, at most 30, or the server's ``Retry-After`` when shorter than 30).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import httpx
+
+from ragprivacy._validation import check_choice, check_positive, check_positive_int
+from ragprivacy.errors import BackendError, ConfigError
+from ragprivacy.generate.base import Generator, TokenDistribution, register_generator
+from ragprivacy.generate.prompt import Prompt
+from ragprivacy.generate.tokens import tokenize
+from ragprivacy.types import Completion
+
+__all__ = ["OpenAIGenerator"]
+
+_LOG = logging.getLogger(__name__)
+_DEFAULT_BASE = "https://api.openai.com/v1"
+_MAX_SLEEP = 30.0
+_RETRY_STATUS = frozenset({408, 409, 429})
+
+
+class OpenAIGenerator(Generator):
+    """A model behind an OpenAI-compatible HTTP API (see the module docstring).
+
+    Args:
+        model: the server's model name.
+        base_url: API root, e.g. ``http://127.0.0.1:8000/v1``.
+        api_key_env: environment variable holding the API key (unset: no key is sent).
+        mode: ``"chat"`` (``/chat/completions``) or ``"completions"`` (``/completions``).
+        max_tokens: default number of new tokens.
+        temperature: sampling temperature (0 = greedy).
+        top_logprobs: alternatives requested per token (1 to 20).
+        seed: passed to the server for reproducible sampling where it supports one.
+        timeout: seconds per request.
+        max_retries: retries of 429/5xx/transport failures.
+        backoff: first retry delay in seconds.
+        concurrency: parallel requests in :meth:`generate_batch`.
+        client: an ``httpx.Client`` to use (tests, proxies); ``transport`` builds one.
+        sleep: the delay function (tests pass a no-op).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        mode: str = "chat",
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        top_logprobs: int = 20,
+        seed: int | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        concurrency: int = 1,
+        client: httpx.Client | None = None,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not model or not isinstance(model, str):
+            raise ConfigError(f"The 'model' parameter must be a non-empty string; got {model!r}.")
+        self.model = model
+        self.base_url = (base_url or _DEFAULT_BASE).rstrip("/")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"The 'base_url' parameter must start with http:// or https://; got "
+                f"{self.base_url!r}."
+            )
+        self.api_key_env = api_key_env
+        self.mode = check_choice("mode", mode, ("chat", "completions"))
+        self.max_tokens = check_positive_int("max_tokens", max_tokens)
+        self.temperature = check_positive("temperature", temperature, allow_zero=True)
+        self.top_logprobs = check_positive_int("top_logprobs", top_logprobs)
+        if self.top_logprobs > 20:
+            raise ConfigError(
+                f"The 'top_logprobs' parameter must be in [1, 20]; got {top_logprobs}."
+            )
+        self.seed = seed
+        self.timeout = check_positive("timeout", timeout)
+        self.max_retries = check_positive_int("max_retries", max_retries, allow_zero=True)
+        self.backoff = check_positive("backoff", backoff, allow_zero=True)
+        self.concurrency = check_positive_int("concurrency", concurrency)
+        self._key = os.environ.get(api_key_env) or None
+        self._client = client or httpx.Client(timeout=self.timeout, transport=transport)
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"OpenAIGenerator(model={self.model!r}, base_url={self.base_url!r})"
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "base_url": self.base_url,
+            "mode": self.mode,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_logprobs": self.top_logprobs,
+            "seed": self.seed,
+            "api_key_env": self.api_key_env,
+        }
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self._client.close()
+
+    # ----------------------------------------------------------------- HTTP
+
+    def _scrub(self, text: str) -> str:
+        if self._key:
+            text = text.replace(self._key, "***")
+        return text
+
+    def _post(self, endpoint: str, payload: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.base_url}/{endpoint}"
+        headers = {"Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            delay = min(self.backoff * 2**attempt, _MAX_SLEEP)
+            try:
+                resp = self._client.post(url, json=payload, headers=headers, timeout=self.timeout)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {self._scrub(str(exc))}"
+                _LOG.warning("%s %s failed (%s), attempt %d", "POST", url, last, attempt + 1)
+            else:
+                status = resp.status_code
+                if status < 300:
+                    try:
+                        data = resp.json()
+                    except ValueError as exc:
+                        raise BackendError(
+                            f"The server at {url} answered HTTP {status} with a body that is not "
+                            "JSON; check that base_url points to an OpenAI-compatible API root."
+                        ) from exc
+                    if not isinstance(data, dict):
+                        raise BackendError(
+                            f"The server at {url} answered with JSON that is not an object; "
+                            "check base_url."
+                        )
+                    return data
+                detail = self._scrub(resp.text[:300])
+                if status in (401, 403):
+                    raise BackendError(
+                        f"The server at {url} refused the credentials (HTTP {status}): {detail} "
+                        f"Set the environment variable {self.api_key_env} to a valid API key."
+                    )
+                if status not in _RETRY_STATUS and status < 500:
+                    raise BackendError(f"The server at {url} answered HTTP {status}: {detail}")
+                last = f"HTTP {status}: {detail}"
+                _LOG.warning("POST %s answered HTTP %d, attempt %d", url, status, attempt + 1)
+                retry_after = resp.headers.get("retry-after")
+                if retry_after:
+                    with contextlib.suppress(ValueError):
+                        delay = min(float(retry_after), _MAX_SLEEP)
+            if attempt < self.max_retries:
+                self._sleep(delay)
+        raise BackendError(
+            f"The server at {url} failed {self.max_retries + 1} time(s); last: {last}. Check "
+            "that it is running and reachable, or raise max_retries/timeout."
+        )
+
+    # ----------------------------------------------------------------- payloads
+
+    def _messages(self, prompt: Prompt) -> list[dict[str, str]]:
+        if prompt.instruction and prompt.instruction.strip():
+            return [
+                {"role": "system", "content": prompt.instruction},
+                {"role": "user", "content": replace(prompt, instruction=None).render()},
+            ]
+        return [{"role": "user", "content": prompt.render()}]
+
+    def _base_payload(self, max_tokens: int) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+        }
+        if self.seed is not None:
+            payload["seed"] = self.seed
+        return payload
+
+    @staticmethod
+    def _choice(data: dict[str, Any], url: str) -> dict[str, Any]:
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise BackendError(
+                f"The answer of {url} has no 'choices'; got keys {sorted(data)}. Is it an "
+                "OpenAI-compatible server?"
+            )
+        return choices[0]
+
+    def _chat(self, prompt: Prompt, max_tokens: int, top: int) -> dict[str, Any]:
+        payload = self._base_payload(max_tokens)
+        payload.update(messages=self._messages(prompt), logprobs=True, top_logprobs=top)
+        data = self._post("chat/completions", payload)
+        return self._choice(data, "chat/completions")
+
+    def _completions(self, text: str, max_tokens: int, logprobs: int, **extra: Any) -> Any:
+        payload = self._base_payload(max_tokens)
+        payload.update(prompt=text, logprobs=logprobs, **extra)
+        data = self._post("completions", payload)
+        return self._choice(data, "completions")
+
+    # ----------------------------------------------------------------- Generator API
+
+    def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
+        value = max_tokens if max_tokens is not None else prompt.options.get("max_tokens")
+        limit = self.max_tokens if value is None else check_positive_int("max_tokens", value)
+        if self.mode == "completions":
+            choice = self._completions(prompt.render(), limit, 1)
+            text = str(choice.get("text") or "")
+            lp = choice.get("logprobs") or {}
+            tokens, logprobs = lp.get("tokens"), lp.get("token_logprobs")
+        else:
+            choice = self._chat(prompt, limit, 1)
+            message = choice.get("message") or {}
+            text = str(message.get("content") or "")
+            content = (choice.get("logprobs") or {}).get("content")
+            tokens = [c.get("token", "") for c in content] if content else None
+            logprobs = [c.get("logprob") for c in content] if content else None
+        if tokens and logprobs and len(tokens) == len(logprobs) and None not in logprobs:
+            return Completion(
+                text, tuple(str(t) for t in tokens), tuple(float(x) for x in logprobs)
+            )
+        return Completion(text, tuple(tokenize(text)), None)
+
+    def generate_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int | None = None
+    ) -> list[Completion]:
+        """Answer ``prompts`` with up to ``concurrency`` requests in flight."""
+        if self.concurrency == 1 or len(prompts) < 2:
+            return [self.generate(p, max_tokens=max_tokens) for p in prompts]
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(lambda p: self.generate(p, max_tokens=max_tokens), prompts))
+
+    def next_token_distribution(
+        self, prompt: Prompt, prefix: Sequence[str] | str = ()
+    ) -> TokenDistribution:
+        """The top-``top_logprobs`` next tokens, renormalised over that top-k."""
+        extra = prefix if isinstance(prefix, str) else "".join(prefix)
+        pairs: list[tuple[str, float]] = []
+        if self.mode == "chat" and not extra:
+            choice = self._chat(prompt, 1, self.top_logprobs)
+            content = (choice.get("logprobs") or {}).get("content") or []
+            if content:
+                pairs = [
+                    (str(t.get("token", "")), float(t["logprob"]))
+                    for t in content[0].get("top_logprobs") or []
+                    if t.get("logprob") is not None
+                ]
+        else:
+            choice = self._completions(prompt.render() + extra, 1, self.top_logprobs)
+            top = (choice.get("logprobs") or {}).get("top_logprobs") or []
+            if top and isinstance(top[0], dict):
+                pairs = [(str(t), float(v)) for t, v in top[0].items() if v is not None]
+        if not pairs:
+            raise BackendError(
+                f"The server at {self.base_url} returned no top log-probabilities for "
+                f"{self.model!r}; it must support 'logprobs'/'top_logprobs' for token-level "
+                "attacks and token voting."
+            )
+        merged: dict[str, float] = {}
+        for tok, lp in pairs:
+            merged[tok] = merged.get(tok, 0.0) + math.exp(lp)
+        total = sum(merged.values())
+        return TokenDistribution(tuple(merged), tuple(v / total for v in merged.values()))
+
+    def score(self, prompt: Prompt, continuation: str | Sequence[str]) -> Completion:
+        """Log-probabilities of ``continuation`` via ``/completions`` with ``echo``."""
+        cont = continuation if isinstance(continuation, str) else "".join(continuation)
+        head = prompt.render()
+        full = head + cont
+        try:
+            choice = self._completions(full, 1, 1, echo=True)
+        except BackendError as exc:
+            raise BackendError(
+                f"Scoring needs the legacy /completions endpoint with echo and logprobs, which "
+                f"the server at {self.base_url} refused ({exc}). vLLM and llama.cpp support "
+                "it; OpenAI's chat models do not."
+            ) from exc
+        lp = choice.get("logprobs") or {}
+        tokens, values = lp.get("tokens"), lp.get("token_logprobs")
+        if not tokens or values is None or len(tokens) != len(values):
+            raise BackendError(
+                f"The server at {self.base_url} did not echo prompt log-probabilities; "
+                "scoring needs /completions with echo=true and logprobs (vLLM, llama.cpp)."
+            )
+        offsets = lp.get("text_offset")
+        if not offsets or len(offsets) != len(tokens):
+            offsets, pos = [], 0
+            for t in tokens:
+                offsets.append(pos)
+                pos += len(str(t))
+        out_t: list[str] = []
+        out_v: list[float] = []
+        for tok, value, off in zip(tokens, values, offsets):
+            if len(head) <= int(off) < len(full) or (int(off) < len(head) < int(off) + len(tok)):
+                if value is None:
+                    continue
+                out_t.append(str(tok))
+                out_v.append(float(value))
+        return Completion(cont, tuple(out_t), tuple(out_v))
+
+
+_SPEC = re.compile(r"^(?P<model>.+?)(?:@(?P<url>https?://.+))?$")
+
+
+def _create(spec: str = "", **kwargs: Any) -> OpenAIGenerator:
+    m = _SPEC.match(spec or "")
+    if m is None:
+        raise ConfigError(
+            f"The 'openai' generator needs a spec 'openai:MODEL@BASE_URL'; got {spec!r}."
+        )
+    kwargs.setdefault("base_url", m.group("url"))
+    return OpenAIGenerator(m.group("model"), **kwargs)
+
+
+register_generator("openai", _create)

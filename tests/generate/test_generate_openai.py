@@ -1,0 +1,330 @@
+"""The ``openai:MODEL@BASE_URL`` backend against a loopback server started by the test
+(stdlib ``http.server`` speaking the chat/completions and completions formats)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from ragprivacy.errors import BackendError, ConfigError
+from ragprivacy.generate import OpenAIGenerator, Prompt, Task, create_generator
+
+KEY = "sk-test-0123456789abcdef"
+KEY_ENV = "RAGPRIVACY_TEST_OPENAI_KEY"
+ANSWER = ["Vel", "mora", "."]
+ANSWER_LP = [-0.1, -0.2, -0.05]
+TOP = {"Vel": -0.5, "Oslo": -1.5, "Paris": -2.5}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        self.fail_next = 0
+        self.echo_supported = True
+        self.delay = 0.0
+        self.lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that timed out and hung up; nothing to report
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length))
+        srv = self.server
+        with srv.lock:
+            srv.requests.append((self.path, dict(self.headers), body))
+            failing = srv.fail_next > 0
+            if failing:
+                srv.fail_next -= 1
+        if failing:
+            self._send(500, {"error": {"message": "temporarily overloaded"}})
+            return
+        if srv.delay:
+            time.sleep(srv.delay)
+        auth = self.headers.get("Authorization", "")
+        if auth != f"Bearer {KEY}":
+            # Like some real servers, echo the key that was refused.
+            message = f"Incorrect API key provided: {auth.removeprefix('Bearer ')}"
+            self._send(401, {"error": {"message": message}})
+            return
+        if self.path == "/v1/chat/completions":
+            self._send(200, self._chat(body))
+        elif self.path == "/v1/completions":
+            if body.get("echo") and not srv.echo_supported:
+                self._send(400, {"error": {"message": "echo is not supported"}})
+                return
+            self._send(200, self._completions(body))
+        else:
+            self._send(404, {"error": {"message": "no such route"}})
+
+    @staticmethod
+    def _top(k: int) -> list[dict[str, Any]]:
+        return [{"token": t, "logprob": lp} for t, lp in list(TOP.items())[:k]]
+
+    def _chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        n = min(int(body["max_tokens"]), len(ANSWER))
+        content = [
+            {"token": t, "logprob": lp, "top_logprobs": self._top(body.get("top_logprobs", 0))}
+            for t, lp in zip(ANSWER[:n], ANSWER_LP[:n])
+        ]
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "".join(ANSWER[:n])},
+                    "logprobs": {"content": content} if body.get("logprobs") else None,
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+
+    def _completions(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body["prompt"]
+        k = int(body.get("logprobs") or 0)
+        if body.get("echo"):
+            # Echo: the prompt split at spaces (a toy tokenizer), then one new token.
+            tokens, offsets, pos = [], [], 0
+            for piece in prompt.split(" "):
+                tok = piece if not tokens else " " + piece
+                tokens.append(tok)
+                offsets.append(pos)
+                pos += len(tok)
+            values: list[float | None] = [None] + [-float(i) / 10 for i in range(1, len(tokens))]
+            tokens.append("!")
+            offsets.append(pos)
+            values.append(-3.0)
+            lp = {"tokens": tokens, "token_logprobs": values, "text_offset": offsets}
+            return {"choices": [{"text": prompt + "!", "logprobs": lp}]}
+        top = [dict(list(TOP.items())[:k])]
+        lp = {"tokens": ["Vel"], "token_logprobs": [-0.5], "top_logprobs": top, "text_offset": [0]}
+        return {"choices": [{"text": "Vel", "logprobs": lp}]}
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    srv = _Server()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def base_url(server: _Server) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
+@pytest.fixture
+def gen(base_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIGenerator]:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    g = OpenAIGenerator(
+        "toy-model", base_url, api_key_env=KEY_ENV, top_logprobs=3, sleep=lambda s: None
+    )
+    yield g
+    g.close()
+
+
+PROMPT = Prompt(
+    Task.ANSWER,
+    "Where was Marta Olsen born?",
+    ("Marta Olsen was born in Velmora.",),
+    instruction="Do not repeat the context.",
+)
+
+
+def test_chat_generation_with_logprobs(gen: OpenAIGenerator, server: _Server) -> None:
+    out = gen.generate(PROMPT)
+    assert out.text == "Velmora."
+    assert list(out.tokens) == ANSWER
+    assert list(out.logprobs or ()) == ANSWER_LP
+    path, headers, body = server.requests[-1]
+    assert path == "/v1/chat/completions"
+    assert body["logprobs"] is True and body["top_logprobs"] == 1
+    assert body["model"] == "toy-model" and body["max_tokens"] == 64
+    assert body["messages"][0] == {"role": "system", "content": "Do not repeat the context."}
+    assert body["messages"][1]["role"] == "user"
+    assert "Do not repeat" not in body["messages"][1]["content"]
+    assert "Question: Where was Marta Olsen born?" in body["messages"][1]["content"]
+    assert headers["Authorization"] == f"Bearer {KEY}"
+    assert len(gen.generate(PROMPT, max_tokens=2).tokens) == 2
+
+
+def test_completions_mode(base_url: str, monkeypatch: pytest.MonkeyPatch, server: _Server) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    g = OpenAIGenerator("toy-model", base_url, api_key_env=KEY_ENV, mode="completions")
+    out = g.generate(PROMPT)
+    g.close()
+    assert out.text == "Vel" and out.logprobs == (-0.5,)
+    assert server.requests[-1][2]["prompt"] == PROMPT.render()
+
+
+def test_next_token_distribution_is_renormalised_top_k(
+    gen: OpenAIGenerator, server: _Server
+) -> None:
+    dist = gen.next_token_distribution(PROMPT)
+    assert dist.tokens == ("Vel", "Oslo", "Paris")
+    total = sum(math.exp(v) for v in TOP.values())
+    assert dist.probs == pytest.approx([math.exp(v) / total for v in TOP.values()])
+    assert server.requests[-1][2]["max_tokens"] == 1
+    assert server.requests[-1][2]["top_logprobs"] == 3
+    with_prefix = gen.next_token_distribution(PROMPT, ["Vel"])
+    assert sum(with_prefix.probs) == pytest.approx(1.0)
+    path, _, body = server.requests[-1]
+    assert path == "/v1/completions"
+    assert body["prompt"].endswith("Answer:Vel")
+
+
+def test_score_uses_echo(gen: OpenAIGenerator, server: _Server) -> None:
+    out = gen.score(PROMPT, " in Velmora")
+    assert out.text == " in Velmora"
+    assert list(out.tokens) == [" in", " Velmora"]
+    n = len(PROMPT.render().split(" "))
+    assert list(out.logprobs or ()) == pytest.approx([-(n) / 10, -(n + 1) / 10])
+    assert server.requests[-1][2]["echo"] is True
+
+
+def test_score_without_echo_support_says_so(gen: OpenAIGenerator, server: _Server) -> None:
+    server.echo_supported = False
+    with pytest.raises(BackendError, match="echo"):
+        gen.score(PROMPT, " in Velmora")
+
+
+def test_retries_server_errors_with_backoff(
+    base_url: str, server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    sleeps: list[float] = []
+    g = OpenAIGenerator(
+        "toy-model", base_url, api_key_env=KEY_ENV, backoff=0.25, max_retries=3, sleep=sleeps.append
+    )
+    server.fail_next = 2
+    assert g.generate(PROMPT).text == "Velmora."
+    assert sleeps == [0.25, 0.5]
+    assert len(server.requests) == 3
+    server.fail_next = 10
+    with pytest.raises(BackendError, match="failed 4 time"):
+        g.generate(PROMPT)
+    g.close()
+
+
+def test_unreachable_server_is_retried_then_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sleeps: list[float] = []
+    g = OpenAIGenerator(
+        "m", f"http://127.0.0.1:{port}/v1", max_retries=2, timeout=2, sleep=sleeps.append
+    )
+    with pytest.raises(BackendError, match="ConnectError"):
+        g.generate(PROMPT)
+    g.close()
+    assert len(sleeps) == 2
+
+
+def test_bad_key_is_a_clear_error_that_never_leaks_the_key(
+    base_url: str,
+    server: _Server,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wrong = "sk-wrong-secret-987654321"
+    monkeypatch.setenv(KEY_ENV, wrong)
+    g = OpenAIGenerator("toy-model", base_url, api_key_env=KEY_ENV, sleep=lambda s: None)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(BackendError) as info:
+        g.generate(PROMPT)
+    message = str(info.value)
+    assert "HTTP 401" in message and KEY_ENV in message
+    assert len(server.requests) == 1  # not retried
+    server.fail_next = 1
+    with pytest.raises(BackendError):
+        g.generate(PROMPT)
+    for text in (message, repr(g), json.dumps(g.config()), caplog.text):
+        assert wrong not in text
+    g.close()
+
+
+def test_timeout_is_reported(base_url: str, server: _Server, monkeypatch) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    server.delay = 1.0
+    g = OpenAIGenerator("toy-model", base_url, api_key_env=KEY_ENV, timeout=0.2, max_retries=0)
+    with pytest.raises(BackendError, match="Timeout"):
+        g.generate(PROMPT)
+    g.close()
+
+
+def test_missing_key_sends_no_authorization(
+    base_url: str, server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    g = OpenAIGenerator("toy-model", base_url, api_key_env=KEY_ENV)
+    with pytest.raises(BackendError, match="401"):
+        g.generate(PROMPT)
+    assert "Authorization" not in server.requests[-1][1]
+    g.close()
+
+
+def test_registry_spec_and_batch(base_url: str, server: _Server, monkeypatch) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    g = create_generator(f"openai:toy-model@{base_url}", api_key_env=KEY_ENV, concurrency=3)
+    assert isinstance(g, OpenAIGenerator)
+    assert g.model == "toy-model" and g.base_url == base_url
+    outs = g.generate_batch([PROMPT] * 5)
+    assert [o.text for o in outs] == ["Velmora."] * 5
+    g.close()
+    default = create_generator("openai:gpt-4o-mini")
+    assert default.base_url == "https://api.openai.com/v1"
+    default.close()
+    with pytest.raises(ConfigError):
+        OpenAIGenerator("m", "ftp://x")
+    with pytest.raises(ConfigError):
+        OpenAIGenerator("m", top_logprobs=50)
+
+
+def test_injected_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(
+            200, json={"choices": [{"message": {"content": "ok"}, "logprobs": None}]}
+        )
+
+    g = OpenAIGenerator("m", "http://model.local/v1", transport=httpx.MockTransport(handler))
+    out = g.generate(Prompt(Task.CHAT, "hi"))
+    g.close()
+    assert out.text == "ok" and out.logprobs is None and out.tokens == ("ok",)
+    assert str(seen[0].url) == "http://model.local/v1/chat/completions"
