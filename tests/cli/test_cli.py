@@ -34,8 +34,12 @@ def run_cli(*args: str) -> tuple[int, str, str]:
 
 def test_corpus_synth_and_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "docs.jsonl"
-    assert main(["corpus", "synth", "--kind", "medical", "--n", "25", "--seed", "7",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            ["corpus", "synth", "--kind", "medical", "--n", "25", "--seed", "7", "--out", str(out)]
+        )
+        == 0
+    )
     lines = out.read_text().splitlines()
     assert len(lines) == 25 and json.loads(lines[0])["id"]
     capsys.readouterr()
@@ -47,8 +51,9 @@ def test_corpus_synth_and_info(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_same_seed_same_file(tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     for p in (a, b):
-        main(["corpus", "synth", "--kind", "knowledge", "--n", "20", "--seed", "3",
-              "--out", str(p)])
+        main(
+            ["corpus", "synth", "--kind", "knowledge", "--n", "20", "--seed", "3", "--out", str(p)]
+        )
     assert a.read_bytes() == b.read_bytes()
 
 
@@ -62,7 +67,10 @@ def test_same_seed_same_file(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(
-    args: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    needle: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -72,7 +80,9 @@ def test_bad_input_gives_one_line_and_exit_2(
     assert err.strip().count("\n") == 0
 
 
-def test_empty_corpus_and_unknown_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_empty_corpus_and_unknown_backend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert main(["corpus", "info", str(empty)]) == 2
@@ -88,7 +98,7 @@ def test_run_config_end_to_end_subprocess(tmp_path: Path) -> None:
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(TINY)
     out = tmp_path / "out"
-    code, stdout, stderr = run_cli("run", str(cfg), "--out", str(out), "--no-progress")
+    code, _stdout, stderr = run_cli("run", str(cfg), "--out", str(out), "--no-progress")
     assert code == 0, stderr
     results = json.loads((out / "results.json").read_text())
     assert results["root_seed"] == 5 and results["versions"]["numpy"]
@@ -100,9 +110,10 @@ def test_run_config_end_to_end_subprocess(tmp_path: Path) -> None:
     non = next(
         c for c in results["cells"] if c["type"] == "qa" and c["cell"]["system"] == "non-rag"
     )
-    assert rag["result"]["by_hops"]["1"]["match_accuracy"] > non["result"]["by_hops"]["1"][
-        "match_accuracy"
-    ]
+    assert (
+        rag["result"]["by_hops"]["1"]["match_accuracy"]
+        > non["result"]["by_hops"]["1"]["match_accuracy"]
+    )
     # a rerun reuses the checkpointed cells and gives identical metrics
     code, _, stderr = run_cli("run", str(cfg), "--out", str(out), "--no-progress")
     assert code == 0, stderr

@@ -43,7 +43,7 @@ def test_cache_survives_a_new_process_view(tmp_path: Path) -> None:
     first = gen.generate_batch(prompts)
     assert inner.calls == 5
     again = CachedGenerator(CountingGenerator(), GenerationCache(path))
-    second = again.generate_batch(prompts + [Prompt(Task.ANSWER, "new")])
+    second = again.generate_batch([*prompts, Prompt(Task.ANSWER, "new")])
     assert again.inner.calls == 1  # type: ignore[attr-defined]
     assert second[:5] == first
     assert second[0].logprobs == (-0.5,)

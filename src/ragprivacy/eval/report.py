@@ -27,7 +27,8 @@ _GENERATOR_NOTES = {
 def describe_generator(spec: str) -> str:
     """One sentence on which generator produced the results (reports must say it)."""
     name = spec.partition(":")[0]
-    return f"`{spec}`: " + _GENERATOR_NOTES.get(name, "a registered generator backend") + "."
+    note = _GENERATOR_NOTES.get(name, "a registered generator backend")
+    return f"`{spec}`: {note}" + ("" if note.endswith(".") else ".")
 
 
 def write_report(experiments: list[Experiment], results: dict[str, Any], out_dir: Path) -> Path:

@@ -21,7 +21,7 @@ def grouped_bars(
     errors: dict[str, Sequence[tuple[float, float]]] | None = None,
     ylabel: str,
     title: str,
-    ylim: tuple[float, float] | None = (0.0, 1.0),
+    ylim: tuple[float, float] | None = (0.0, 1.1),
 ) -> Path:
     """Bars of ``series[name][g]`` per group ``g``, with optional (low, high) intervals."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
