@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -72,7 +73,7 @@ def info(
     lengths = [len(tokenize(d.text)) for d in corpus]
     pii = Counter(s.kind for d in corpus for s in d.pii)
     hops = Counter(q.hops for q in corpus.questions)
-    summary = {
+    summary: dict[str, Any] = {
         "documents": len(corpus),
         "mean_tokens": sum(lengths) / len(lengths),
         "max_tokens": max(lengths),

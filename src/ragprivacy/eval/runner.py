@@ -150,8 +150,9 @@ def run_config(
         done[n] = json.loads(path.read_text())
 
     n_workers = min(workers or config.workers, max(1, len(pending)))
-    args = {
-        n: (config, cells[n][0], cells[n][1], root.entropy, children[n].spawn_key, cache_dir)
+    entropy = int(root.entropy)  # type: ignore[arg-type]  # an int: SeedSequence(int)
+    args: dict[int, tuple[Any, ...]] = {
+        n: (config, cells[n][0], cells[n][1], entropy, children[n].spawn_key, cache_dir)
         for n in pending
     }
     with _progress(progress, len(cells), len(done)) as advance:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -17,8 +17,8 @@ def grouped_bars(
     path: Path,
     *,
     groups: Sequence[str],
-    series: dict[str, Sequence[float]],
-    errors: dict[str, Sequence[tuple[float, float]]] | None = None,
+    series: Mapping[str, Sequence[float]],
+    errors: Mapping[str, Sequence[tuple[float, float]]] | None = None,
     ylabel: str,
     title: str,
     ylim: tuple[float, float] | None = (0.0, 1.1),
@@ -47,7 +47,7 @@ def grouped_bars(
     return path
 
 
-def step_cdf(path: Path, *, series: dict[str, Sequence[float]], xlabel: str, title: str) -> Path:
+def step_cdf(path: Path, *, series: Mapping[str, Sequence[float]], xlabel: str, title: str) -> Path:
     """Empirical complementary CDFs: fraction of items with value ≥ x, per series."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
     for name, values in series.items():

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ragprivacy._validation import check_positive_int
+from ragprivacy.corpus import QAItem
 from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext
@@ -62,7 +63,7 @@ class QAExperiment(Experiment):
         super().__init__(spec, config, index)
         self.options: QAOptions = from_mapping(QAOptions, spec.options, f"experiments[{index}]")
 
-    def _sample(self, ctx: RunContext) -> list[Any]:
+    def _sample(self, ctx: RunContext) -> list[QAItem]:
         corpus = ctx.corpus(self.spec.corpus)
         if not corpus.questions:
             raise DataError(
@@ -70,7 +71,7 @@ class QAExperiment(Experiment):
                 "corpus with gold QA (e.g. synthetic: knowledge)."
             )
         rng = np.random.default_rng(self.seed)
-        chosen = []
+        chosen: list[QAItem] = []
         for h in self.options.hops:
             pool = [q for q in corpus.questions if q.hops == h]
             if not pool:
@@ -88,7 +89,7 @@ class QAExperiment(Experiment):
         questions = self._sample(ctx)
         system = ctx.system(cell["system"], self.spec.corpus, k=self.spec.k)
         responses = system.answer_batch([q.question for q in questions])
-        records = []
+        records: list[dict[str, Any]] = []
         for q, r in zip(questions, responses):
             records.append(
                 {
