@@ -55,4 +55,4 @@ def test_load_config_errors(tmp_path: Path) -> None:
 
 def test_shipped_demo_config_parses() -> None:
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "demo.yaml")
-    assert {e.type for e in cfg.experiments} == {"qa", "leakage"}
+    assert {"qa", "leakage"} <= {e.type for e in cfg.experiments}

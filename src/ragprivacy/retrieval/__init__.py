@@ -10,12 +10,54 @@ from ragprivacy.retrieval.base import (
     retriever_names,
 )
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
+from ragprivacy.retrieval.lazy_noisy import LazySelection, lazy_noisy_topk
+from ragprivacy.retrieval.noisy_topk import AccountQueryCounter, NoisyTopKRetriever
+from ragprivacy.retrieval.projection import (
+    DPProjectionRetriever,
+    ProjectionRetriever,
+    SanityRow,
+    dp_rp_sigma,
+    expected_projected_cosine,
+    projection_matrix,
+    projection_sanity,
+    simulate_top1_flip,
+    top1_flip_bound,
+)
+from ragprivacy.retrieval.threshold import (
+    AdaptiveScreen,
+    PaddedTopK,
+    Screening,
+    ThresholdRetriever,
+    adaptive_screen,
+    pad_top_k,
+    score_bins,
+)
 
 __all__ = [
+    "AccountQueryCounter",
+    "AdaptiveScreen",
+    "DPProjectionRetriever",
     "KnowledgeBase",
+    "LazySelection",
+    "NoisyTopKRetriever",
+    "PaddedTopK",
+    "ProjectionRetriever",
     "Retriever",
+    "SanityRow",
+    "Screening",
+    "ThresholdRetriever",
     "TopKRetriever",
+    "adaptive_screen",
     "create_retriever",
+    "dp_rp_sigma",
+    "expected_projected_cosine",
+    "lazy_noisy_topk",
+    "pad_top_k",
+    "projection_matrix",
+    "projection_sanity",
     "register_retriever",
     "retriever_names",
+    "score_bins",
+    "simulate_top1_flip",
+    "top1_flip_bound",
 ]

@@ -1,0 +1,433 @@
+"""``private_rag``: the privacy–utility curve of the defenses (Private-RAG Fig. 2, Table 1,
+Fig. 1; RP paper Table 1) on the synthetic knowledge corpus.
+
+For each system and each ε of the grid the same question sample is answered in order
+(one account), and the cell reports match accuracy (Private-RAG §4.1), retrieval
+precision against the true top-50 (the share of retrieved documents that are among the
+question's 50 best by exact score, Private-RAG Table 1), the total ε the run is
+guaranteed, and the documents charged.
+
+Total ε per system: ``naive_multi`` T·ε_q (Alg. 5); ``murag``/``murag_ada`` M·ε_q per
+document (Thm 1–2); ``noisy_topk`` ε_acc per account (its σ calibrated for T queries);
+``dp_projection`` T·ε (fresh noise per query, basic composition); ``rag``, ``projection``
+and ``non-rag`` carry no DP guarantee (``non-rag`` uses no data: ε = 0).
+
+**Redundant corpus.** DP voting can only release a fact that several documents support:
+adding or removing one document changes one vote. The synthetic knowledge corpus states
+each fact once, so ``copies`` (default 20) independent copies of every document form the
+knowledge base — each copy is its own document for the privacy accounting, as the many
+Wikipedia passages restating a fact are in the paper's setting. The copies are embedded
+once and their vectors repeated.
+
+**Question sets.** ``independent``: one single-hop question per entity (disjoint support,
+like NQ/TriviaQA); ``correlated``: every question of a sample of groups — all facts about
+one entity and the multi-hop chains with their sub-questions (shared support, like
+MQuAKE).
+
+Ablations (``ablation:``): ``bin_size`` (Private-RAG F.3: |τ̂ − τ| of the adaptive
+threshold against the true K-th score, per bin size and ε_thr), ``tau`` (F.4: MURAG
+accuracy per τ), ``rp_dim`` (RP §4.3 / Table 1 and App. H: RP retrieval precision and
+accuracy per projection dimension, variance and matrix kind), ``clip_only`` (RP Tables
+16–17: DP-RP-G with clipping only, per clipping bound).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._validation import check_choice, check_positive, check_positive_int
+from ragprivacy.corpus import Corpus, QAItem
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
+from ragprivacy.eval.context import RunContext
+from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
+from ragprivacy.eval.metrics import match
+from ragprivacy.generate import tokenize
+from ragprivacy.index import create_index
+from ragprivacy.rag import (
+    DPVoteRAG,
+    MuRAG,
+    MuRAGAda,
+    NaiveMultiRAG,
+    NonRAG,
+    RAGSystem,
+    StandardRAG,
+)
+from ragprivacy.retrieval import (
+    DPProjectionRetriever,
+    KnowledgeBase,
+    NoisyTopKRetriever,
+    ProjectionRetriever,
+    TopKRetriever,
+    adaptive_screen,
+    score_bins,
+)
+from ragprivacy.types import Document
+
+__all__ = ["PrivateRAGExperiment", "PrivateRAGOptions"]
+
+DP_SYSTEMS = ("naive_multi", "murag", "murag_ada", "dp_vote", "noisy_topk", "dp_projection")
+SYSTEMS = (*DP_SYSTEMS, "non-rag", "rag", "projection")
+ABLATIONS = ("none", "bin_size", "tau", "rp_dim", "clip_only")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrivateRAGOptions:
+    """Options of the ``private_rag`` experiment (see the module docstring)."""
+
+    question_set: str = "independent"
+    questions: int = 40
+    copies: int = 20
+    epsilons: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0, 40.0)
+    tau: float = 0.5
+    epsilon_thr: float = 1.0
+    max_retrievals: int = 1
+    bin_size: float = 0.02
+    epsilon_token: float = 2.0
+    docs_per_voter: int = 1
+    max_tokens: int = 8
+    rag_k: int = 5
+    rp_dim: int = 100
+    dp_clip: float = 1.0
+    dp_delta: float = 1e-4
+    ablation: str = "none"
+    bin_sizes: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1, 0.2)
+    epsilon_thrs: tuple[float, ...] = (0.5, 1.0, 2.0)
+    taus: tuple[float, ...] = (0.3, 0.5, 0.7)
+    rp_dims: tuple[int, ...] = (25, 100, 200)
+    rp_variances: tuple[float, ...] = ()
+    rp_kinds: tuple[str, ...] = ("gaussian", "rademacher")
+    clips: tuple[float, ...] = (0.1, 0.5, 1.0, 5.0)
+
+    def __post_init__(self) -> None:
+        check_choice("question_set", self.question_set, ("independent", "correlated"))
+        check_positive_int("questions", self.questions)
+        check_positive_int("copies", self.copies)
+        for e in self.epsilons:
+            check_positive("epsilons", e)
+        check_choice("ablation", self.ablation, ABLATIONS)
+        check_positive_int("max_retrievals", self.max_retrievals)
+
+
+_KB_CACHE: dict[tuple[Any, ...], tuple[KnowledgeBase, Corpus]] = {}
+
+
+def redundant_kb(ctx: RunContext, corpus_name: str, copies: int) -> tuple[KnowledgeBase, Corpus]:
+    """The knowledge base with ``copies`` documents per source document (cached)."""
+    key = (id(ctx), corpus_name, copies)
+    if key not in _KB_CACHE:
+        base = ctx.knowledge_base(corpus_name)
+        corpus = ctx.corpus(corpus_name)
+        docs = [
+            Document(f"{d.id}~{j}", d.text, {**d.metadata, "source": d.id})
+            for d in corpus
+            for j in range(copies)
+        ]
+        big = Corpus(docs, name=f"{corpus.name}-x{copies}")
+        stored = base.index.vectors()  # type: ignore[attr-defined]
+        vectors = np.repeat(np.asarray(stored, dtype=np.float32), copies, axis=0)
+        index = create_index("exact", dim=base.embedder.dim)
+        index.add(vectors.astype(np.float32), big.ids)
+        _KB_CACHE[key] = (KnowledgeBase(big, base.embedder, index), big)
+    return _KB_CACHE[key]
+
+
+def question_sample(corpus: Corpus, which: str, count: int, seed: int) -> list[QAItem]:
+    """``independent``: one single-hop question per group; ``correlated``: all questions
+    of sampled groups (chains first), in group order."""
+    rng = np.random.default_rng(seed)
+    groups: dict[str, list[QAItem]] = {}
+    for q in corpus.questions:
+        groups.setdefault(q.group or q.id, []).append(q)
+    names = sorted(groups)
+    if which == "independent":
+        pool = [
+            next(q for q in groups[g] if q.hops == 1)
+            for g in names
+            if any(q.hops == 1 for q in groups[g])
+        ]
+        take = min(count, len(pool))
+        return [pool[i] for i in sorted(rng.choice(len(pool), take, replace=False))]
+    chained = [g for g in names if any(q.hops > 1 for q in groups[g])]
+    order = list(rng.permutation(chained)) + list(
+        rng.permutation([g for g in names if g not in chained])
+    )
+    out: list[QAItem] = []
+    for g in order:
+        if len(out) >= count:
+            break
+        out.extend(sorted(groups[g], key=lambda q: q.hops))
+    return out[:count]
+
+
+_VOCAB_CACHE: dict[tuple[int, str], list[str]] = {}
+
+
+def _vocabulary(ctx: RunContext, corpus_name: str) -> list[str]:
+    """The exponential mechanism's word domain: the world's words and the background's
+    (the stand-in for an LLM's fixed tokenizer vocabulary; see ``rag.dp_vote``)."""
+    key = (id(ctx), corpus_name)
+    if key not in _VOCAB_CACHE:
+        words = {w for d in ctx.corpus(corpus_name) for w in tokenize(d.text)}
+        words |= {w for t in ctx.background_texts(corpus_name) for w in tokenize(t)}
+        _VOCAB_CACHE[key] = sorted(words)
+    return _VOCAB_CACHE[key]
+
+
+class PrivateRAGExperiment(Experiment):
+    """The privacy–utility sweep (and its ablations) of the defenses."""
+
+    type = "private_rag"
+
+    def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
+        super().__init__(spec, config, index)
+        self.options: PrivateRAGOptions = from_mapping(
+            PrivateRAGOptions, spec.options, f"experiments[{index}]"
+        )
+        for s in spec.systems:
+            check_choice("systems", s, SYSTEMS)
+
+    def cells(self) -> list[dict[str, Any]]:
+        o = self.options
+        if o.ablation == "bin_size":
+            return [{"system": "murag_ada", "ablation": "bin_size"}]
+        if o.ablation == "tau":
+            return [{"system": "murag", "tau": t, "epsilon": e} for t in o.taus for e in o.epsilons]
+        if o.ablation == "rp_dim":
+            out = [
+                {"system": "projection", "dim": d, "kind": kd, "variance": None}
+                for d in o.rp_dims
+                for kd in o.rp_kinds
+            ]
+            out += [
+                {"system": "projection", "dim": d, "kind": "gaussian", "variance": v}
+                for d in o.rp_dims
+                for v in o.rp_variances
+            ]
+            return out
+        if o.ablation == "clip_only":
+            return [{"system": "dp_projection", "clip": c, "clip_only": True} for c in o.clips]
+        cells: list[dict[str, Any]] = []
+        for s in self.spec.systems:
+            if s in DP_SYSTEMS:
+                cells += [{"system": s, "epsilon": e} for e in o.epsilons]
+            else:
+                cells.append({"system": s})
+        return cells
+
+    # ------------------------------------------------------------------ systems
+
+    def _system(
+        self, cell: dict[str, Any], ctx: RunContext, kb: KnowledgeBase, n: int, rng: Any
+    ) -> tuple[RAGSystem, float]:
+        o = self.options
+        gen = ctx.generator(self.spec.corpus)
+        name, eps = cell["system"], cell.get("epsilon", math.nan)
+        big_k = self.spec.k
+        vote = {
+            "epsilon_token": o.epsilon_token,
+            "docs_per_voter": o.docs_per_voter,
+            "max_tokens": o.max_tokens,
+            "vocabulary": _vocabulary(ctx, self.spec.corpus),
+            "simulation": True,
+            "rng": rng,
+        }
+        if name == "non-rag":
+            return NonRAG(gen), 0.0
+        if name == "rag":
+            return StandardRAG(TopKRetriever(kb, k=o.rag_k), gen), math.inf
+        if name == "projection":
+            r = ProjectionRetriever(
+                kb,
+                k=o.rag_k,
+                dim=cell.get("dim", o.rp_dim),
+                kind=cell.get("kind", "gaussian"),
+                variance=cell.get("variance"),
+                rng=rng,
+            )
+            return StandardRAG(r, gen), math.inf
+        if name == "dp_projection":
+            clip_only = bool(cell.get("clip_only", False))
+            r = DPProjectionRetriever(
+                kb,
+                k=o.rag_k,
+                dim=o.rp_dim,
+                epsilon=eps if not clip_only else 1.0,
+                delta=o.dp_delta,
+                clip=cell.get("clip", o.dp_clip),
+                clip_only=clip_only,
+                simulation=True,
+                rng=rng,
+            )
+            return StandardRAG(r, gen), (math.inf if clip_only else n * eps)
+        if name == "noisy_topk":
+            r = NoisyTopKRetriever(
+                kb,
+                k=o.rag_k,
+                epsilon_acc=eps,
+                delta_acc=1e-6,
+                queries_per_account=n,
+                calibration="exact",
+                simulation=True,
+                rng=rng,
+            )
+            return StandardRAG(r, gen), eps
+        top = TopKRetriever(kb, k=big_k)
+        if name == "dp_vote":
+            return DPVoteRAG(top, gen, epsilon=eps, **vote), n * eps
+        if name == "naive_multi":
+            return NaiveMultiRAG(top, gen, epsilon_q=eps, total_epsilon=n * eps, **vote), n * eps
+        cls = MuRAG if name == "murag" else MuRAGAda
+        if cls is MuRAGAda:  # ε_RAG = ε_q − ε_thr must pay at least one discovery
+            vote["epsilon_token"] = min(o.epsilon_token, eps - o.epsilon_thr)
+        sys = cls(
+            top,
+            gen,
+            tau=cell.get("tau", o.tau),
+            epsilon_q=eps,
+            epsilon_thr=o.epsilon_thr,
+            max_retrievals=o.max_retrievals,
+            bin_size=o.bin_size,
+            **vote,
+        )
+        return sys, sys.total_epsilon
+
+    # ------------------------------------------------------------------ cells
+
+    def run_cell(
+        self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
+    ) -> dict[str, Any]:
+        o = self.options
+        kb, _ = redundant_kb(ctx, self.spec.corpus, o.copies)
+        corpus = ctx.corpus(self.spec.corpus)
+        questions = question_sample(corpus, o.question_set, o.questions, self.seed)
+        if cell.get("ablation") == "bin_size":
+            return self._bin_size(kb, questions, rng)
+        system, total = self._system(cell, ctx, kb, len(questions), rng)
+        vectors = kb.embedder.encode([q.question for q in questions])
+        true_top = [
+            set(np.argsort(-row, kind="stable")[:50].tolist()) for row in kb.index.scores(vectors)
+        ]
+        hits, precision, charged, discoveries = [], [], 0, 0
+        for q, top50 in zip(questions, true_top):
+            r = system.answer(q.question, account="evaluator")
+            hits.append(bool(match(r.text, q.answers)))
+            if r.retrieval is not None and len(r.retrieval.indices):
+                got = r.retrieval.indices
+                precision.append(sum(1 for p in got if p in top50) / len(got))
+            charged += len(r.privacy.per_document)
+            discoveries += int(r.metadata.get("discoveries", 0))
+        return {
+            "system": system.describe() if hasattr(system, "describe") else {},
+            "n": len(questions),
+            "accuracy": float(np.mean(hits)),
+            "precision_top50": float(np.mean(precision)) if precision else math.nan,
+            "total_epsilon": total,
+            "documents_charged": charged,
+            "discoveries": discoveries,
+            "reuse": self._reuse(kb, true_top) if cell["system"] == "rag" else None,
+        }
+
+    @staticmethod
+    def _reuse(kb: KnowledgeBase, tops: list[set[int]]) -> dict[str, int]:
+        """Figure 1: how many questions each document's top-50 appearances cover."""
+        counts: dict[int, int] = {}
+        for top in tops:
+            for p in top:
+                counts[p] = counts.get(p, 0) + 1
+        hist: dict[str, int] = {}
+        for c in counts.values():
+            hist[str(c)] = hist.get(str(c), 0) + 1
+        return hist
+
+    def _bin_size(self, kb: KnowledgeBase, questions: list[QAItem], rng: Any) -> dict[str, Any]:
+        """Private-RAG F.3: mean |τ̂ − τ| with τ the true K-th score."""
+        o = self.options
+        vectors = kb.embedder.encode([q.question for q in questions])
+        scores = kb.index.scores(vectors).astype(np.float64)
+        active = np.ones(scores.shape[1], dtype=bool)
+        table = {}
+        for eps in o.epsilon_thrs:
+            for size in o.bin_sizes:
+                edges = score_bins(size)
+                errs = []
+                for row in scores:
+                    true_tau = float(np.sort(row)[-self.spec.k])
+                    s = adaptive_screen(row, active, self.spec.k, eps, edges, rng=rng)
+                    errs.append(abs(s.tau - true_tau))
+                table[f"{eps:g}|{size:g}"] = float(np.mean(errs))
+        return {"threshold_error": table}
+
+    # ------------------------------------------------------------------ report
+
+    def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
+        from ragprivacy.eval.experiments.private_rag_plots import (
+            bin_size_plot,
+            privacy_utility_plot,
+            reuse_plot,
+        )
+
+        o = self.options
+        title = f"Private RAG ({self.spec.corpus}, {o.question_set} questions)"
+        figs: list[str] = []
+        if o.ablation == "bin_size":
+            table = results[0]["result"]["threshold_error"]
+            fig = f"private_rag_{self.index}_bin_size.png"
+            bin_size_plot(out_dir / fig, table)
+            lines = ["| ε_thr | bin size | mean abs(τ̂ − τ) |", "|---|---|---|"]
+            for key, err in table.items():
+                e, b = key.split("|")
+                lines.append(f"| {e} | {b} | {err:.3f} |")
+            lines += ["", f"![threshold error vs bin size]({fig})"]
+            return ReportSection(f"{title}: MURAG-ADA bin size", "\n".join(lines), [fig])
+        lines = [
+            f"{results[0]['result']['n']} questions answered in order by one account; "
+            f"{o.copies} copies of each document; K = {self.spec.k} slots, "
+            f"ε_token = {o.epsilon_token}, M = {o.max_retrievals}, τ = {o.tau}, "
+            f"ε_thr = {o.epsilon_thr}. Generator: {self.config.models.generator}.",
+            "",
+            "| system | setting | ε_q / ε | total ε | match accuracy | precision@top-50 | "
+            "docs charged |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        series: dict[str, list[tuple[float, float]]] = {}
+        flat: dict[str, float] = {}
+        reuse = None
+        for item in results:
+            cell, res = item["cell"], item["result"]
+            setting = ", ".join(
+                f"{k}={v}" for k, v in cell.items() if k not in ("system", "epsilon")
+            )
+            eps = cell.get("epsilon")
+            lines.append(
+                f"| {cell['system']} | {setting or '–'} | {'–' if eps is None else f'{eps:g}'} | "
+                f"{res['total_epsilon']:g} | {res['accuracy']:.3f} | "
+                f"{_fmt(res['precision_top50'])} | {res['documents_charged']} |"
+            )
+            label = cell["system"] + (f" ({setting})" if setting else "")
+            if eps is not None and math.isfinite(res["total_epsilon"]):
+                series.setdefault(label, []).append((res["total_epsilon"], res["accuracy"]))
+            else:
+                flat[label] = res["accuracy"]
+            reuse = reuse or res.get("reuse")
+        fig = f"private_rag_{self.index}_utility.png"
+        privacy_utility_plot(out_dir / fig, series, flat, title=title)
+        figs.append(fig)
+        lines += ["", f"![privacy-utility]({fig})"]
+        if reuse:
+            fig2 = f"private_rag_{self.index}_reuse.png"
+            reuse_plot(out_dir / fig2, reuse, title=f"Document reuse in top-50 ({o.question_set})")
+            figs.append(fig2)
+            lines += ["", f"![document reuse]({fig2})"]
+        return ReportSection(title, "\n".join(lines), figs)
+
+
+def _fmt(x: float) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+register_experiment("private_rag", PrivateRAGExperiment)

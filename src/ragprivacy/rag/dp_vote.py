@@ -1,0 +1,218 @@
+"""``dp_vote``: single-query DP-RAG by token voting (Private-RAG Alg. 4 / 7–9).
+
+Per query with budget ε and per-discovery budget ε_0 (Alg. 4):
+
+1. ε_Expo = ε_Lap = ε_0/2; c = ⌊ε/ε_0⌋; θ̂ = θ + Lap(2/ε_Lap) (line 2);
+2. retrieve m·k documents and partition them uniformly at random into m voters (3–4);
+3. for t = 1..T_max: y^nonRAG_t = LLM(x, "" | y_<t); every voter votes y^(i)_t =
+   LLM(x, D^i | y_<t); Hist_t counts the votes (Alg. 8); if Hist_t[y^nonRAG_t] +
+   Lap(4/ε_Lap) ≤ θ̂ (a *discovery*), y_t = expoMech(Hist_t; ε_Expo) (Alg. 9) and c ← c − 1,
+   else y_t = y^nonRAG_t; stop at ⟨EOS⟩ or when c = 0 (lines 5–17).
+
+Lines 2 and 11 are exactly :class:`ragprivacy.dp.AboveThreshold` with ε = ε_Lap, at most c
+discoveries and ``below=True``; line 12 is :func:`ragprivacy.dp.exponential_mechanism`.
+Neighbouring relation: add/remove one document, which changes one voter (Private-RAG F.1),
+so every count has sensitivity 1. Guarantee: ε-DP (Lemma 1: c discoveries of ε_0 each);
+the response reports ``PureDpEvent(c·ε_0)``, charged whatever the number of discoveries.
+
+**Voters.** ``LLM(x, D^i | y_<t)`` is the greedy next token of the generator given the
+voter's documents and the shared prefix. Voters are *batched*: each distinct context is
+answered once (``generate_batch`` over all voters and the non-RAG prompt in one call), and
+while the shared prefix agrees with a voter's own greedy answer its vote is that answer's
+next token (or ⟨EOS⟩ at its end) — for an autoregressive greedy model this *is* the
+argmax of its next-token distribution, so no further call is needed. Only voters whose
+answer disagrees with the prefix call ``next_token_distribution`` (once per distinct
+context and token, through ``next_token_distribution_batch`` when the backend has it).
+Voters with identical contexts — in particular all-padding voters, which equal the
+non-RAG prompt — share their calls. For the reference reader, whose ANSWER rule is not
+autoregressive, this rule *defines* its conditional continuation.
+
+**Vocabulary.** The exponential mechanism ranges over a fixed vocabulary V (Alg. 9), which
+must not depend on the private documents: pass ``vocabulary`` (an LLM's tokenizer
+vocabulary; for the word-level reference reader, the words of a public word list). Votes
+for tokens outside V are dropped (counted for none), which keeps sensitivity 1. Default:
+the non-RAG next-token distribution's support at the first step (public: it sees no
+document) plus ⟨EOS⟩.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._random import RngLike, make_rng
+from ragprivacy._validation import check_positive, check_positive_int
+from ragprivacy.dp import AboveThreshold, PureDpEvent, exponential_mechanism
+from ragprivacy.errors import ConfigError
+from ragprivacy.generate import Generator, Prompt, detokenize, normalize
+from ragprivacy.types import Completion
+
+__all__ = ["EOS", "DPVoteConfig", "VoteResult", "dp_vote_generate"]
+
+EOS = "</s>"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DPVoteConfig:
+    """Settings of DP-RAG by token voting (Private-RAG Alg. 4; defaults from App. E).
+
+    Attributes:
+        epsilon_token: ε_0, the budget of one discovery (ε_token ∈ {0.5, 1, 2} in App. E).
+        theta: the voting threshold θ (default m/2, rounded down: τ_svt = k/2 in App. E).
+        max_tokens: T_max.
+        simulation: float noise from ``rng`` instead of the secure samplers.
+    """
+
+    epsilon_token: float = 2.0
+    theta: int | None = None
+    max_tokens: int = 16
+    simulation: bool = False
+
+    def __post_init__(self) -> None:
+        check_positive("epsilon_token", self.epsilon_token)
+        check_positive_int("max_tokens", self.max_tokens)
+        if self.theta is not None:
+            check_positive_int("theta", self.theta, allow_zero=True)
+
+    def discoveries(self, epsilon: float) -> int:
+        """c = ⌊ε/ε_0⌋ (Alg. 4 line 2)."""
+        return int(math.floor(check_positive("epsilon", epsilon) / self.epsilon_token + 1e-12))
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResult:
+    """One DP-RAG answer: its tokens, the discoveries made, the cost, and how many
+    generator calls the voting took (``calls``)."""
+
+    completion: Completion
+    discoveries: int
+    max_discoveries: int
+    event: PureDpEvent | None
+    calls: int
+
+
+class _Voter:
+    """The greedy continuation of one distinct context (shared by all its voters)."""
+
+    __slots__ = ("answer", "prompt")
+
+    def __init__(self, prompt: Prompt, answer: Sequence[str]) -> None:
+        self.prompt = prompt
+        self.answer = tuple(answer)
+
+
+def _distributions(generator: Generator, prompts: list[Prompt], prefix: list[str]) -> list[Any]:
+    batch = getattr(generator, "next_token_distribution_batch", None)
+    if callable(batch):
+        return list(batch(prompts, prefix))
+    return [generator.next_token_distribution(p, prefix) for p in prompts]
+
+
+def _argmax_token(dist: Any) -> str:
+    probs = np.asarray(dist.probs)
+    return str(dist.tokens[int(np.argmax(probs))]) if probs.size else EOS
+
+
+def dp_vote_generate(
+    generator: Generator,
+    prompt: Prompt,
+    voter_contexts: Sequence[tuple[str, ...]],
+    epsilon: float,
+    config: DPVoteConfig,
+    *,
+    vocabulary: Sequence[str] | None = None,
+    rng: RngLike = None,
+) -> VoteResult:
+    """Run Alg. 4 lines 1–2 and 5–18 for ``prompt`` with the given voters' documents.
+
+    Args:
+        generator: the LLM.
+        prompt: the query's prompt (its own context is ignored).
+        voter_contexts: D^1..D^m (already retrieved and partitioned; empty strings are
+            padding and are dropped from the prompts).
+        epsilon: this query's budget ε (c = ⌊ε/ε_0⌋ discoveries).
+        config: the voting settings.
+        vocabulary: the public token domain V of the exponential mechanism.
+        rng: simulation stream (``config.simulation``).
+    """
+    m = len(voter_contexts)
+    if m == 0:
+        raise ConfigError("DP voting needs at least one voter.")
+    c = config.discoveries(epsilon)
+    if c == 0:
+        raise ConfigError(
+            f"The per-query budget {epsilon} is below one discovery's ε_0 = "
+            f"{config.epsilon_token}; raise epsilon or lower epsilon_token."
+        )
+    eps_half = config.epsilon_token / 2  # ε_Expo = ε_Lap = ε_0/2 (line 1)
+    theta = m // 2 if config.theta is None else config.theta
+    gen = make_rng(rng) if config.simulation else None
+    sv = AboveThreshold(
+        theta, eps_half, max_discoveries=c, below=True, simulation=config.simulation, rng=gen
+    )  # θ̂ = θ + Lap(2/ε_Lap) now; Count_t + Lap(4/ε_Lap) per token (lines 2, 11)
+
+    # Distinct contexts: index 0 is the non-RAG prompt (padding-only voters share it).
+    contexts: list[tuple[str, ...]] = [()]
+    slot: list[int] = []
+    for ctx in voter_contexts:
+        clean = tuple(d for d in ctx if d)
+        if clean not in contexts:
+            contexts.append(clean)
+        slot.append(contexts.index(clean))
+    prompts = [prompt.with_context(ctx) for ctx in contexts]
+    completions = generator.generate_batch(prompts, max_tokens=config.max_tokens)
+    calls = 1
+    voters = [_Voter(p, comp.tokens) for p, comp in zip(prompts, completions)]
+    weights = np.bincount(np.array(slot, dtype=np.int64), minlength=len(contexts))
+
+    if vocabulary is None:
+        first = generator.next_token_distribution(prompts[0], [])
+        calls += 1
+        vocabulary = [*first.tokens, EOS]
+    vocab = list(dict.fromkeys(vocabulary))
+    pos_of = {normalize(tok): i for i, tok in enumerate(vocab)}
+    if normalize(EOS) not in pos_of:
+        pos_of[normalize(EOS)] = len(vocab)
+        vocab.append(EOS)
+
+    out: list[str] = []
+    for _t in range(config.max_tokens):
+        votes = [""] * len(voters)
+        need = []
+        for i, v in enumerate(voters):
+            if tuple(out) == v.answer[: len(out)]:
+                votes[i] = v.answer[len(out)] if len(v.answer) > len(out) else EOS
+            else:
+                need.append(i)
+        if need:
+            dists = _distributions(generator, [voters[i].prompt for i in need], out)
+            calls += 1
+            for i, d in zip(need, dists):
+                votes[i] = _argmax_token(d)
+        hist = np.zeros(len(vocab), dtype=np.int64)  # Alg. 8
+        for i, tok in enumerate(votes):
+            j = pos_of.get(normalize(tok))
+            if j is not None:
+                hist[j] += weights[i]
+        non_rag = votes[0]
+        j0 = pos_of.get(normalize(non_rag))
+        count = int(hist[j0]) if j0 is not None else 0
+        if sv.test(count):  # discovery (line 11)
+            if config.simulation:
+                pick = int(exponential_mechanism(hist, eps_half, simulation=True, rng=gen))
+            else:
+                pick = int(exponential_mechanism(hist, eps_half))
+            token = vocab[pick]
+        else:
+            token = non_rag
+        if normalize(token) == normalize(EOS):
+            break
+        out.append(token)
+        if sv.halted:  # c = 0 (line 16)
+            break
+    completion = Completion(text=detokenize(out), tokens=tuple(out))
+    return VoteResult(completion, sv.discoveries, c, PureDpEvent(c * config.epsilon_token), calls)

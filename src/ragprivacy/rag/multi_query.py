@@ -1,0 +1,341 @@
+"""Private RAG systems built on token voting: single-query DP-RAG and the multi-query
+pipelines of Private-RAG.
+
+- ``dp_vote`` — :class:`DPVoteRAG`, single-query DP-RAG (Alg. 4): retrieve m·k documents,
+  partition them at random among m voters, vote (see :mod:`ragprivacy.rag.dp_vote`).
+- ``naive_multi`` — :class:`NaiveMultiRAG` (Alg. 5): DP-RAG with ε_q per query, sequential
+  composition: T queries cost T·ε_q; a query that would take an account past
+  ``total_epsilon`` is refused before retrieval (``BudgetExhaustedError``, nothing spent).
+- ``murag`` — :class:`MuRAG` (Alg. 1): fixed relevance threshold τ, per-document filters
+  with budget M·ε_q (a :class:`~ragprivacy.dp.BudgetStore`), TOP-K with padding, DP-RAG
+  with ε_q. Whole-system guarantee: ε = M·ε_q per document (Thm 1).
+- ``murag_ada`` — :class:`MuRAGAda` (Alg. 2/6): adaptive threshold by noisy prefix sums
+  with ε_thr, DP-RAG with ε_RAG = ε_q − ε_thr (Thm 2).
+
+The screening and its charges happen before any generation; a charge the store refuses
+(another writer spent the budget meanwhile) raises ``DocumentBudgetExhaustedError`` with
+nothing charged and nothing generated. Documents whose budget is spent are dropped from
+the active set, as Alg. 1 line 2 says, rather than failing the request.
+
+Reuse of earlier answers (Private-RAG §6, ``reuse_answers=True``): the previous answers
+are DP outputs, so re-using them is post-processing and free; the most similar earlier
+question's "question answer" text joins every voter's context.
+
+Each response's :class:`~ragprivacy.types.PrivacyCost` gives the query's ε, the
+cumulative ε (the account's total for ``naive_multi``; the largest per-document spend so
+far for the filtered pipelines) and, for the filtered pipelines, what each charged
+document paid.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._random import RngLike, make_rng
+from ragprivacy._validation import check_positive, check_positive_int
+from ragprivacy.dp import BudgetStore
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.generate import Generator, Prompt, tokenize
+from ragprivacy.rag.base import Query, RAGSystem, register_system
+from ragprivacy.rag.dp_vote import DPVoteConfig, VoteResult, dp_vote_generate
+from ragprivacy.retrieval import Retriever, ThresholdRetriever
+from ragprivacy.types import PrivacyCost, Response, Retrieval
+
+__all__ = ["DPVoteRAG", "MuRAG", "MuRAGAda", "NaiveMultiRAG"]
+
+
+def _partition(texts: Sequence[str], voters: int, per_voter: int, gen: np.random.Generator):
+    """Alg. 4 line 4: pad to m·k slots with empty documents, split uniformly at random."""
+    slots = list(texts)[: voters * per_voter]
+    slots += [""] * (voters * per_voter - len(slots))
+    order = gen.permutation(len(slots))
+    shuffled = [slots[i] for i in order]
+    return [tuple(shuffled[i * per_voter : (i + 1) * per_voter]) for i in range(voters)]
+
+
+class _Voting(RAGSystem):
+    """Shared machinery: voter settings, the vote, the optional answer memory."""
+
+    def __init__(
+        self,
+        generator: Generator,
+        *,
+        slots: int,
+        docs_per_voter: int = 1,
+        epsilon_token: float = 2.0,
+        theta: int | None = None,
+        max_tokens: int = 16,
+        simulation: bool = False,
+        vocabulary: Sequence[str] | None = None,
+        instruction: str | None = None,
+        reuse_answers: bool = False,
+        rng: RngLike = None,
+    ) -> None:
+        self.generator = generator
+        self.docs_per_voter = check_positive_int("docs_per_voter", docs_per_voter)
+        if slots % self.docs_per_voter:
+            raise ConfigError(
+                f"The {slots} retrieved documents cannot be split evenly into voters of "
+                f"{self.docs_per_voter}; choose k as a multiple of docs_per_voter."
+            )
+        self.voters = slots // self.docs_per_voter
+        self.vote = DPVoteConfig(
+            epsilon_token=epsilon_token, theta=theta, max_tokens=max_tokens, simulation=simulation
+        )
+        self.vocabulary = list(vocabulary) if vocabulary is not None else None
+        self.instruction = instruction
+        self.reuse_answers = bool(reuse_answers)
+        self._memory: list[tuple[str, str]] = []
+        self._gen = make_rng(rng) if simulation else np.random.default_rng()
+        self._lock = threading.Lock()
+
+    def _remembered(self, question: str) -> tuple[str, ...]:
+        if not self.reuse_answers or not self._memory:
+            return ()
+        words = {w.casefold() for w in tokenize(question)}
+        best, best_overlap = None, 0.0
+        for q, a in self._memory:
+            qw = {w.casefold() for w in tokenize(q)}
+            overlap = len(words & qw) / max(1, len(words | qw))
+            if overlap > best_overlap:
+                best, best_overlap = f"{q} {a}", overlap
+        return (best,) if best is not None and best_overlap >= 0.3 else ()
+
+    def _answer_with(
+        self, q: Query, texts: Sequence[str], epsilon: float
+    ) -> tuple[VoteResult, list[tuple[str, ...]]]:
+        contexts = _partition(texts, self.voters, self.docs_per_voter, self._gen)
+        extra = self._remembered(q.text)
+        if extra:
+            contexts = [ctx + extra for ctx in contexts]
+        prompt = Prompt(q.task, q.text, (), self.instruction, q.options)
+        result = dp_vote_generate(
+            self.generator,
+            prompt,
+            contexts,
+            epsilon,
+            self.vote,
+            vocabulary=self.vocabulary,
+            rng=self._gen if self.vote.simulation else None,
+        )
+        if self.reuse_answers and result.completion.text:
+            self._memory.append((q.text, result.completion.text))
+        return result, contexts
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "voters": self.voters,
+            "docs_per_voter": self.docs_per_voter,
+            "epsilon_token": self.vote.epsilon_token,
+            "theta": self.vote.theta if self.vote.theta is not None else self.voters // 2,
+            "max_tokens": self.vote.max_tokens,
+            "generator": self.generator.name,
+            "reuse_answers": self.reuse_answers,
+        }
+
+
+def _response(result: VoteResult, retrieval: Retrieval | None, cost: PrivacyCost) -> Response:
+    return Response(
+        text=result.completion.text,
+        tokens=result.completion.tokens,
+        logprobs=None,
+        privacy=cost,
+        retrieval=retrieval,
+        metadata={"discoveries": result.discoveries, "generator_calls": result.calls},
+    )
+
+
+class DPVoteRAG(_Voting):
+    """Single-query DP-RAG by token voting (Private-RAG Alg. 4).
+
+    The retriever's k is m·k_voter (``docs_per_voter`` = k_voter); any retriever works
+    (a private one adds its own event, reported by the retrieval).
+    """
+
+    name = "dp_vote"
+
+    def __init__(
+        self, retriever: Retriever, generator: Generator, *, epsilon: float = 10.0, **kw: Any
+    ) -> None:
+        super().__init__(generator, slots=retriever.k, **kw)
+        self.retriever = retriever
+        self.epsilon = check_positive("epsilon", epsilon)
+        self.vote.discoveries(self.epsilon)
+
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        q = Query.of(query)
+        retrieval = self.retriever.retrieve(q.search_text, account=account)
+        result, _ = self._answer_with(q, self.retriever.kb.texts(retrieval.indices), self.epsilon)
+        eps = result.max_discoveries * self.vote.epsilon_token
+        return _response(result, retrieval, PrivacyCost(epsilon=eps, mechanism=self.name))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "epsilon": self.epsilon,
+            "retriever": self.retriever.config(),
+            **self._settings(),
+        }
+
+
+class NaiveMultiRAG(DPVoteRAG):
+    """NAIVE-MULTI-RAG (Private-RAG Alg. 5): DP-RAG with ε_q per query; T queries of an
+    account cost T·ε_q by sequential composition; ``total_epsilon`` (ε ≥ T·ε_q) caps it.
+    """
+
+    name = "naive_multi"
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        generator: Generator,
+        *,
+        epsilon_q: float = 10.0,
+        total_epsilon: float | None = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(retriever, generator, epsilon=epsilon_q, **kw)
+        self.total_epsilon = (
+            None if total_epsilon is None else check_positive("total_epsilon", total_epsilon)
+        )
+        self._spent: dict[str, float] = {}
+
+    def spent(self, account: str | None = None) -> float:
+        return self._spent.get(account or "anonymous", 0.0)
+
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        key = account or "anonymous"
+        cost = self.vote.discoveries(self.epsilon) * self.vote.epsilon_token
+        with self._lock:  # check and reserve before any retrieval or generation
+            spent = self._spent.get(key, 0.0)
+            if self.total_epsilon is not None and spent + cost > self.total_epsilon * (1 + 1e-9):
+                raise BudgetExhaustedError(
+                    f"Account {key!r} has spent ε = {spent:g} of its total {self.total_epsilon:g}"
+                    f"; another query costs {cost:g} (Alg. 5 needs ε ≥ T·ε_q). Nothing was "
+                    f"spent; raise total_epsilon or stop."
+                )
+            self._spent[key] = spent + cost
+        q = Query.of(query)
+        retrieval = self.retriever.retrieve(q.search_text, account=account)
+        result, _ = self._answer_with(q, self.retriever.kb.texts(retrieval.indices), self.epsilon)
+        return _response(
+            result,
+            retrieval,
+            PrivacyCost(epsilon=cost, mechanism=self.name, cumulative_epsilon=spent + cost),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out.update(name=self.name, epsilon_q=self.epsilon, total_epsilon=self.total_epsilon)
+        return out
+
+
+class MuRAG(_Voting):
+    """MURAG (Private-RAG Alg. 1): fixed τ, per-document filters, DP-RAG with ε_q.
+
+    Args:
+        retriever: any retriever; its knowledge base and k (= K slots = m·k_voter) are used.
+        generator: the LLM.
+        tau: the fixed relevance threshold.
+        epsilon_q: the per-query budget.
+        max_retrievals: M (each document's budget is M·ε_q; the guarantee).
+        store: the budget store (default in memory; ``SqliteBudgetStore`` persists).
+        screening_simulation: simulate the threshold noise (MURAG-ADA) with ``rng``.
+        other keywords: voting settings (``docs_per_voter``, ``epsilon_token``, ``theta``,
+            ``max_tokens``, ``simulation``, ``vocabulary``, ``reuse_answers``, ``rng``).
+    """
+
+    name = "murag"
+    mode = "fixed"
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        generator: Generator,
+        *,
+        tau: float = 0.5,
+        epsilon_q: float = 10.0,
+        epsilon_thr: float = 1.0,
+        max_retrievals: int = 1,
+        bin_size: float = 0.02,
+        store: BudgetStore | None = None,
+        rng: RngLike = None,
+        simulation: bool = False,
+        **kw: Any,
+    ) -> None:
+        gen = make_rng(rng) if simulation else None
+        super().__init__(generator, slots=retriever.k, simulation=simulation, rng=gen, **kw)
+        self.screener = ThresholdRetriever(
+            retriever.kb,
+            k=retriever.k,
+            mode=self.mode,
+            tau=tau,
+            epsilon_q=epsilon_q,
+            epsilon_thr=epsilon_thr,
+            max_retrievals=max_retrievals,
+            bin_size=bin_size,
+            store=store,
+            simulation=simulation,
+            rng=gen,
+        )
+        self.vote.discoveries(self.screener.epsilon_rag)
+        self._max_spent = 0.0
+
+    @property
+    def total_epsilon(self) -> float:
+        """The guarantee every document ends with: M·ε_q (Thm 1–2)."""
+        return self.screener.max_retrievals * self.screener.epsilon_q
+
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        q = Query.of(query)
+        with self._lock:
+            screening = self.screener.screen_batch([q.search_text])[0]  # charges first
+            charged = list(screening.charged)
+            if charged:
+                spent = float(np.max(self.screener.filter.spent(charged)))
+                self._max_spent = max(self._max_spent, spent)
+            result, _ = self._answer_with(
+                q, self.screener.kb.texts(screening.retrieval.indices), self.screener.epsilon_rag
+            )
+        cost = PrivacyCost(
+            epsilon=self.screener.epsilon_q if charged else 0.0,
+            mechanism=self.name,
+            cumulative_epsilon=self._max_spent,
+            per_document=screening.charged,
+        )
+        resp = _response(result, screening.retrieval, cost)
+        meta = dict(resp.metadata)
+        meta.update(padding=screening.padding, tau=screening.tau, screened=screening.screened)
+        return Response(
+            text=resp.text,
+            tokens=resp.tokens,
+            privacy=cost,
+            retrieval=resp.retrieval,
+            metadata=meta,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "screening": self.screener.config(),
+            "total_epsilon": self.total_epsilon,
+            **self._settings(),
+        }
+
+
+class MuRAGAda(MuRAG):
+    """MURAG-ADA (Private-RAG Alg. 2/6): adaptive threshold with ε_thr, DP-RAG with
+    ε_RAG = ε_q − ε_thr (same arguments as :class:`MuRAG`; ``tau`` is unused)."""
+
+    name = "murag_ada"
+    mode = "adaptive"
+
+
+register_system("dp_vote", DPVoteRAG)
+register_system("naive_multi", NaiveMultiRAG)
+register_system("murag", MuRAG)
+register_system("murag_ada", MuRAGAda)

@@ -1,0 +1,250 @@
+"""``noisy_topk``: Gaussian noise-then-select retrieval with per-account calibration.
+
+Collusion paper §2.1, eq. (2.1): Retr(q, a) = TopK(Score(q, D) + N(0, σ²I)), with σ set
+per account from its budget (ε_acc, δ_acc) over an audit window of n queries: eq. (3.1)
+gives the per-query budget and eq. (3.4) the σ (``calibration="paper"``); the exact
+Gaussian-DP calibration (``calibration="exact"``) gives the smallest σ for which the n
+queries compose to exactly (ε_acc, δ_acc) (``ragprivacy.dp.calibrate_account_sigma``).
+
+Each account may make at most n queries: :class:`AccountQueryCounter` checks and reserves
+a query *before* anything is embedded or scored, and refuses with
+:class:`~ragprivacy.errors.BudgetExhaustedError` once the n are spent (nothing is
+reserved then).
+
+Neighbouring relation: add/remove one document. Sensitivity: the L2 change of the score
+vector, ≤ 1 for unit-norm embeddings (§2.2). Guarantee: each query is a Gaussian
+mechanism (event ``GaussianEvent(σ, Δ)``), so one account's n queries are
+(ε_acc, δ_acc)-DP under the chosen calibration; the top-K indices are post-processing.
+
+Modes: secure (default) — exact discrete Gaussian on a fixed-point grid
+(:class:`~ragprivacy.dp.GaussianNoisyTopK`); ``simulation=True`` — numpy float noise from
+``rng``; ``lazy=True`` (simulation only) — the exact lazy variant of
+:mod:`ragprivacy.retrieval.lazy_noisy` over the index's (possibly approximate) top-C.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._random import RngLike, make_rng
+from ragprivacy._validation import check_choice, check_positive, check_positive_int
+from ragprivacy.dp import GaussianNoisyTopK, calibrate_account_sigma
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.retrieval.base import Retriever, register_retriever
+from ragprivacy.retrieval.knowledge_base import KnowledgeBase
+from ragprivacy.retrieval.lazy_noisy import lazy_noisy_topk
+from ragprivacy.types import Retrieval
+
+__all__ = ["AccountQueryCounter", "NoisyTopKRetriever"]
+
+ANONYMOUS = "anonymous"
+
+
+class AccountQueryCounter:
+    """Queries made per account against a limit of n each (thread-safe, in memory).
+
+    :meth:`reserve` checks that all requested queries fit, then records them as one step;
+    if they do not fit it raises :class:`BudgetExhaustedError` and records nothing.
+
+    >>> c = AccountQueryCounter(2)
+    >>> c.reserve("alice", 2)
+    2
+    >>> c.remaining("alice")
+    0
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = check_positive_int("limit", limit)
+        self._used: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def used(self, account: str) -> int:
+        with self._lock:
+            return self._used.get(account, 0)
+
+    def remaining(self, account: str) -> int:
+        return self.limit - self.used(account)
+
+    def reserve(self, account: str, count: int = 1) -> int:
+        """Record ``count`` queries for ``account``; returns how many it has used."""
+        count = check_positive_int("count", count)
+        with self._lock:
+            used = self._used.get(account, 0)
+            if used + count > self.limit:
+                raise BudgetExhaustedError(
+                    f"Account {account!r} has used {used} of its {self.limit} queries and asked "
+                    f"for {count} more; its privacy budget for this window is spent. Start a "
+                    f"new audit window (a new counter) or raise the budget."
+                )
+            self._used[account] = used + count
+            return used + count
+
+
+class NoisyTopKRetriever(Retriever):
+    """Gaussian noise-then-select over the full score vector (collusion paper eq. 2.1).
+
+    Args:
+        kb: the knowledge base.
+        k: documents per query.
+        epsilon_acc: per-account ε over the window.
+        delta_acc: per-account δ.
+        queries_per_account: n, the queries one account may make in the window.
+        calibration: ``"paper"`` (eq. 3.1 + 3.4), ``"exact"`` (GDP, tight), or
+            ``"analytic"``/``"rdp"`` (see :func:`ragprivacy.dp.calibrate_account_sigma`).
+        sigma: use this σ instead of calibrating (the budget is then only the counter).
+        sensitivity: L2 sensitivity of the score vector.
+        simulation: float noise from ``rng`` instead of the secure sampler.
+        lazy: the exact lazy variant over the index's top ``candidates`` (simulation only).
+        candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``).
+        score_bound: certified upper bound on every score for ``lazy`` (1 for unit
+            vectors; a small margin covers float rounding).
+        counter: a shared :class:`AccountQueryCounter` (default: a new one).
+        rng: simulation stream.
+
+    >>> from ragprivacy.corpus import Corpus
+    >>> from ragprivacy.types import Document
+    >>> kb = KnowledgeBase.build(Corpus([Document("a", "red apples"), Document("b", "blue sky"),
+    ...     Document("c", "green pears")]), embedder="hashing")
+    >>> r = NoisyTopKRetriever(kb, k=1, queries_per_account=2, simulation=True, rng=0)
+    >>> len(r.retrieve("blue sky", account="u1").ids)
+    1
+    """
+
+    name = "noisy_topk"
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        *,
+        k: int = 5,
+        epsilon_acc: float = 1.0,
+        delta_acc: float = 1e-6,
+        queries_per_account: int = 10_000,
+        calibration: str = "paper",
+        sigma: float | None = None,
+        sensitivity: float = 1.0,
+        simulation: bool = False,
+        lazy: bool = False,
+        candidates: int | None = None,
+        score_bound: float = 1.0 + 1e-5,
+        counter: AccountQueryCounter | None = None,
+        rng: RngLike = None,
+    ) -> None:
+        super().__init__(kb, k=k)
+        self.epsilon_acc = check_positive("epsilon_acc", epsilon_acc)
+        self.delta_acc = float(delta_acc)
+        self.queries_per_account = check_positive_int("queries_per_account", queries_per_account)
+        self.calibration = check_choice(
+            "calibration", calibration, ("paper", "exact", "analytic", "rdp")
+        )
+        self.sensitivity = check_positive("sensitivity", sensitivity)
+        if sigma is None:
+            sigma = calibrate_account_sigma(
+                self.epsilon_acc,
+                self.delta_acc,
+                self.queries_per_account,
+                sensitivity=self.sensitivity,
+                method=self.calibration,
+            )
+        self.sigma = check_positive("sigma", sigma)
+        self.simulation = bool(simulation)
+        self.lazy = bool(lazy)
+        if self.lazy and not self.simulation:
+            raise ConfigError(
+                "The lazy noise-then-select draws float noise: set simulation=True with "
+                "lazy=True (the secure path noises every score with the exact sampler)."
+            )
+        if not self.simulation and rng is not None:
+            raise ConfigError(
+                "Secure mode refuses 'rng' (seeded noise is not secure); set simulation=True "
+                "to simulate with a seed."
+            )
+        self.candidates = check_positive_int("candidates", candidates or max(64, 8 * self.k))
+        self.score_bound = float(score_bound)
+        self.mechanism = GaussianNoisyTopK(
+            sigma=self.sigma, k=self.k, sensitivity=self.sensitivity, simulation=self.simulation
+        )
+        self.counter = (
+            counter if counter is not None else AccountQueryCounter(self.queries_per_account)
+        )
+        self._rng = make_rng(rng) if self.simulation else None
+        self._rows: Any = None
+
+    def retrieve(self, query: str, *, account: str | None = None) -> Retrieval:
+        return self.retrieve_batch([query], account=account)[0]
+
+    def retrieve_batch(
+        self, queries: Sequence[str], *, account: str | None = None
+    ) -> list[Retrieval]:
+        if not queries:
+            return []
+        # Check and reserve the account's budget before touching any document.
+        self.counter.reserve(account or ANONYMOUS, len(queries))
+        vectors = self.kb.embedder.encode(list(queries))
+        if self.lazy:
+            return [self._lazy_one(v) for v in vectors]
+        scores = self.kb.index.scores(vectors)
+        sel = self.mechanism.select(scores, rng=self._rng)
+        ids = self.kb.index.ids
+        return [
+            Retrieval(
+                ids=tuple(ids[int(p)] for p in sel.indices[row]),
+                indices=tuple(int(p) for p in sel.indices[row]),
+                scores=tuple(float(s) for s in sel.noisy_scores[row]),
+                event=self.mechanism.event,
+            )
+            for row in range(len(queries))
+        ]
+
+    def _stored_rows(self) -> Any:
+        if self._rows is None:
+            index = self.kb.index
+            stored = getattr(index, "_stored", None)
+            self._rows = stored() if callable(stored) else index.vectors()  # type: ignore[attr-defined]
+        return self._rows
+
+    def _lazy_one(self, vector: np.ndarray) -> Retrieval:
+        n = len(self.kb)
+        found = self.kb.index.search(vector[None, :], min(self.candidates, n))
+        keep = found.indices[0] >= 0
+        cand = found.indices[0][keep]
+        rows = self._stored_rows()
+        v = np.asarray(vector, dtype=np.float32)
+        sel = lazy_noisy_topk(
+            cand,
+            found.scores[0][keep],
+            n,
+            self.k,
+            self.sigma,
+            score_of=lambda pos: rows[pos] @ v,
+            bound=self.score_bound,
+            sensitivity=self.sensitivity,
+            rng=self._rng,
+        )
+        ids = self.kb.index.ids
+        return Retrieval(
+            ids=tuple(ids[int(p)] for p in sel.indices),
+            indices=tuple(int(p) for p in sel.indices),
+            scores=tuple(float(s) for s in sel.noisy_scores),
+            event=sel.event,
+        )
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "k": self.k,
+            "epsilon_acc": self.epsilon_acc,
+            "delta_acc": self.delta_acc,
+            "queries_per_account": self.queries_per_account,
+            "calibration": self.calibration,
+            "sigma": self.sigma,
+            "simulation": self.simulation,
+            "lazy": self.lazy,
+        }
+
+
+register_retriever("noisy_topk", NoisyTopKRetriever)

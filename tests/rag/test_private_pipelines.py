@@ -1,0 +1,216 @@
+"""Private RAG pipelines pinned to Private-RAG Alg. 1, 2/6, 4, 5 and kNN-LM."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from ragprivacy.corpus import Corpus
+from ragprivacy.dp import SqliteBudgetStore
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.generate import Generator, Prompt, TokenDistribution, tokenize
+from ragprivacy.rag import (
+    KNNLM,
+    DPVoteConfig,
+    MuRAG,
+    MuRAGAda,
+    NaiveMultiRAG,
+    create_system,
+    dp_vote_generate,
+    knn_datastore,
+)
+from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
+from ragprivacy.types import Completion, Document
+
+VOCAB = ["alpha", "beta", "I", "don't", "know", ".", "</s>"]
+
+
+class FakeLLM(Generator):
+    """Answers 'alpha' when a context document holds 'secret alpha', else "I don't know."."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.generate_calls = 0
+        self.prompts = 0
+
+    def _answer(self, prompt: Prompt) -> list[str]:
+        if any("secret alpha" in d for d in prompt.context):
+            return ["alpha"]
+        return tokenize("I don't know.")
+
+    def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
+        return self.generate_batch([prompt])[0]
+
+    def generate_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int | None = None
+    ) -> list[Completion]:
+        self.generate_calls += 1
+        self.prompts += len(prompts)
+        return [Completion(" ".join(self._answer(p)), tuple(self._answer(p))) for p in prompts]
+
+    def next_token_distribution(
+        self, prompt: Prompt, prefix: Sequence[str] | str = ()
+    ) -> TokenDistribution:
+        return TokenDistribution(("beta", "</s>"), (0.6, 0.4))
+
+    def score(self, prompt: Prompt, continuation: str) -> Completion:
+        toks = tokenize(continuation)
+        return Completion(continuation, tuple(toks), tuple(-1.0 for _ in toks))
+
+
+def test_dp_vote_discoveries_and_stop() -> None:
+    llm = FakeLLM()
+    prompt = Prompt("answer", "what is the secret?")
+    voters = [("secret alpha",)] * 8
+    cfg = DPVoteConfig(epsilon_token=100.0, simulation=True)
+    # c = ⌊1000/100⌋ = 10: 'alpha' is a discovery (count of the non-RAG token 'I' is 0),
+    # then every voter votes ⟨EOS⟩: a second discovery that ends the answer.
+    r = dp_vote_generate(llm, prompt, voters, 1000.0, cfg, vocabulary=VOCAB, rng=0)
+    assert r.completion.tokens == ("alpha",)
+    assert r.discoveries == 2 and r.max_discoveries == 10
+    assert r.event.epsilon == pytest.approx(1000.0)
+    # voters share one batched generate call; only the non-RAG voter needs a distribution
+    assert llm.generate_calls == 1 and llm.prompts == 2 and r.calls <= 3
+    # c = 1: the answer stops as soon as the one discovery is spent (Alg. 4 line 16)
+    r1 = dp_vote_generate(llm, prompt, voters, 100.0, cfg, vocabulary=VOCAB, rng=0)
+    assert r1.completion.tokens == ("alpha",) and r1.discoveries == 1
+    # every voter empty (all padding): the count of the non-RAG token is m > θ̂, so the
+    # answer is the non-RAG answer with no discovery
+    r0 = dp_vote_generate(llm, prompt, [("",)] * 8, 1000.0, cfg, vocabulary=VOCAB, rng=0)
+    assert r0.completion.text == "I don't know." and r0.discoveries == 0
+    with pytest.raises(ConfigError, match="below one discovery"):
+        dp_vote_generate(llm, prompt, voters, 50.0, cfg, vocabulary=VOCAB, rng=0)
+
+
+def test_dp_vote_discoveries_never_exceed_c() -> None:
+    llm = FakeLLM()
+    prompt = Prompt("answer", "q")
+    cfg = DPVoteConfig(epsilon_token=0.5, simulation=True, max_tokens=30)
+    for seed in range(20):
+        r = dp_vote_generate(
+            llm, prompt, [("secret alpha",), ("",)] * 3, 1.7, cfg, vocabulary=VOCAB, rng=seed
+        )
+        assert r.discoveries <= 3 == r.max_discoveries  # c = ⌊1.7/0.5⌋
+
+
+@pytest.fixture()
+def kb() -> KnowledgeBase:
+    docs = [Document(f"s{i}", "the secret alpha is kept in the vault") for i in range(6)]
+    docs += [Document(f"o{i}", f"unrelated note number {i} about gardens") for i in range(6)]
+    return KnowledgeBase.build(Corpus(docs), embedder="hashing")
+
+
+def test_naive_multi_refuses_before_generation(kb: KnowledgeBase) -> None:
+    llm = FakeLLM()
+    sys = NaiveMultiRAG(
+        TopKRetriever(kb, k=6),
+        llm,
+        epsilon_q=4.0,
+        total_epsilon=8.0,
+        epsilon_token=2.0,
+        simulation=True,
+        vocabulary=VOCAB,
+        rng=0,
+    )
+    a = sys.answer("where is the secret alpha?", account="u")
+    assert a.privacy.epsilon == 4.0 and a.privacy.cumulative_epsilon == 4.0
+    sys.answer("where is the secret alpha?", account="u")
+    calls = llm.generate_calls
+    with pytest.raises(BudgetExhaustedError, match="Nothing was spent"):
+        sys.answer("where is the secret alpha?", account="u")
+    assert llm.generate_calls == calls and sys.spent("u") == 8.0
+    assert sys.answer("secret?", account="v").privacy.cumulative_epsilon == 4.0
+
+
+def test_murag_budgets_and_padding(kb: KnowledgeBase) -> None:
+    llm = FakeLLM()
+    sys = MuRAG(
+        TopKRetriever(kb, k=6),
+        llm,
+        tau=0.3,
+        epsilon_q=4.0,
+        max_retrievals=1,
+        epsilon_token=2.0,
+        simulation=True,
+        vocabulary=VOCAB,
+        rng=0,
+    )
+    assert sys.total_epsilon == 4.0
+    first = sys.answer("where is the secret alpha kept?")
+    charged = dict(first.privacy.per_document)
+    assert charged and set(charged.values()) == {4.0}
+    assert all(d.startswith("s") for d in charged)  # only screened documents pay
+    assert first.metadata["padding"] == 6 - len(first.retrieval)
+    second = sys.answer("where is the secret alpha kept?")
+    # M = 1: every relevant document is spent, so all K slots are padding (non-RAG answer)
+    assert second.metadata["padding"] == 6 and second.privacy.per_document == {}
+    assert "alpha" not in second.text and second.metadata["discoveries"] <= 2
+    assert second.privacy.cumulative_epsilon == pytest.approx(4.0)
+
+
+def test_murag_persists_budgets(kb: KnowledgeBase, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "b.sqlite"
+    args = {
+        "tau": 0.3,
+        "epsilon_q": 2.0,
+        "epsilon_token": 2.0,
+        "simulation": True,
+        "vocabulary": VOCAB,
+        "rng": 0,
+    }
+    s1 = MuRAG(TopKRetriever(kb, k=6), FakeLLM(), store=SqliteBudgetStore(path, 2.0), **args)
+    assert s1.answer("secret alpha vault").privacy.per_document
+    s2 = MuRAG(TopKRetriever(kb, k=6), FakeLLM(), store=SqliteBudgetStore(path, 2.0), **args)
+    assert s2.answer("secret alpha vault").metadata["padding"] == 6
+
+
+def test_murag_ada_splits_budget(kb: KnowledgeBase) -> None:
+    sys = MuRAGAda(
+        TopKRetriever(kb, k=6),
+        FakeLLM(),
+        epsilon_q=5.0,
+        epsilon_thr=1.0,
+        bin_size=0.05,
+        epsilon_token=2.0,
+        simulation=True,
+        vocabulary=VOCAB,
+        rng=0,
+    )
+    assert sys.screener.epsilon_rag == 4.0
+    r = sys.answer("where is the secret alpha kept?")
+    assert set(r.privacy.per_document.values()) <= {1.0, 5.0}
+    assert r.privacy.epsilon == 5.0
+
+
+def test_registry_builds_private_systems(kb: KnowledgeBase) -> None:
+    llm = FakeLLM()
+    for name in ("dp_vote", "naive_multi", "murag", "murag_ada"):
+        sys = create_system(
+            name,
+            retriever=TopKRetriever(kb, k=4),
+            generator=llm,
+            simulation=True,
+            vocabulary=VOCAB,
+            rng=0,
+        )
+        assert sys.answer("secret alpha?").privacy.mechanism == name
+        assert sys.describe()["name"] == name
+
+
+def test_knnlm_copies_datastore_with_any_retriever() -> None:
+    corpus = Corpus([Document("a", "the vault code is seven nine two")])
+    store = knn_datastore(corpus, window=3)
+    assert len(store) == len(tokenize(corpus[0].text))
+    assert store[0].metadata["next"] == "vault"
+    kb = KnowledgeBase.build(store, embedder="hashing")
+
+    class Flat(FakeLLM):
+        def next_token_distribution(self, prompt, prefix=()):  # type: ignore[no-untyped-def]
+            return TokenDistribution(("the", "</s>"), (0.5, 0.5))
+
+    sys = KNNLM(TopKRetriever(kb, k=1), Flat(), lam=1.0, window=3, max_tokens=4)
+    out = sys.answer("the vault code")
+    assert out.tokens[:2] == ("is", "seven")
+    assert out.metadata["retrievals"] == len(out.tokens) + (len(out.tokens) < 4)
