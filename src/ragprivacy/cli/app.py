@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 import typer
 
-from ragprivacy.cli import corpus_cmd, run_cmd
+from ragprivacy.cli import attack_cmd, audit_cmd, collusion_cmd, corpus_cmd, dp_cmd, run_cmd
 from ragprivacy.errors import RagPrivacyError
 
 __all__ = ["app", "main"]
@@ -21,12 +21,10 @@ app = typer.Typer(
 app.add_typer(corpus_cmd.app, name="corpus")
 run_cmd.register(app)
 
-try:  # the DP commands live in their own module
-    from ragprivacy.cli import dp_cmd
-
-    app.add_typer(dp_cmd.app, name="dp", help="Privacy accounting and calibration.")
-except ImportError:  # pragma: no cover - while the module is absent
-    pass
+app.add_typer(dp_cmd.app, name="dp", help="Privacy accounting and calibration.")
+app.add_typer(collusion_cmd.app, name="collusion", help="The k-account collusion attack.")
+app.add_typer(audit_cmd.app, name="audit", help="The verifiable audit protocol.")
+attack_cmd.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     with it)."""
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv, prog_name="ragprivacy", standalone_mode=False)
+        code = command.main(args=argv, prog_name="ragprivacy", standalone_mode=False)
     except RagPrivacyError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         return 2
@@ -48,4 +46,5 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code or 0)
     except KeyboardInterrupt:
         return 130
-    return 0
+    # without standalone mode click returns a typer.Exit's code instead of exiting
+    return code if isinstance(code, int) else 0

@@ -1,0 +1,277 @@
+"""The k-account probe attack through the multi-tenant service's noisy top-K (§4.4, §A.3).
+
+Setting (collusion paper Figure 2(b)): the victim tenant's index holds ``background``
+random unit documents in ``dim`` dimensions plus one *planted* slot, which holds the target
+x* = q* (member world) or a unit vector x'* orthogonal to the probe q* (non-member world),
+so the score gap is Δ = 1. Each of k accounts sends the probe n times; the user-observable
+statistic is the number of the kn answers whose top-K contains the planted slot. The
+instrumented statistic (§4.5: not visible to an attacker) is the pooled noisy score of the
+planted slot.
+
+Regimes (§2.3, Table 1):
+
+* ``same-tenant`` — the k accounts belong to the victim tenant;
+* ``external-m4`` — the accounts belong to another tenant and reach the victim's index
+  through the M4 shared-backend misconfiguration (``shared_backend=True``);
+* ``external`` — the accounts belong to another tenant and the service is correctly
+  configured: their queries are scored against their own tenant's index, which does not
+  hold the planted slot, so the statistic is 0 in both worlds (AUC ½).
+
+Two ways to run a cell:
+
+* ``mode="service"`` sends every query through :meth:`MultiTenantRAG.search` (noise on
+  all |D_t| scores, then top-K; rate limits charged; one window per trial).
+* ``mode="exact"`` uses that, for a fixed index and a fixed probe, the kn answers are
+  i.i.d., so the hit count is exactly Binomial(kn, p_b) with
+  p_b = P(planted slot in the noisy top-K). p_b is computed from the service's own scores
+  and σ by Gauss–Hermite quadrature over the planted slot's noise and a Poisson-binomial
+  recursion over the other slots' noises (truncated at K). Tests check it against the
+  service path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ragprivacy._random import RngLike, make_rng
+from ragprivacy._typing import FloatArray
+from ragprivacy._validation import check_choice, check_positive, check_positive_int
+from ragprivacy.corpus import Corpus
+from ragprivacy.embed import HashingEmbedder
+from ragprivacy.errors import ConfigError
+from ragprivacy.index import ExactIndex
+from ragprivacy.rag import AccountPolicy, MultiTenantRAG
+from ragprivacy.retrieval import KnowledgeBase
+from ragprivacy.types import Document
+
+__all__ = ["TopKCellResult", "TopKHarness", "hit_probability"]
+
+PLANTED = "planted"
+REGIMES = ("same-tenant", "external-m4", "external")
+
+
+def _unit(rng: np.random.Generator, dim: int) -> np.ndarray:
+    v = rng.standard_normal(dim)
+    return v / np.linalg.norm(v)
+
+
+def hit_probability(
+    scores: FloatArray, target: int, sigma: float, top_k: int, *, nodes: int = 160
+) -> float:
+    """P(slot ``target`` is in the top-K of ``scores`` + N(0, σ²I)), by quadrature.
+
+    Conditioned on the target's noise u, every other slot j beats it independently with
+    probability Φ((s_j − s_t)/σ − u); the target is selected when fewer than K do. The
+    Poisson-binomial count is tracked up to K − 1; the outer integral over u ~ N(0, 1) uses
+    ``nodes`` Gauss–Hermite points (the integrand is smooth; 160 points give ~1e-12).
+    """
+    from scipy.special import ndtr
+
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    sigma = check_positive("sigma", sigma)
+    k = check_positive_int("top_k", top_k)
+    if not 0 <= target < s.size:
+        raise ConfigError(f"The 'target' slot must be in [0, {s.size}); got {target}.")
+    if k >= s.size:
+        return 1.0
+    x, w = np.polynomial.hermite_e.hermegauss(nodes)  # weight exp(-u²/2)
+    w = w / math.sqrt(2 * math.pi)
+    others = np.delete(s, target) - s[target]
+    beat = ndtr(others[None, :] / sigma - x[:, None])  # [nodes, N-1]
+    dist = np.zeros((x.size, k))
+    dist[:, 0] = 1.0
+    for j in range(beat.shape[1]):
+        p = beat[:, j : j + 1]
+        shifted = np.zeros_like(dist)
+        shifted[:, 1:] = dist[:, :-1]
+        dist = dist * (1 - p) + shifted * p
+    return float(np.clip(w @ dist.sum(axis=1), 0.0, 1.0))
+
+
+@dataclass(frozen=True, slots=True)
+class TopKCellResult:
+    """One (k, ε_acc) cell: the statistic under each world, per trial."""
+
+    k: int
+    epsilon_acc: float
+    hits_member: np.ndarray
+    hits_nonmember: np.ndarray
+    score_member: np.ndarray | None
+    score_nonmember: np.ndarray | None
+    p_member: float | None
+    p_nonmember: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopKHarness:
+    """The probe attack of §4.4 through :class:`~ragprivacy.rag.MultiTenantRAG`.
+
+    Args:
+        epsilon_acc: per-account ε (σ by eq. 3.4 from ``n``, or ``calibration``).
+        delta_acc: per-account δ.
+        n: queries per account (= the rate limit of each account).
+        top_k: K.
+        background: background documents in the victim index.
+        dim: embedding dimension.
+        regime: ``same-tenant``, ``external-m4`` or ``external``.
+        calibration: the :class:`~ragprivacy.rag.AccountPolicy` calibration.
+        index_seed: seed of the index and probe (shared by both worlds and every trial).
+    """
+
+    epsilon_acc: float
+    delta_acc: float = 1e-6
+    n: int = 200
+    top_k: int = 5
+    background: int = 50
+    dim: int = 32
+    regime: str = "same-tenant"
+    calibration: str = "paper"
+    index_seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive("epsilon_acc", self.epsilon_acc)
+        check_positive_int("n", self.n)
+        check_positive_int("top_k", self.top_k)
+        check_positive_int("background", self.background)
+        if self.dim < 16:
+            raise ConfigError(f"The 'dim' parameter must be >= 16; got {self.dim}.")
+        check_choice("regime", self.regime, REGIMES)
+
+    @property
+    def policy(self) -> AccountPolicy:
+        return AccountPolicy(
+            rate_limit=self.n,
+            epsilon=self.epsilon_acc,
+            delta=self.delta_acc,
+            calibration=self.calibration,
+        )
+
+    def _vectors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(self.index_seed)
+        bg = np.stack([_unit(rng, self.dim) for _ in range(self.background)])
+        probe = _unit(rng, self.dim)
+        other = _unit(rng, self.dim)
+        decoy = other - (other @ probe) * probe
+        decoy /= np.linalg.norm(decoy)
+        outsider = np.stack([_unit(rng, self.dim) for _ in range(self.background)])
+        return bg, probe, decoy, outsider
+
+    def _kb(self, vectors: np.ndarray, names: list[str]) -> KnowledgeBase:
+        docs = [Document(name, f"document {name}") for name in names]
+        index = ExactIndex(self.dim)
+        index.add(vectors.astype(np.float32), names)
+        return KnowledgeBase(Corpus(docs, name="tenant"), HashingEmbedder(dim=self.dim), index)
+
+    def service(
+        self, *, member: bool, k: int, simulation: bool = True, rng: RngLike = None
+    ) -> tuple[MultiTenantRAG, list[str], np.ndarray]:
+        """The service of one world with k attacker accounts; returns (service, account
+        ids, probe). The planted slot is the last position of the victim index."""
+        bg, probe, decoy, outsider = self._vectors()
+        planted = probe if member else decoy
+        names = [f"bg-{i}" for i in range(self.background)] + [PLANTED]
+        svc = MultiTenantRAG(
+            top_k=self.top_k,
+            shared_backend=self.regime == "external-m4",
+            simulation=simulation,
+            rng=rng if simulation else None,
+        )
+        svc.add_tenant("victim", self._kb(np.vstack([bg, planted]), names))
+        attacker_tenant = "victim"
+        if self.regime != "same-tenant":
+            attacker_tenant = "outsider"
+            svc.add_tenant(
+                "outsider",
+                self._kb(outsider, [f"out-{i}" for i in range(self.background)]),
+            )
+        accounts = [f"attacker-{i}" for i in range(k)]
+        for a in accounts:
+            svc.add_account(a, attacker_tenant, self.policy)
+        return svc, accounts, probe
+
+    def hit_probabilities(self) -> tuple[float, float]:
+        """(p_member, p_nonmember): one probe query's chance to return the planted slot."""
+        out = []
+        for member in (True, False):
+            svc, accounts, probe = self.service(member=member, k=1, rng=0)
+            if self.regime == "external":
+                out.append(0.0)
+                continue
+            scores = svc.knowledge_base("victim").index.scores(probe)[0]
+            out.append(hit_probability(scores, self.background, svc.sigma(accounts[0]), self.top_k))
+        return out[0], out[1]
+
+    def run(
+        self,
+        *,
+        k: int,
+        trials: int,
+        mode: str = "exact",
+        instrumented: bool = False,
+        rng: RngLike = None,
+    ) -> TopKCellResult:
+        """Run ``trials`` attacks by k accounts in each world.
+
+        ``instrumented`` (service mode) also records the pooled noisy score of the planted
+        slot — an offline reference view of the score channel, only where the planted slot
+        was selected (§4.5 reads it at the planted slot; here, the mean over the answers
+        that returned it, 0 when none did).
+        """
+        k = check_positive_int("k", k)
+        trials = check_positive_int("trials", trials)
+        check_choice("mode", mode, ("exact", "service"))
+        gen = make_rng(rng)
+        if mode == "exact":
+            p_in, p_out = self.hit_probabilities()
+            return TopKCellResult(
+                k=k,
+                epsilon_acc=self.epsilon_acc,
+                hits_member=gen.binomial(k * self.n, p_in, trials),
+                hits_nonmember=gen.binomial(k * self.n, p_out, trials),
+                score_member=None,
+                score_nonmember=None,
+                p_member=p_in,
+                p_nonmember=p_out,
+            )
+        hits: dict[bool, np.ndarray] = {}
+        score: dict[bool, np.ndarray] = {}
+        for member in (True, False):
+            svc, accounts, probe = self.service(member=member, k=k, rng=gen)
+            planted = self.background
+            queries = np.repeat(probe[None, :].astype(np.float32), self.n, axis=0)
+            target = (
+                None
+                if self.regime == "same-tenant"
+                else ("victim" if self.regime == "external-m4" else None)
+            )
+            h = np.zeros(trials, dtype=np.int64)
+            sc = np.zeros(trials)
+            for t in range(trials):
+                svc.open_window()
+                found = 0
+                total = 0.0
+                for a in accounts:
+                    sel = svc.search(queries, account=a, tenant=target)
+                    mask = (
+                        sel.indices == planted
+                        if sel.tenant == "victim"
+                        else np.zeros(sel.indices.shape, dtype=bool)
+                    )
+                    found += int(mask.sum())
+                    total += float(sel.noisy_scores[mask].sum())
+                h[t] = found
+                sc[t] = total / found if found else 0.0
+            hits[member], score[member] = h, sc
+        return TopKCellResult(
+            k=k,
+            epsilon_acc=self.epsilon_acc,
+            hits_member=hits[True],
+            hits_nonmember=hits[False],
+            score_member=score[True] if instrumented else None,
+            score_nonmember=score[False] if instrumented else None,
+            p_member=None,
+            p_nonmember=None,
+        )

@@ -1,0 +1,212 @@
+"""Phase A of the audit protocol: canonical encodings and commitments (collusion paper §5.2).
+
+Before the window opens the provider publishes, signed with its long-term Ed25519 key:
+
+* C_emb = H(embedder fingerprint ‖ prompt template ‖ tokenizer ‖ schema(D))   (R1, eq. 2.2)
+* C_idx = {C_{D_t}}: per tenant an RFC 9162 Merkle root over H(Emb(d)) of its
+  documents, in index order (R6, a vector commitment with O(log |D_t|) openings)
+* C_seed = H(s_W) for a fresh seed of at least 256 bits                          (G4)
+* C_ledger,0 = the empty tree's root SHA-256()                                    (G2)
+* C_policy = H(ε_acc ‖ δ_acc ‖ σ ‖ k_max ‖ δ_policy ‖ W)                          (eq. 5.1)
+
+Every H is SHA-256 over a type-tagged, length-prefixed encoding
+(:func:`ragprivacy.dp.encode_record`) with a label per commitment; structured values are
+canonical JSON (sorted keys, no spaces, floats in shortest round-trip form). Embeddings
+are committed in fixed point (:data:`FIXED_BITS` fractional bits, int32 little endian),
+which is also what retrieval scores, so scores are integers and re-execution is
+bit-exact on any machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._typing import FloatArray
+from ragprivacy._validation import check_positive, check_positive_int
+from ragprivacy.audit.merkle import EMPTY_ROOT, MerkleLog, verify_inclusion
+from ragprivacy.dp import collusion_sigma, encode_record
+from ragprivacy.errors import ConfigError
+
+__all__ = [
+    "FIXED_BITS",
+    "AuditPolicy",
+    "TenantCommitment",
+    "canonical_json",
+    "commit_hash",
+    "embedding_commitment",
+    "fixed_point",
+    "seed_commitment",
+    "verify_opening",
+]
+
+FIXED_BITS = 15  # embedding coordinates in units of 2^-15 (|v_i| ≤ 1 fits int32)
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Canonical JSON bytes: sorted keys, no whitespace, NaN refused."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def commit_hash(label: str, *parts: bytes | str | int) -> bytes:
+    """SHA-256 over ``label`` and ``parts`` in the unambiguous record encoding."""
+    return hashlib.sha256(encode_record("ragprivacy.audit/v1", label, *parts)).digest()
+
+
+def seed_commitment(seed: bytes) -> bytes:
+    """C_seed = H(s_W); refuses seeds shorter than 256 bits (λ ≥ 256, §5.2)."""
+    if not isinstance(seed, bytes) or len(seed) < 32:
+        raise ConfigError(
+            f"The window seed must be at least 32 random bytes; got "
+            f"{len(seed) if isinstance(seed, bytes) else type(seed).__name__}. Use os.urandom(32)."
+        )
+    return commit_hash("C_seed", seed)
+
+
+def embedding_commitment(
+    embedder_fingerprint: str, prompt_template: str, tokenizer: str, schema: Mapping[str, Any]
+) -> bytes:
+    """C_emb of eq. (R1): embedder, prompt template, tokenizer and index schema."""
+    return commit_hash(
+        "C_emb", embedder_fingerprint, prompt_template, tokenizer, canonical_json(dict(schema))
+    )
+
+
+def fixed_point(vectors: FloatArray) -> np.ndarray:
+    """Embeddings as int32 in units of 2^-FIXED_BITS (rounded to nearest, ties to even)."""
+    v = np.asarray(vectors, dtype=np.float64)
+    if v.ndim == 1:
+        v = v[None, :]
+    if not np.all(np.isfinite(v)) or np.abs(v).max(initial=0.0) > 4.0:
+        raise ConfigError("Embeddings must be finite unit-norm vectors to be committed.")
+    return np.rint(v * (1 << FIXED_BITS)).astype("<i4")
+
+
+class TenantCommitment:
+    """C_{D_t}: an RFC 9162 Merkle root over H(fixed-point Emb(d)) in index order.
+
+    ``opening(i)`` returns the vector bytes and its inclusion proof; anyone holding the
+    root checks it with :func:`verify_opening`.
+    """
+
+    def __init__(self, tenant: str, vectors: FloatArray) -> None:
+        self.tenant = tenant
+        self.fixed = fixed_point(vectors)
+        self._log = MerkleLog()
+        self._log.append_many(hashlib.sha256(row.tobytes()).digest() for row in self.fixed)
+
+    @property
+    def size(self) -> int:
+        return self._log.size
+
+    @property
+    def root(self) -> bytes:
+        return self._log.root()
+
+    def opening(self, position: int) -> tuple[bytes, list[bytes]]:
+        return self.fixed[position].tobytes(), self._log.inclusion_proof(int(position))
+
+
+def verify_opening(
+    root: bytes, size: int, position: int, vector_bytes: bytes, proof: Sequence[bytes]
+) -> bool:
+    """Check that ``vector_bytes`` sits at ``position`` of the committed tenant index."""
+    leaf = hashlib.sha256(vector_bytes).digest()
+    return verify_inclusion(leaf, position, size, proof, root)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditPolicy:
+    """The policy bound by C_policy (eq. 5.1) and the estimator's parameters.
+
+    Attributes:
+        epsilon_acc, delta_acc: the per-account budget.
+        rate_limit: r, queries per account per window (the n of eq. 3.1).
+        k_max: the declared coalition cap.
+        delta_policy: the final joint failure probability; must exceed k_max·δ_acc.
+        window_id, window_start, window_end: the audit window W (integer timestamps).
+        top_k: K.
+        sigma: σ on the scores (default: eq. 3.4 from the budget and r).
+        theta: cosine threshold of the coalition estimator (§5.4).
+        tau: its sliding window (same units as timestamps; None = the whole window).
+        grid_bits: resolution 2^-grid_bits of the integer scores the noise is added to.
+    """
+
+    epsilon_acc: float
+    delta_acc: float
+    rate_limit: int
+    k_max: int
+    delta_policy: float
+    window_id: str
+    window_start: int
+    window_end: int
+    top_k: int = 5
+    sigma: float | None = None
+    theta: float = 0.8
+    tau: int | None = None
+    grid_bits: int = 20
+
+    def __post_init__(self) -> None:
+        check_positive("epsilon_acc", self.epsilon_acc)
+        for name in ("delta_acc", "delta_policy"):
+            v = getattr(self, name)
+            if not 0 < float(v) < 1:
+                raise ConfigError(f"The '{name}' parameter must be in (0, 1); got {v!r}.")
+        check_positive_int("rate_limit", self.rate_limit)
+        check_positive_int("k_max", self.k_max)
+        check_positive_int("top_k", self.top_k)
+        if self.delta_policy <= self.k_max * self.delta_acc * (1 + 1e-12):
+            raise ConfigError(
+                f"Ill-formed audit policy: delta_policy must exceed k_max*delta_acc "
+                f"(= {self.k_max * self.delta_acc:g}, §5.2); got {self.delta_policy!r}. Raise "
+                "delta_policy or lower k_max."
+            )
+        if not isinstance(self.window_id, str) or not self.window_id:
+            raise ConfigError(
+                f"The 'window_id' must be a non-empty string; got {self.window_id!r}."
+            )
+        if int(self.window_end) <= int(self.window_start):
+            raise ConfigError(
+                f"The window must end after it starts; got [{self.window_start}, "
+                f"{self.window_end}]."
+            )
+        if self.sigma is not None:
+            check_positive("sigma", self.sigma)
+        if not 0 < float(self.theta) <= 1:
+            raise ConfigError(f"The 'theta' parameter must be in (0, 1]; got {self.theta!r}.")
+        if self.tau is not None:
+            check_positive_int("tau", self.tau)
+        if not 8 <= int(self.grid_bits) <= 30:
+            raise ConfigError(f"The 'grid_bits' must be in [8, 30]; got {self.grid_bits!r}.")
+
+    @property
+    def noise_sigma(self) -> float:
+        """σ on every score (eq. 3.4 unless set explicitly)."""
+        if self.sigma is not None:
+            return float(self.sigma)
+        return collusion_sigma(self.epsilon_acc, self.delta_acc, self.rate_limit)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["sigma"] = self.noise_sigma
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AuditPolicy:
+        return cls(**dict(data))
+
+    def commitment(self) -> bytes:
+        """C_policy = H(ε_acc ‖ δ_acc ‖ σ ‖ k_max ‖ δ_policy ‖ W ‖ estimator settings)."""
+        d = self.to_dict()
+        if not all(math.isfinite(v) for v in (d["sigma"], d["epsilon_acc"])):
+            raise ConfigError("Policy values must be finite.")
+        return commit_hash("C_policy", canonical_json(d))
+
+
+EMPTY_LEDGER = EMPTY_ROOT  # C_ledger,0 = H(⊥): the empty RFC 9162 tree

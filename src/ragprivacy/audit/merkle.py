@@ -1,0 +1,417 @@
+"""An append-only Merkle log compatible with RFC 9162 (Certificate Transparency v2).
+
+The collusion paper's query ledger (§5.3, primitive G2) is a Merkle tree over the query
+records r_q; the verifier checks that the window's final root is an append-only
+extension of the root published at window open (§5.5, check 3) and that every honest
+receipt is included at its position. This module follows RFC 9162 §2.1 exactly (as RFC
+6962 §2.1 did), so any transparency-log verifier can check its proofs:
+
+* leaf hash ``SHA-256(0x00 ‖ d)``, node hash ``SHA-256(0x01 ‖ left ‖ right)``;
+* the tree over ``n`` leaves splits at ``k``, the largest power of two smaller than ``n``;
+* the empty tree's root is ``SHA-256()``;
+* inclusion proofs (RFC 9162 §2.1.3) and consistency proofs (§2.1.4) are lists of 32-byte
+  hashes, checked by :func:`verify_inclusion` and :func:`verify_consistency` with the
+  RFC's verification algorithms (§2.1.3.2, §2.1.4.2).
+
+:class:`MerkleLog` keeps every complete, aligned subtree hash, so appending costs
+O(log n) hashes and a root or a proof costs O(log n) node lookups. With a ``path`` it
+stores leaves and nodes in SQLite (WAL, ``synchronous=FULL``: a committed append survives
+a crash or power loss) and reloads them when reopened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ragprivacy.errors import ConfigError, DataError, VerificationError
+
+__all__ = [
+    "EMPTY_ROOT",
+    "MerkleLog",
+    "leaf_hash",
+    "node_hash",
+    "root_from_leaf_hashes",
+    "verify_consistency",
+    "verify_inclusion",
+]
+
+HASH_SIZE = 32
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+
+
+def leaf_hash(data: bytes) -> bytes:
+    """RFC 9162 leaf hash: SHA-256(0x00 ‖ data)."""
+    return hashlib.sha256(b"\x00" + bytes(data)).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """RFC 9162 interior node hash: SHA-256(0x01 ‖ left ‖ right)."""
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def _split(n: int) -> int:
+    """The largest power of two strictly smaller than ``n`` (n ≥ 2)."""
+    return 1 << ((n - 1).bit_length() - 1)
+
+
+def root_from_leaf_hashes(hashes: Sequence[bytes]) -> bytes:
+    """MTH of RFC 9162 §2.1.1 over leaf hashes (a direct, independent recursion)."""
+    n = len(hashes)
+    if n == 0:
+        return EMPTY_ROOT
+    if n == 1:
+        return hashes[0]
+    k = _split(n)
+    return node_hash(root_from_leaf_hashes(hashes[:k]), root_from_leaf_hashes(hashes[k:]))
+
+
+def _check_hash(name: str, value: bytes) -> bytes:
+    if not isinstance(value, bytes | bytearray) or len(value) != HASH_SIZE:
+        raise ConfigError(
+            f"The '{name}' parameter must be a 32-byte SHA-256 hash; got "
+            f"{type(value).__name__} of length {len(value) if hasattr(value, '__len__') else '?'}."
+        )
+    return bytes(value)
+
+
+def verify_inclusion(
+    leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes
+) -> bool:
+    """Check an inclusion proof with the algorithm of RFC 9162 §2.1.3.2.
+
+    Args:
+        leaf: the leaf's *data* (it is hashed with :func:`leaf_hash` here).
+        index: the leaf's position (0-based).
+        size: the tree size the proof and ``root`` are for.
+        proof: the audit path, a list of 32-byte hashes.
+        root: the tree head the leaf should be included in.
+
+    Returns ``True`` only if the proof is valid; malformed input gives ``False``.
+    """
+    try:
+        path = [_check_hash("proof", p) for p in proof]
+        root = _check_hash("root", root)
+    except ConfigError:
+        return False
+    if not (isinstance(index, int) and isinstance(size, int)) or index < 0 or index >= size:
+        return False
+    fn, sn = index, size - 1
+    r = leaf_hash(leaf)
+    for p in path:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            if not fn & 1:
+                while fn and not fn & 1:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and r == root
+
+
+def verify_consistency(
+    old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]
+) -> bool:
+    """Check a consistency proof with the algorithm of RFC 9162 §2.1.4.2.
+
+    ``old_size == new_size`` needs an empty proof and equal roots; ``old_size == 0`` an
+    empty proof (every tree extends the empty one). Malformed input gives ``False``.
+    """
+    try:
+        path = [_check_hash("proof", p) for p in proof]
+        old_root = _check_hash("old_root", old_root)
+        new_root = _check_hash("new_root", new_root)
+    except ConfigError:
+        return False
+    if not (isinstance(old_size, int) and isinstance(new_size, int)):
+        return False
+    if old_size < 0 or new_size < old_size:
+        return False
+    if old_size == new_size:
+        return not path and old_root == new_root
+    if old_size == 0:
+        return not path and old_root == EMPTY_ROOT
+    if not path:
+        return False
+    if old_size & (old_size - 1) == 0:  # an exact power of two: the old root is a node
+        path = [old_root, *path]
+    fn, sn = old_size - 1, new_size - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            fr = node_hash(c, fr)
+            sr = node_hash(c, sr)
+            if not fn & 1:
+                while fn and not fn & 1:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            sr = node_hash(sr, c)
+        fn >>= 1
+        sn >>= 1
+    return fr == old_root and sr == new_root and sn == 0
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS leaves (idx INTEGER PRIMARY KEY, data BLOB NOT NULL,
+                                   hash BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (level INTEGER NOT NULL, idx INTEGER NOT NULL,
+                                  hash BLOB NOT NULL, PRIMARY KEY (level, idx));
+"""
+
+
+class MerkleLog:
+    """An append-only RFC 9162 Merkle log, in memory or durable in SQLite.
+
+    ``levels[h][i]`` holds the hash of the complete subtree over leaves
+    [i·2^h, (i+1)·2^h); appending a leaf completes at most ⌈log₂ n⌉ of them.
+
+    >>> log = MerkleLog()
+    >>> [log.append(d) for d in (b"a", b"b", b"c")]
+    [0, 1, 2]
+    >>> verify_inclusion(b"b", 1, 3, log.inclusion_proof(1, 3), log.root(3))
+    True
+    >>> verify_consistency(2, 3, log.root(2), log.root(), log.consistency_proof(2, 3))
+    True
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self._lock = threading.RLock()
+        self._levels: list[list[bytes]] = [[]]
+        self._data: list[bytes] = []
+        self._db: sqlite3.Connection | None = None
+        self.path = Path(path) if path is not None else None
+        if self.path is not None:
+            self._open(self.path)
+
+    # ------------------------------------------------------------------ storage
+    def _open(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(_SCHEMA)
+        self._db = db
+        rows = db.execute("SELECT idx, data, hash FROM leaves ORDER BY idx").fetchall()
+        for expected, (idx, data, h) in enumerate(rows):
+            if idx != expected:
+                raise DataError(
+                    f"The Merkle log at {path} has a gap at leaf {expected} (found {idx}); "
+                    "the store is damaged — restore it from a backup."
+                )
+            self._data.append(bytes(data))
+            self._levels[0].append(bytes(h))
+        for level, idx, h in db.execute("SELECT level, idx, hash FROM nodes ORDER BY level, idx"):
+            while len(self._levels) <= level:
+                self._levels.append([])
+            if idx != len(self._levels[level]):
+                raise DataError(
+                    f"The Merkle log at {path} has a gap at node ({level}, {idx}); the store "
+                    "is damaged — restore it from a backup."
+                )
+            self._levels[level].append(bytes(h))
+
+    def close(self) -> None:
+        """Close the SQLite connection (in-memory logs: no-op)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> MerkleLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ appends
+    def _push(self, data: bytes, new_nodes: list[tuple[int, int, bytes]]) -> int:
+        index = len(self._levels[0])
+        h = leaf_hash(data)
+        self._data.append(data)
+        self._levels[0].append(h)
+        level, i = 0, index
+        while i & 1:  # this leaf completes a subtree at the next level
+            left = self._levels[level][i - 1]
+            h = node_hash(left, h)
+            level += 1
+            i >>= 1
+            if len(self._levels) <= level:
+                self._levels.append([])
+            self._levels[level].append(h)
+            new_nodes.append((level, i, h))
+        return index
+
+    def _rollback(self, count: int) -> None:
+        del self._data[count:]
+        for level, nodes in enumerate(self._levels):
+            del nodes[count >> level :]
+
+    def append(self, data: bytes) -> int:
+        """Append one leaf and return its index (durable once this returns)."""
+        return self.append_many([data])[0]
+
+    def append_many(self, items: Iterable[bytes]) -> list[int]:
+        """Append several leaves in one transaction; returns their indices."""
+        datas = []
+        for d in items:
+            if not isinstance(d, bytes | bytearray | memoryview):
+                raise ConfigError(
+                    f"A Merkle log leaf must be bytes; got {type(d).__name__}. Encode it first."
+                )
+            datas.append(bytes(d))
+        with self._lock:
+            start = len(self._data)
+            new_nodes: list[tuple[int, int, bytes]] = []
+            indices = [self._push(d, new_nodes) for d in datas]
+            if self._db is not None:
+                try:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    self._db.executemany(
+                        "INSERT INTO leaves (idx, data, hash) VALUES (?, ?, ?)",
+                        [(i, self._data[i], self._levels[0][i]) for i in indices],
+                    )
+                    self._db.executemany(
+                        "INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", new_nodes
+                    )
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    self._rollback(start)
+                    raise
+            return indices
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def size(self) -> int:
+        """The number of leaves."""
+        return len(self._data)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def leaf(self, index: int) -> bytes:
+        """The data of leaf ``index``."""
+        self._check_index(index, self.size)
+        return self._data[index]
+
+    def leaf_hash_at(self, index: int) -> bytes:
+        """The stored hash of leaf ``index``."""
+        self._check_index(index, self.size)
+        return self._levels[0][index]
+
+    def _check_size(self, size: int | None) -> int:
+        n = self.size if size is None else size
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.size:
+            raise ConfigError(
+                f"The 'size' parameter must be an integer in [0, {self.size}] (the log's "
+                f"size); got {size!r}."
+            )
+        return n
+
+    @staticmethod
+    def _check_index(index: int, size: int) -> None:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < size:
+            raise ConfigError(
+                f"The 'index' parameter must be an integer in [0, {size}); got {index!r}."
+            )
+
+    def _subtree(self, start: int, end: int) -> bytes:
+        """MTH of leaves [start, end); ``start`` is aligned to every split below it."""
+        n = end - start
+        if n & (n - 1) == 0:  # complete subtree: stored
+            level = n.bit_length() - 1
+            return self._levels[level][start >> level]
+        k = _split(n)
+        return node_hash(self._subtree(start, start + k), self._subtree(start + k, end))
+
+    def root(self, size: int | None = None) -> bytes:
+        """The root (tree head) over the first ``size`` leaves (default: all)."""
+        with self._lock:
+            n = self._check_size(size)
+            return EMPTY_ROOT if n == 0 else self._subtree(0, n)
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """The RFC 9162 audit path of leaf ``index`` in the tree of ``size`` leaves."""
+        with self._lock:
+            n = self._check_size(size)
+            self._check_index(index, n)
+            return self._path(index, 0, n)
+
+    def _path(self, m: int, start: int, end: int) -> list[bytes]:
+        n = end - start
+        if n == 1:
+            return []
+        k = _split(n)
+        if m < k:
+            return [*self._path(m, start, start + k), self._subtree(start + k, end)]
+        return [*self._path(m - k, start + k, end), self._subtree(start, start + k)]
+
+    def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
+        """The RFC 9162 consistency proof between tree sizes ``old_size`` ≤ ``new_size``."""
+        with self._lock:
+            n = self._check_size(new_size)
+            m = self._check_size(old_size)
+            if m > n:
+                raise ConfigError(
+                    f"The 'old_size' parameter must be <= new_size ({n}); got {old_size}."
+                )
+            if m == 0 or m == n:
+                return []
+            return self._subproof(m, 0, n, True)
+
+    def _subproof(self, m: int, start: int, end: int, complete: bool) -> list[bytes]:
+        n = end - start
+        if m == n:
+            return [] if complete else [self._subtree(start, end)]
+        k = _split(n)
+        if m <= k:
+            return [*self._subproof(m, start, start + k, complete), self._subtree(start + k, end)]
+        return [*self._subproof(m - k, start + k, end, False), self._subtree(start, start + k)]
+
+    def verify_storage(self) -> None:
+        """Recompute every leaf hash from the stored data and every stored node.
+
+        Raises:
+            VerificationError: naming the first leaf or node that does not match.
+        """
+        with self._lock:
+            data, levels = self._data, self._levels
+            if self._db is not None:  # read what is on disk, not the in-memory copy
+                data = [
+                    bytes(r[0]) for r in self._db.execute("SELECT data FROM leaves ORDER BY idx")
+                ]
+                levels = [
+                    [bytes(r[0]) for r in self._db.execute("SELECT hash FROM leaves ORDER BY idx")]
+                ]
+                for level, _idx, h in self._db.execute(
+                    "SELECT level, idx, hash FROM nodes ORDER BY level, idx"
+                ):
+                    while len(levels) <= level:
+                        levels.append([])
+                    levels[level].append(bytes(h))
+            for i, d in enumerate(data):
+                if leaf_hash(d) != levels[0][i]:
+                    raise VerificationError(
+                        f"Merkle log leaf {i} does not hash to its stored leaf hash: the "
+                        "record was changed after it was appended."
+                    )
+            for level in range(1, len(levels)):
+                for i, h in enumerate(levels[level]):
+                    if node_hash(levels[level - 1][2 * i], levels[level - 1][2 * i + 1]) != h:
+                        raise VerificationError(
+                            f"Merkle log node ({level}, {i}) does not match its children."
+                        )

@@ -1,0 +1,204 @@
+"""Per-record attestation behind a ``ProofSystem`` interface (collusion paper §5.3, §5.5).
+
+A proof system turns a query's private *witness* into the attestation π_q stored in the
+ledger record, and checks records for the claims
+
+* A1 — embedder consistency: the query embedding is Emb(q) under the committed embedder;
+* A2 — noise derivation: z_q = DGS(H(s_W ‖ rec_q); σ) for the committed seed and σ;
+* A3 — noise-then-select: the top-K are the K largest of Score(q, E_{t(a)}) + z_q over
+  the committed tenant index (noise on every score, then selection);
+* A4 — tenant containment: every opened position comes from C_{D_{t(a)}}.
+
+Shipped: :class:`AuditorReexecution` — π_q is a SHA-256 commitment to the witness; a
+*trusted auditor* who holds the seed s_W, the committed tenant embeddings and the
+witnesses re-derives the noise and re-executes the retrieval. **It does not give the
+zero-knowledge property of Remark 5.1**: the auditor learns s_W, hence the noise and the
+unnoised scores, so the DP guarantee holds only against parties other than the auditor.
+A SNARK backend (Groth16/PLONK over the same relation) would implement the same two
+methods with ``zero_knowledge = True`` and verify π_q against public inputs only
+(C_emb, C_idx, C_seed, C_policy, rec_q, H(top-K)), with ``witness`` left ``None``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragprivacy.audit.commitments import (
+    AuditPolicy,
+    canonical_json,
+    fixed_point,
+    verify_opening,
+)
+from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
+from ragprivacy.audit.records import QueryRecord, query_hash, topk_hash
+from ragprivacy.dp import top_k_indices
+from ragprivacy.embed import Embedder
+
+__all__ = [
+    "AuditorReexecution",
+    "ClaimFailure",
+    "ProofSystem",
+    "RecordWitness",
+    "VerificationContext",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordWitness:
+    """The provider's private witness for one record.
+
+    ``query_fixed`` is the fixed-point query embedding (int32 hex); ``openings`` are
+    (position, vector hex, [proof hex]) of the selected positions in the scored index.
+    """
+
+    query_text: str | None
+    query_fixed: str
+    scored_tenant: str
+    noise_digest: str
+    positions: tuple[int, ...]
+    ids: tuple[str, ...]
+    openings: tuple[tuple[int, str, tuple[str, ...]], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RecordWitness:
+        return cls(
+            query_text=d["query_text"],
+            query_fixed=d["query_fixed"],
+            scored_tenant=d["scored_tenant"],
+            noise_digest=d["noise_digest"],
+            positions=tuple(int(p) for p in d["positions"]),
+            ids=tuple(d["ids"]),
+            openings=tuple((int(p), v, tuple(pr)) for p, v, pr in d["openings"]),
+        )
+
+    def digest(self) -> str:
+        return hashlib.sha256(b"witness:" + canonical_json(self.to_dict())).hexdigest()
+
+    def query_vector(self) -> np.ndarray:
+        return np.frombuffer(bytes.fromhex(self.query_fixed), dtype="<i4")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFailure:
+    """A failed claim of one record: ``claim`` is A1–A4 or ``binding``."""
+
+    position: int
+    claim: str
+    detail: str
+
+
+@dataclass(slots=True)
+class VerificationContext:
+    """What a verifier checks records against: the policy, the committed tenant roots and
+    sizes, and (for re-execution) the auditor's secrets: seed and committed embeddings."""
+
+    policy: AuditPolicy
+    index_roots: Mapping[str, tuple[bytes, int]]
+    seed: bytes | None = None
+    tenant_fixed: Mapping[str, np.ndarray] = field(default_factory=dict)
+    tenant_ids: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    embedder: Embedder | None = None
+
+
+class ProofSystem(ABC):
+    """Produces π_q from a witness and verifies records for claims A1–A4."""
+
+    name: str = "proof-system"
+    zero_knowledge: bool = False
+
+    @abstractmethod
+    def prove_record(self, witness: RecordWitness) -> str:
+        """π_q for ``witness`` (hex)."""
+
+    @abstractmethod
+    def verify_record(
+        self,
+        position: int,
+        record: QueryRecord,
+        witness: RecordWitness | None,
+        ctx: VerificationContext,
+    ) -> list[ClaimFailure]:
+        """The failed claims of one record (empty when it verifies)."""
+
+
+class AuditorReexecution(ProofSystem):
+    """A trusted auditor re-derives the noise and re-executes the retrieval (no ZK)."""
+
+    name = "auditor-reexecution"
+    zero_knowledge = False
+
+    def prove_record(self, witness: RecordWitness) -> str:
+        return witness.digest()
+
+    def verify_record(
+        self,
+        position: int,
+        record: QueryRecord,
+        witness: RecordWitness | None,
+        ctx: VerificationContext,
+    ) -> list[ClaimFailure]:
+        def fail(claim: str, detail: str) -> list[ClaimFailure]:
+            return [ClaimFailure(position, claim, detail)]
+
+        if witness is None:
+            return fail("binding", "the provider gave no witness for this record")
+        if witness.digest() != record.proof:
+            return fail("binding", "the witness does not open the record's attestation π_q")
+        policy = ctx.policy
+        q = witness.query_vector()
+        # A1: the query embedding is Emb(q) for the committed embedder.
+        if witness.query_text is not None:
+            if query_hash(witness.query_text) != record.query_hash:
+                return fail("A1", "H(q) of the witnessed query differs from the record")
+            if ctx.embedder is not None:
+                expect = fixed_point(ctx.embedder.encode([witness.query_text]))[0]
+                if not np.array_equal(expect, q):
+                    return fail("A1", "the query embedding is not Emb(q) under C_emb")
+        elif hashlib.sha256(q.tobytes()).hexdigest() != record.query_hash:
+            return fail("A1", "H(q) of the witnessed embedding differs from the record")
+        # A4: every opened position comes from the account's own tenant commitment.
+        own = ctx.index_roots.get(record.tenant)
+        if own is None:
+            return fail("A4", f"no committed index for tenant {record.tenant!r}")
+        if witness.scored_tenant != record.tenant:
+            return fail(
+                "A4",
+                f"the query of tenant {record.tenant!r} was scored against tenant "
+                f"{witness.scored_tenant!r}'s index",
+            )
+        root, size = own
+        if len(witness.openings) != len(witness.positions):
+            return fail("A4", "one opening per selected position is required")
+        for (pos, vec_hex, proof), sel in zip(witness.openings, witness.positions):
+            if pos != sel or not verify_opening(
+                root, size, pos, bytes.fromhex(vec_hex), [bytes.fromhex(p) for p in proof]
+            ):
+                return fail("A4", f"position {pos} does not open C_D[{record.tenant}]")
+        if topk_hash(record.tenant, witness.positions, witness.ids) != record.topk_hash:
+            return fail("A3", "H(top-K) of the witness differs from the record")
+        if ctx.seed is None or record.tenant not in ctx.tenant_fixed:
+            return []  # the remaining claims need the auditor's secrets
+        fixed = ctx.tenant_fixed[record.tenant]
+        # A2: the noise is derived from the committed seed and the public record.
+        z = derived_noise(
+            ctx.seed, record.rec(), policy.noise_sigma, fixed.shape[0], policy.grid_bits
+        )
+        if noise_digest(z) != witness.noise_digest:
+            return fail("A2", "the noise was not derived from the committed seed and rec_q")
+        # A3: noise on every score of the committed index, then top-K.
+        expected = top_k_indices(integer_scores(fixed, q, policy.grid_bits) + z, policy.top_k)
+        if tuple(int(p) for p in expected) != tuple(witness.positions):
+            return fail("A3", "the top-K are not the K largest noisy scores (noise-then-select)")
+        ids = ctx.tenant_ids.get(record.tenant)
+        if ids is not None and tuple(ids[p] for p in expected) != tuple(witness.ids):
+            return fail("A3", "the selected ids are not those of the committed positions")
+        return []

@@ -1,0 +1,433 @@
+"""The provider side of one audit window: phases A–C (collusion paper §5.2–§5.4).
+
+:class:`AuditedProvider` holds the tenants' committed embeddings, the accounts and the
+policy. ``commit`` publishes the signed commitments (phase A); ``query`` answers one query
+with noise derived from the committed seed on *every* score of the account's tenant index,
+then top-K, appends r_q to the durable Merkle ledger and returns a signed receipt (phase
+B); ``coalition_claim`` runs the agreed estimator over the window (phase C).
+``transcript`` is what is published; ``auditor_package`` is what a trusted auditor gets
+for re-execution (the seed and the witnesses).
+
+``Misbehaviour`` makes the provider deviate in the ways the verifier must catch (noise not
+from the committed seed, select-before-noise, scoring against another tenant's index);
+it exists to test and demonstrate the verifier.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._typing import FloatArray
+from ragprivacy.audit.coalition import CoalitionEstimate, estimate_coalition
+from ragprivacy.audit.commitments import (
+    EMPTY_LEDGER,
+    AuditPolicy,
+    TenantCommitment,
+    canonical_json,
+    embedding_commitment,
+    fixed_point,
+    seed_commitment,
+)
+from ragprivacy.audit.merkle import MerkleLog
+from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
+from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, RecordWitness
+from ragprivacy.audit.records import (
+    ProviderKey,
+    QueryRecord,
+    Receipt,
+    SignedTreeHead,
+    query_hash,
+    topk_hash,
+    verify_signature,
+)
+from ragprivacy.dp import top_k_indices
+from ragprivacy.embed import Embedder
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+
+__all__ = [
+    "AuditedProvider",
+    "AuditorPackage",
+    "CoalitionClaim",
+    "Commitments",
+    "Misbehaviour",
+    "PublicTranscript",
+    "QueryAnswer",
+    "load_window",
+    "save_window",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Commitments:
+    """Phase A, published and signed before the window opens."""
+
+    c_emb: str
+    c_idx: dict[str, tuple[str, int]]
+    c_seed: str
+    c_ledger0: str
+    c_policy: str
+    policy: dict[str, Any]
+    schema: dict[str, Any]
+    published_at: int
+    provider_key: str
+    signature: str = ""
+
+    def message(self) -> bytes:
+        d = asdict(self)
+        d.pop("signature")
+        d["c_idx"] = {t: list(v) for t, v in d["c_idx"].items()}
+        return b"commitments:" + canonical_json(d)
+
+    def verify(self, public_hex: str | None = None) -> bool:
+        return verify_signature(public_hex or self.provider_key, self.message(), self.signature)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["c_idx"] = {t: list(v) for t, v in d["c_idx"].items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Commitments:
+        d = dict(d)
+        d["c_idx"] = {t: (str(v[0]), int(v[1])) for t, v in d["c_idx"].items()}
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class CoalitionClaim:
+    """Phase C: ĉ with its certificate π_coal (re-execution: a hash of the estimate bound
+    to the ledger root it was computed on)."""
+
+    size: int
+    accounts: tuple[str, ...]
+    theta: float
+    tau: int | None
+    ledger_root: str
+    certificate: str
+
+    @staticmethod
+    def certify(estimate: CoalitionEstimate, ledger_root: str) -> str:
+        return hashlib.sha256(
+            b"coalition:" + canonical_json({**estimate.to_dict(), "ledger_root": ledger_root})
+        ).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["accounts"] = list(self.accounts)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CoalitionClaim:
+        d = dict(d)
+        d["accounts"] = tuple(d["accounts"])
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryAnswer:
+    """What the querying account gets: the selected documents and its signed receipt."""
+
+    positions: tuple[int, ...]
+    ids: tuple[str, ...]
+    receipt: Receipt
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Misbehaviour:
+    """Deviations for testing the verifier (never for deployment)."""
+
+    noise_seed: bytes | None = None
+    select_before_noise: bool = False
+    cross_tenant: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PublicTranscript:
+    """What the provider publishes: commitments, ledger (records), tree head, ĉ."""
+
+    commitments: Commitments
+    records: list[bytes]
+    tree_head: SignedTreeHead
+    coalition: CoalitionClaim
+
+
+@dataclass(slots=True)
+class AuditorPackage:
+    """What a trusted auditor receives for re-execution: seed, witnesses, embeddings."""
+
+    seed: bytes
+    witnesses: dict[int, RecordWitness]
+    tenant_fixed: dict[str, np.ndarray]
+    tenant_ids: dict[str, list[str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed.hex(),
+            "witnesses": {str(k): w.to_dict() for k, w in self.witnesses.items()},
+            "tenant_fixed": {
+                t: {"dim": int(v.shape[1]), "hex": v.astype("<i4").tobytes().hex()}
+                for t, v in self.tenant_fixed.items()
+            },
+            "tenant_ids": self.tenant_ids,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AuditorPackage:
+        return cls(
+            seed=bytes.fromhex(d["seed"]),
+            witnesses={int(k): RecordWitness.from_dict(w) for k, w in d["witnesses"].items()},
+            tenant_fixed={
+                t: np.frombuffer(bytes.fromhex(v["hex"]), dtype="<i4").reshape(-1, v["dim"])
+                for t, v in d["tenant_fixed"].items()
+            },
+            tenant_ids={t: list(v) for t, v in d["tenant_ids"].items()},
+        )
+
+
+class AuditedProvider:
+    """Runs one audit window of the multi-tenant retrieval with audit instrumentation.
+
+    Args:
+        policy: the window's :class:`AuditPolicy`.
+        tenants: tenant id → (document ids, unit-norm embeddings ``[N_t, d]``).
+        accounts: account id → tenant id.
+        embedder: embeds query texts (its fingerprint enters C_emb); optional when every
+            query is given as a vector.
+        key: the provider's long-term signing key (default: a fresh one).
+        seed: s_W, ≥ 32 bytes (default: 32 bytes from the OS).
+        ledger_path: SQLite file of the ledger (default: in memory).
+        prompt_template, tokenizer: bound into C_emb.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: AuditPolicy,
+        tenants: Mapping[str, tuple[Sequence[str], FloatArray]],
+        accounts: Mapping[str, str],
+        embedder: Embedder | None = None,
+        key: ProviderKey | None = None,
+        seed: bytes | None = None,
+        ledger_path: str | Path | None = None,
+        prompt_template: str = "",
+        tokenizer: str = "",
+        proof_system: ProofSystem | None = None,
+        misbehaviour: Misbehaviour | None = None,
+    ) -> None:
+        self.policy = policy
+        self.embedder = embedder
+        self.key = key or ProviderKey.generate()
+        self.seed = seed if seed is not None else os.urandom(32)
+        seed_commitment(self.seed)  # validates the length
+        self.proof_system = proof_system or AuditorReexecution()
+        self.misbehaviour = misbehaviour or Misbehaviour()
+        if not tenants:
+            raise ConfigError("An audited provider needs at least one tenant.")
+        self._ids: dict[str, list[str]] = {}
+        self._index: dict[str, TenantCommitment] = {}
+        for t, (ids, vectors) in tenants.items():
+            if len(ids) != np.asarray(vectors).shape[0]:
+                raise ConfigError(f"Tenant {t!r}: give one id per embedding.")
+            self._ids[t] = list(ids)
+            self._index[t] = TenantCommitment(t, vectors)
+        for a, t in accounts.items():
+            if t not in self._index:
+                raise ConfigError(f"Account {a!r} names unknown tenant {t!r}.")
+        self.accounts = dict(accounts)
+        self._used: dict[str, int] = dict.fromkeys(accounts, 0)
+        self.ledger = MerkleLog(ledger_path)
+        self.prompt_template = prompt_template
+        self.tokenizer = tokenizer
+        self._witnesses: dict[int, RecordWitness] = {}
+        self._queries: dict[int, np.ndarray] = {}
+        self._commitments: Commitments | None = None
+
+    # ------------------------------------------------------------------ phase A
+    def schema(self) -> dict[str, Any]:
+        dims = {int(c.fixed.shape[1]) for c in self._index.values()}
+        return {"tenants": {t: c.size for t, c in sorted(self._index.items())}, "dim": sorted(dims)}
+
+    def commit(self, published_at: int) -> Commitments:
+        """Publish the signed phase-A commitments (before the window opens)."""
+        fp = self.embedder.fingerprint() if self.embedder is not None else "vectors-only"
+        unsigned = Commitments(
+            c_emb=embedding_commitment(
+                fp, self.prompt_template, self.tokenizer, self.schema()
+            ).hex(),
+            c_idx={t: (c.root.hex(), c.size) for t, c in sorted(self._index.items())},
+            c_seed=seed_commitment(self.seed).hex(),
+            c_ledger0=EMPTY_LEDGER.hex(),
+            c_policy=self.policy.commitment().hex(),
+            policy=self.policy.to_dict(),
+            schema=self.schema(),
+            published_at=int(published_at),
+            provider_key=self.key.public_hex,
+        )
+        signed = Commitments(**{**asdict(unsigned), "signature": self.key.sign(unsigned.message())})
+        self._commitments = signed
+        return signed
+
+    # ------------------------------------------------------------------ phase B
+    def _embed(self, text: str | None, vector: FloatArray | None) -> tuple[np.ndarray, str]:
+        if (text is None) == (vector is None):
+            raise ConfigError("Give a query text or a query vector (exactly one).")
+        if text is not None:
+            if self.embedder is None:
+                raise ConfigError("Text queries need the provider's embedder.")
+            return fixed_point(self.embedder.encode([text]))[0], query_hash(text)
+        q = fixed_point(np.asarray(vector, dtype=np.float64))[0]
+        return q, hashlib.sha256(q.tobytes()).hexdigest()
+
+    def query(
+        self, account: str, text: str | None = None, *, vector: FloatArray | None = None, ts: int
+    ) -> QueryAnswer:
+        """Answer one query (noise-then-select), append r_q and return a signed receipt."""
+        if self._commitments is None:
+            raise ConfigError("Publish the commitments (commit) before the window's queries.")
+        if account not in self.accounts:
+            raise ConfigError(f"Unknown account {account!r}.")
+        if not self.policy.window_start <= int(ts) <= self.policy.window_end:
+            raise ConfigError(
+                f"Timestamp {ts} lies outside the window [{self.policy.window_start}, "
+                f"{self.policy.window_end}]."
+            )
+        if self._used[account] >= self.policy.rate_limit:
+            raise BudgetExhaustedError(
+                f"Account {account!r} has used its {self.policy.rate_limit} queries in this "
+                "window; wait for the next window."
+            )
+        tenant = self.accounts[account]
+        q, hq = self._embed(text, vector)
+        scored = self.misbehaviour.cross_tenant.get(account, tenant)
+        index = self._index[scored]
+        rec = (account, tenant, hq, int(ts))
+        pol = self.policy
+        seed = self.misbehaviour.noise_seed or self.seed
+        z = derived_noise(seed, rec, pol.noise_sigma, index.size, pol.grid_bits)
+        scores = integer_scores(index.fixed, q, pol.grid_bits)
+        if self.misbehaviour.select_before_noise:
+            positions = top_k_indices(scores, pol.top_k)  # the bug of footnote 1
+        else:
+            positions = top_k_indices(scores + z, pol.top_k)
+        positions_t = tuple(int(p) for p in positions)
+        ids = tuple(self._ids[scored][p] for p in positions_t)
+        openings = tuple(
+            (p, index.opening(p)[0].hex(), tuple(h.hex() for h in index.opening(p)[1]))
+            for p in positions_t
+        )
+        witness = RecordWitness(
+            query_text=text,
+            query_fixed=q.astype("<i4").tobytes().hex(),
+            scored_tenant=scored,
+            noise_digest=noise_digest(z),
+            positions=positions_t,
+            ids=ids,
+            openings=openings,
+        )
+        th = topk_hash(tenant, positions_t, ids)
+        record = QueryRecord(
+            account, tenant, hq, th, int(ts), self.proof_system.prove_record(witness)
+        )
+        pos = self.ledger.append(record.to_bytes())
+        self._used[account] += 1
+        self._witnesses[pos] = witness
+        self._queries[pos] = q
+        size = self.ledger.size
+        unsigned = Receipt(account, hq, th, pos, size, self.ledger.root(size).hex())
+        receipt = Receipt(**{**asdict(unsigned), "signature": self.key.sign(unsigned.message())})
+        return QueryAnswer(positions_t, ids, receipt)
+
+    def tree_head(self) -> SignedTreeHead:
+        """The signed current ledger root C_ledger,t."""
+        unsigned = SignedTreeHead(self.ledger.size, self.ledger.root().hex())
+        return SignedTreeHead(unsigned.size, unsigned.root, self.key.sign(unsigned.message()))
+
+    # ------------------------------------------------------------------ phase C
+    def coalition_claim(self) -> CoalitionClaim:
+        """ĉ by the agreed estimator over the window's queries, with its certificate."""
+        positions = sorted(self._queries)
+        records = [QueryRecord.from_bytes(self.ledger.leaf(p)) for p in positions]
+        estimate = estimate_coalition(
+            np.stack([self._queries[p] for p in positions]).astype(np.float64)
+            if positions
+            else np.zeros((0, 1)),
+            [r.account for r in records],
+            theta=self.policy.theta,
+            ts=[r.ts for r in records],
+            tau=self.policy.tau,
+        )
+        root = self.ledger.root().hex()
+        return CoalitionClaim(
+            size=estimate.size,
+            accounts=estimate.accounts,
+            theta=estimate.theta,
+            tau=estimate.tau,
+            ledger_root=root,
+            certificate=CoalitionClaim.certify(estimate, root),
+        )
+
+    # ------------------------------------------------------------------ outputs
+    def transcript(self) -> PublicTranscript:
+        if self._commitments is None:
+            raise ConfigError("Nothing to publish: call commit first.")
+        return PublicTranscript(
+            commitments=self._commitments,
+            records=[self.ledger.leaf(i) for i in range(self.ledger.size)],
+            tree_head=self.tree_head(),
+            coalition=self.coalition_claim(),
+        )
+
+    def auditor_package(self) -> AuditorPackage:
+        return AuditorPackage(
+            seed=self.seed,
+            witnesses=dict(self._witnesses),
+            tenant_fixed={t: c.fixed for t, c in self._index.items()},
+            tenant_ids={t: list(v) for t, v in self._ids.items()},
+        )
+
+
+def save_window(
+    directory: str | Path,
+    transcript: PublicTranscript,
+    receipts: Sequence[Receipt],
+    package: AuditorPackage | None,
+) -> Path:
+    """Write a window to ``directory``: commitments.json, ledger.jsonl, tree_head.json,
+    coalition.json, receipts.json and (private) auditor.json."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "commitments.json").write_text(json.dumps(transcript.commitments.to_dict(), indent=1))
+    (d / "ledger.jsonl").write_text("".join(r.decode() + "\n" for r in transcript.records))
+    (d / "tree_head.json").write_text(json.dumps(transcript.tree_head.to_dict(), indent=1))
+    (d / "coalition.json").write_text(json.dumps(transcript.coalition.to_dict(), indent=1))
+    (d / "receipts.json").write_text(json.dumps([r.to_dict() for r in receipts], indent=1))
+    if package is not None:
+        (d / "auditor.json").write_text(json.dumps(package.to_dict()))
+    return d
+
+
+def load_window(
+    directory: str | Path,
+) -> tuple[PublicTranscript, list[Receipt], AuditorPackage | None]:
+    """Read what :func:`save_window` wrote."""
+    d = Path(directory)
+    if not (d / "commitments.json").exists():
+        raise ConfigError(f"No audit window in {d} (commitments.json is missing).")
+    transcript = PublicTranscript(
+        commitments=Commitments.from_dict(json.loads((d / "commitments.json").read_text())),
+        records=[line.encode() for line in (d / "ledger.jsonl").read_text().splitlines() if line],
+        tree_head=SignedTreeHead.from_dict(json.loads((d / "tree_head.json").read_text())),
+        coalition=CoalitionClaim.from_dict(json.loads((d / "coalition.json").read_text())),
+    )
+    receipts = [Receipt.from_dict(r) for r in json.loads((d / "receipts.json").read_text())]
+    aud = d / "auditor.json"
+    package = AuditorPackage.from_dict(json.loads(aud.read_text())) if aud.exists() else None
+    return transcript, receipts, package

@@ -1,0 +1,155 @@
+"""Phase B artefacts: ledger records r_q, signed receipts ρ_q and tree heads (§5.3).
+
+r_q = (a, t(a), H(q), H(top-K), ts, π_q) is appended to the Merkle ledger; the querying
+account receives ρ_q = (a, H(q), H(top-K), pos_q, C_ledger,t) signed with the provider's
+long-term Ed25519 key (RFC 8032, via ``cryptography``). Raw content is stored only as
+hashes. Every artefact has a canonical byte encoding (what is hashed or signed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from ragprivacy.audit.commitments import canonical_json
+from ragprivacy.errors import DataError
+
+__all__ = [
+    "ProviderKey",
+    "QueryRecord",
+    "Receipt",
+    "SignedTreeHead",
+    "query_hash",
+    "topk_hash",
+    "verify_signature",
+]
+
+
+def query_hash(text: str) -> str:
+    """H(q): SHA-256 hex of the UTF-8 query text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def topk_hash(tenant: str, positions: Sequence[int], ids: Sequence[str]) -> str:
+    """H(top-K): SHA-256 hex over the tenant, the selected positions and ids, best first."""
+    return hashlib.sha256(
+        canonical_json(
+            {"tenant": tenant, "positions": [int(p) for p in positions], "ids": list(ids)}
+        )
+    ).hexdigest()
+
+
+class ProviderKey:
+    """The provider's long-term Ed25519 identity key."""
+
+    def __init__(self, private: Ed25519PrivateKey) -> None:
+        self._key = private
+
+    @classmethod
+    def generate(cls) -> ProviderKey:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_seed(cls, seed32: bytes) -> ProviderKey:
+        """A key from 32 secret bytes (RFC 8032 private key)."""
+        return cls(Ed25519PrivateKey.from_private_bytes(seed32))
+
+    @property
+    def public_hex(self) -> str:
+        raw = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        return raw.hex()
+
+    def sign(self, message: bytes) -> str:
+        return self._key.sign(message).hex()
+
+
+def verify_signature(public_hex: str, message: bytes, signature_hex: str) -> bool:
+    """True if ``signature_hex`` is the key's Ed25519 signature of ``message``."""
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_hex)).verify(
+            bytes.fromhex(signature_hex), message
+        )
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class QueryRecord:
+    """r_q: account, its tenant, H(q), H(top-K), timestamp and the attestation π_q."""
+
+    account: str
+    tenant: str
+    query_hash: str
+    topk_hash: str
+    ts: int
+    proof: str
+
+    def rec(self) -> tuple[str, str, str, int]:
+        """rec_q = (a, t(a), H(q), ts): the public input of the derived noise (A2)."""
+        return (self.account, self.tenant, self.query_hash, int(self.ts))
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(asdict(self))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> QueryRecord:
+        try:
+            d = json.loads(data)
+            return cls(**d)
+        except (ValueError, TypeError) as exc:
+            raise DataError(f"A ledger leaf is not a query record: {exc}.") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """ρ_q, co-signed at query time: what an honest account can later show the verifier."""
+
+    account: str
+    query_hash: str
+    topk_hash: str
+    position: int
+    tree_size: int
+    root: str
+    signature: str = ""
+
+    def message(self) -> bytes:
+        d = asdict(self)
+        d.pop("signature")
+        return b"receipt:" + canonical_json(d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Receipt:
+        return cls(**dict(d))
+
+
+@dataclass(frozen=True, slots=True)
+class SignedTreeHead:
+    """The ledger root C_ledger at ``size``, signed by the provider."""
+
+    size: int
+    root: str
+    signature: str = ""
+
+    def message(self) -> bytes:
+        return b"tree-head:" + canonical_json({"size": self.size, "root": self.root})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SignedTreeHead:
+        return cls(**dict(d))

@@ -1,0 +1,355 @@
+"""Phase D: the verifier (collusion paper §5.5) — (PASS, ε_audit) or FAIL naming the check.
+
+Checks, in order (every check runs; the verdict names all failures, the first one first):
+
+1. ``commitment_integrity`` — the commitments are signed by the provider key and were
+   published no later than the window start; C_ledger,0 is the empty root; C_policy is
+   the hash of the published policy, which is well formed (δ_policy > k_max·δ_acc).
+   With the auditor package: C_seed = H(s_W) and every C_{D_t} is the Merkle root of the
+   embeddings the auditor received.
+2. ``ledger_integrity`` — the signed tree head is the provider's; the RFC 9162 root
+   recomputed from the published records equals it; every record decodes and lies in W.
+3. ``receipt_consistency`` — for every receipt an honest account submits (M5): the
+   provider's signature, a valid consistency proof from the receipt's root to the final
+   root (append-only), a valid inclusion proof of the record at pos_q, and the receipted
+   (a, H(q), H(top-K)) equal to the ledger's record. A dropped or rewritten record fails
+   here.
+4. ``per_record`` — claims A1–A4 by the proof system, for every record (``mode="full"``)
+   or for s = ⌈log(1/η)/β⌉ uniformly sampled ones (``mode="sampled"``: any β-fraction of
+   bad records is caught with probability ≥ 1 − (1 − β)^s ≥ 1 − η).
+5. ``policy_cap`` — π_coal verifies (re-execution: the auditor recomputes ĉ from the
+   witnessed queries bound to the ledger) and ĉ ≤ k_max.
+
+On PASS the verdict carries ε_audit of eq. (5.2) at k_max (never ĉ) with
+δ_comp = δ_policy − k_max·δ_acc (:func:`ragprivacy.dp.epsilon_audit`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._random import RngLike, make_rng
+from ragprivacy._validation import check_choice, check_in_range
+from ragprivacy.audit.coalition import estimate_coalition
+from ragprivacy.audit.commitments import (
+    EMPTY_LEDGER,
+    AuditPolicy,
+    TenantCommitment,
+    seed_commitment,
+)
+from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclusion
+from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
+from ragprivacy.audit.provider import AuditorPackage, CoalitionClaim, PublicTranscript
+from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
+from ragprivacy.dp import epsilon_audit
+from ragprivacy.embed import Embedder
+from ragprivacy.errors import RagPrivacyError
+
+__all__ = ["CHECKS", "CheckFailure", "Verdict", "Verifier", "sample_size"]
+
+CHECKS = (
+    "commitment_integrity",
+    "ledger_integrity",
+    "receipt_consistency",
+    "per_record",
+    "policy_cap",
+)
+
+
+def sample_size(beta: float, eta: float) -> int:
+    """s = ⌈log(1/η)/β⌉ records (§5.7): a β-fraction of bad records is missed with
+    probability (1 − β)^s ≤ e^{−βs} ≤ η."""
+    beta = check_in_range("beta", beta, 0.0, 1.0, low_open=True)
+    eta = check_in_range("eta", eta, 0.0, 1.0, low_open=True, high_open=True)
+    return math.ceil(math.log(1 / eta) / beta)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckFailure:
+    """One failed check and why."""
+
+    check: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """(PASS, ε_audit) or FAIL with the failed checks named."""
+
+    passed: bool
+    epsilon_audit: float | None
+    failures: tuple[CheckFailure, ...]
+    mode: str
+    records: int
+    records_checked: int
+    detection_probability: float | None
+    audit: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed_check(self) -> str | None:
+        """The first failed check (None on PASS)."""
+        return self.failures[0].check if self.failures else None
+
+    @property
+    def failed_checks(self) -> set[str]:
+        return {f.check for f in self.failures}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": "PASS" if self.passed else "FAIL",
+            "epsilon_audit": self.epsilon_audit,
+            "failed_check": self.failed_check,
+            "failures": [{"check": f.check, "detail": f.detail} for f in self.failures],
+            "mode": self.mode,
+            "records": self.records,
+            "records_checked": self.records_checked,
+            "detection_probability": self.detection_probability,
+            "audit": self.audit,
+        }
+
+
+class Verifier:
+    """Checks one window's transcript, receipts and (for re-execution) auditor package.
+
+    Args:
+        provider_key: the provider's long-term public key (hex) known in advance; None
+            trusts the key inside the commitments.
+        proof_system: how per-record attestations are verified.
+        mode: ``"full"`` or ``"sampled"``.
+        beta, eta: the sampled-mode guarantee (β-fraction detected with prob. ≥ 1 − η).
+        embedder: the committed embedder, for claim A1 on text queries.
+        rng: the sampling stream.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider_key: str | None = None,
+        proof_system: ProofSystem | None = None,
+        mode: str = "full",
+        beta: float = 0.01,
+        eta: float = 2**-20,
+        embedder: Embedder | None = None,
+        rng: RngLike = None,
+    ) -> None:
+        self.provider_key = provider_key
+        self.proof_system = proof_system or AuditorReexecution()
+        self.mode = check_choice("mode", mode, ("full", "sampled"))
+        self.s = sample_size(beta, eta)
+        self.beta = beta
+        self.embedder = embedder
+        self._rng = make_rng(rng)
+
+    def verify(
+        self,
+        transcript: PublicTranscript,
+        receipts: Sequence[Receipt] = (),
+        package: AuditorPackage | None = None,
+    ) -> Verdict:
+        failures: list[CheckFailure] = []
+        com = transcript.commitments
+        key = self.provider_key or com.provider_key
+
+        # 1. commitment integrity
+        policy: AuditPolicy | None = None
+        try:
+            policy = AuditPolicy.from_dict(com.policy)
+        except (RagPrivacyError, TypeError) as exc:
+            failures.append(CheckFailure("commitment_integrity", f"ill-formed policy: {exc}"))
+        if not com.verify(key):
+            failures.append(CheckFailure("commitment_integrity", "bad signature on commitments"))
+        if policy is not None:
+            if com.c_policy != policy.commitment().hex():
+                failures.append(CheckFailure("commitment_integrity", "C_policy ≠ H(policy)"))
+            if com.published_at > policy.window_start:
+                failures.append(
+                    CheckFailure("commitment_integrity", "commitments published after W opened")
+                )
+        if com.c_ledger0 != EMPTY_LEDGER.hex():
+            failures.append(CheckFailure("commitment_integrity", "C_ledger,0 is not H(⊥)"))
+        if package is not None:
+            if seed_commitment(package.seed).hex() != com.c_seed:
+                failures.append(CheckFailure("commitment_integrity", "C_seed ≠ H(s_W)"))
+            for t, (root, _size) in com.c_idx.items():
+                fixed = package.tenant_fixed.get(t)
+                if fixed is None or TenantCommitment(t, fixed / (1 << 15)).root.hex() != root:
+                    failures.append(
+                        CheckFailure("commitment_integrity", f"C_D[{t}] ≠ the given embeddings")
+                    )
+        # 2. ledger integrity
+        sth = transcript.tree_head
+        records: list[QueryRecord | None] = []
+        log = MerkleLog()
+        log.append_many(transcript.records)
+        if not verify_signature(key, sth.message(), sth.signature):
+            failures.append(CheckFailure("ledger_integrity", "bad signature on the tree head"))
+        if sth.size != log.size or log.root().hex() != sth.root:
+            failures.append(
+                CheckFailure(
+                    "ledger_integrity",
+                    "the root of the published records differs from the signed tree head "
+                    "(a record was changed or removed)",
+                )
+            )
+        for i, raw in enumerate(transcript.records):
+            try:
+                rec = QueryRecord.from_bytes(raw)
+            except RagPrivacyError:
+                failures.append(CheckFailure("ledger_integrity", f"record {i} does not decode"))
+                rec = None
+            if (
+                rec is not None
+                and policy is not None
+                and not (policy.window_start <= rec.ts <= policy.window_end)
+            ):
+                failures.append(CheckFailure("ledger_integrity", f"record {i} lies outside W"))
+            records.append(rec)
+        # 3. receipts (M5)
+        final = log.size
+        final_root = log.root()
+        for r in receipts:
+            where = f"receipt of {r.account!r} at position {r.position}"
+            if not verify_signature(key, r.message(), r.signature):
+                failures.append(CheckFailure("receipt_consistency", f"{where}: bad signature"))
+                continue
+            if r.tree_size > final or not 0 <= r.position < r.tree_size:
+                failures.append(
+                    CheckFailure("receipt_consistency", f"{where}: not in the ledger (dropped)")
+                )
+                continue
+            if not verify_consistency(
+                r.tree_size,
+                final,
+                bytes.fromhex(r.root),
+                final_root,
+                log.consistency_proof(r.tree_size, final),
+            ):
+                failures.append(
+                    CheckFailure(
+                        "receipt_consistency",
+                        f"{where}: the ledger is not an append-only extension of the "
+                        "receipted root",
+                    )
+                )
+                continue
+            rec = records[r.position]
+            if (
+                rec is None
+                or (rec.account, rec.query_hash, rec.topk_hash)
+                != (r.account, r.query_hash, r.topk_hash)
+                or not verify_inclusion(
+                    transcript.records[r.position],
+                    r.position,
+                    r.tree_size,
+                    log.inclusion_proof(r.position, r.tree_size),
+                    bytes.fromhex(r.root),
+                )
+            ):
+                failures.append(
+                    CheckFailure("receipt_consistency", f"{where}: contradicted by the ledger")
+                )
+        # 4. per-record attestation
+        positions = [i for i, r in enumerate(records) if r is not None]
+        detection = None
+        if self.mode == "sampled" and len(positions) > self.s:
+            positions = sorted(self._rng.choice(positions, self.s, replace=False).tolist())
+            detection = 1 - (1 - self.beta) ** self.s
+        checked = len(positions)
+        if policy is not None:
+            ctx = VerificationContext(
+                policy=policy,
+                index_roots={t: (bytes.fromhex(v[0]), int(v[1])) for t, v in com.c_idx.items()},
+                seed=package.seed if package else None,
+                tenant_fixed=package.tenant_fixed if package else {},
+                tenant_ids=package.tenant_ids if package else {},
+                embedder=self.embedder,
+            )
+            for pos in positions:
+                rec = records[pos]
+                assert rec is not None  # positions holds decodable records only
+                witness = package.witnesses.get(pos) if package else None
+                for f in self.proof_system.verify_record(pos, rec, witness, ctx):
+                    failures.append(
+                        CheckFailure("per_record", f"record {pos}: claim {f.claim}: {f.detail}")
+                    )
+            # 5. policy cap
+            failures.extend(self._policy_cap(transcript.coalition, policy, records, package, log))
+        failures.sort(key=lambda f: CHECKS.index(f.check))
+        passed = not failures and policy is not None
+        audit: dict[str, Any] = {}
+        eps = None
+        if passed and policy is not None:
+            a = epsilon_audit(
+                policy.epsilon_acc,
+                policy.delta_acc,
+                policy.k_max,
+                policy.delta_policy,
+                n=policy.rate_limit,
+            )
+            audit = a.to_dict()
+            eps = a.eps_audit_leading
+        return Verdict(
+            passed=passed,
+            epsilon_audit=eps,
+            failures=tuple(failures),
+            mode=self.mode,
+            records=len(records),
+            records_checked=checked,
+            detection_probability=detection,
+            audit={**audit, "coalition_estimate": transcript.coalition.size},
+        )
+
+    def _policy_cap(
+        self,
+        claim: CoalitionClaim,
+        policy: AuditPolicy,
+        records: Sequence[QueryRecord | None],
+        package: AuditorPackage | None,
+        log: MerkleLog,
+    ) -> list[CheckFailure]:
+        out = []
+        if claim.ledger_root != log.root().hex():
+            out.append(CheckFailure("policy_cap", "π_coal is not for the final ledger"))
+        if (claim.theta, claim.tau) != (policy.theta, policy.tau):
+            out.append(CheckFailure("policy_cap", "the estimator's settings differ from C_policy"))
+        if package is not None and records:
+            good = [
+                (i, r) for i, r in enumerate(records) if r is not None and i in package.witnesses
+            ]
+            if good:
+                vectors = np.stack(
+                    [package.witnesses[i].query_vector().astype(np.float64) for i, _ in good]
+                )
+                est = estimate_coalition(
+                    vectors,
+                    [r.account for _, r in good],
+                    theta=policy.theta,
+                    ts=[r.ts for _, r in good],
+                    tau=policy.tau,
+                )
+                if (
+                    est.size != claim.size
+                    or CoalitionClaim.certify(est, claim.ledger_root) != claim.certificate
+                ):
+                    out.append(
+                        CheckFailure(
+                            "policy_cap",
+                            f"π_coal does not verify: the estimator gives ĉ = {est.size}, "
+                            f"the provider claimed {claim.size}",
+                        )
+                    )
+                    return out
+        if claim.size > policy.k_max:
+            out.append(
+                CheckFailure(
+                    "policy_cap",
+                    f"coalition of {claim.size} accounts exceeds k_max = {policy.k_max}: "
+                    f"{', '.join(claim.accounts)}",
+                )
+            )
+        return out

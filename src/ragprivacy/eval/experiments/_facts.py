@@ -1,0 +1,61 @@
+# ruff: noqa: E501  (a data table of sentences)
+"""A fixed 50-paragraph factual corpus for the trained-embedder check (collusion paper
+§A.1 uses a hardcoded 50-paragraph corpus; this one is written for ragprivacy).
+Topics come in small groups so that some pairs are close in embedding space."""
+
+from __future__ import annotations
+
+__all__ = ["FACTS"]
+
+FACTS: tuple[str, ...] = (
+    "The Earth orbits the Sun once every 365.25 days, which is why a leap day is added every four years.",
+    "Mars has two small moons, Phobos and Deimos, and its red colour comes from iron oxide dust.",
+    "Jupiter is the largest planet in the Solar System and its Great Red Spot is a storm larger than Earth.",
+    "The Moon's gravity raises the ocean tides, and the same face of the Moon always points toward Earth.",
+    "Saturn's rings are made mostly of ice particles, with smaller amounts of rocky debris and dust.",
+    "Venus rotates backwards compared with most planets, so the Sun rises in the west there.",
+    "The Renaissance began in Italy in the fourteenth century and spread across Europe over two hundred years.",
+    "Leonardo da Vinci painted the Mona Lisa and filled notebooks with designs for flying machines.",
+    "Michelangelo painted the ceiling of the Sistine Chapel between 1508 and 1512.",
+    "The printing press of Johannes Gutenberg made books cheaper and spread new ideas through Europe.",
+    "The Roman Empire was divided into eastern and western halves, and the western half fell in 476.",
+    "Julius Caesar crossed the Rubicon in 49 BC, starting a civil war that ended the Roman Republic.",
+    "The Great Wall of China was built over many centuries to protect northern borders from invasions.",
+    "The pyramids of Giza were built as tombs for Egyptian pharaohs more than four thousand years ago.",
+    "Photosynthesis lets plants turn sunlight, water and carbon dioxide into sugar and oxygen.",
+    "Chlorophyll is the green pigment in leaves that absorbs red and blue light for photosynthesis.",
+    "Trees in temperate forests drop their leaves in autumn to save water during the winter.",
+    "Bees pollinate flowering plants while they collect nectar to make honey.",
+    "The human heart has four chambers and pumps blood through the lungs and the rest of the body.",
+    "Red blood cells carry oxygen from the lungs to the tissues using the protein haemoglobin.",
+    "The human brain contains about eighty-six billion neurons connected by trillions of synapses.",
+    "Vaccines train the immune system to recognise a pathogen without causing the disease.",
+    "Water boils at 100 degrees Celsius at sea level, but at a lower temperature on high mountains.",
+    "Ice floats on water because it is less dense than liquid water.",
+    "Salt water freezes at a lower temperature than fresh water, which is why roads are salted in winter.",
+    "Sound travels faster in water than in air, and faster still in steel.",
+    "Light from the Sun takes about eight minutes to reach the Earth.",
+    "A rainbow forms when sunlight is refracted and reflected inside raindrops.",
+    "Lightning heats the air to about thirty thousand degrees, and the expanding air makes thunder.",
+    "Hurricanes form over warm ocean water and lose strength when they move over land.",
+    "The Amazon river carries more water into the ocean than any other river on Earth.",
+    "The Nile is one of the longest rivers in the world and flows north into the Mediterranean.",
+    "Mount Everest is the highest mountain above sea level, on the border of Nepal and China.",
+    "The Sahara is the largest hot desert, covering much of northern Africa.",
+    "The Pacific Ocean is the largest and deepest ocean, containing the Mariana Trench.",
+    "Antarctica holds most of the world's fresh water frozen in its ice sheet.",
+    "Penguins live mostly in the southern hemisphere and cannot fly, but they swim very well.",
+    "Whales are mammals that breathe air through blowholes on the top of their heads.",
+    "Octopuses have three hearts and blue blood, and they can change colour to hide.",
+    "Elephants are the largest land animals and use their trunks to drink and to grab food.",
+    "Cheetahs are the fastest land animals and can sprint at over one hundred kilometres per hour.",
+    "Chess originated in India and reached Europe through Persia and the Arab world.",
+    "A marathon is 42.195 kilometres long, a distance fixed at the 1908 London Olympics.",
+    "The modern Olympic Games were revived in Athens in 1896.",
+    "Football is the most widely played team sport in the world.",
+    "The piano has eighty-eight keys and can play both soft and loud notes.",
+    "Ludwig van Beethoven kept composing music after he became almost completely deaf.",
+    "Wolfgang Amadeus Mozart wrote more than six hundred works before he died at thirty-five.",
+    "The first computers filled whole rooms and used vacuum tubes instead of transistors.",
+    "The internet grew out of a research network that linked American universities in the 1960s.",
+)

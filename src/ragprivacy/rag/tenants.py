@@ -1,0 +1,419 @@
+"""A multi-tenant RAG model: tenants with their own indices, accounts with budgets.
+
+Collusion paper §2.1: a service P = (D, Emb, LLM, Policy) holds one index D_t per tenant
+t; each account a belongs to one tenant t(a), may send at most r queries per audit window,
+and is promised (ε_acc, δ_acc)-DP retrieval over that window. A query q of account a is
+scored against D_{t(a)} only, and Gaussian noise is added to *every* score before top-K
+selection (eq. 2.1)::
+
+    Retr(q, a) = TopK(Score(q, D_{t(a)}) + N(0, σ²I))
+
+The noise comes from :class:`ragprivacy.dp.GaussianNoisyTopK`: integer-exact discrete
+Gaussian noise from ChaCha20 bits by default (optionally derived as
+z_q = DGS(H(s_W ‖ rec_q); σ) from a window seed, §5.3), or the float fast path with
+``simulation=True`` for experiments.
+
+The M4 misconfiguration of Remark 2.1 — a shared backend that lets an account's query be
+scored against *another* tenant's index — is an explicit switch, ``shared_backend``,
+off by default; with it off such a query is refused. It exists to reproduce the
+external-collusion experiment (§A.3), never as a deployment option.
+
+Importable without HTTP: the service layer wraps this model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._random import RngLike, make_rng
+from ragprivacy._typing import FloatArray, IntArray
+from ragprivacy._validation import check_choice, check_positive, check_positive_int
+from ragprivacy.dp import (
+    ChaCha20Bits,
+    GaussianEvent,
+    GaussianNoisyTopK,
+    calibrate_account_sigma,
+    collusion_sigma,
+)
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.generate import Generator, Prompt
+from ragprivacy.rag.base import Query, RAGSystem
+from ragprivacy.retrieval import KnowledgeBase
+from ragprivacy.types import PrivacyCost, Response, Retrieval
+
+__all__ = [
+    "AccountPolicy",
+    "MultiTenantRAG",
+    "TenantAccessError",
+    "TenantRAGSystem",
+    "TenantSelection",
+]
+
+
+class TenantAccessError(ConfigError):
+    """A query asked for an index outside its account's tenant (shared_backend is off)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccountPolicy:
+    """Per-account policy of §2.1: rate limit r per window and budget (ε_acc, δ_acc).
+
+    ``sigma`` is derived from the budget by ``calibration``: ``"paper"`` is eq. (3.1) +
+    (3.4) (advanced composition; what the paper's experiments use), the others are those
+    of :func:`ragprivacy.dp.calibrate_account_sigma` (``"exact"``, ``"rdp"``,
+    ``"analytic"``). An explicit ``sigma`` overrides the calibration.
+
+    >>> round(AccountPolicy(rate_limit=10_000, epsilon=1.0, delta=1e-6).noise_sigma)
+    3584
+    """
+
+    rate_limit: int
+    epsilon: float
+    delta: float = 1e-6
+    sigma: float | None = None
+    calibration: str = "paper"
+    sensitivity: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_positive_int("rate_limit", self.rate_limit)
+        check_positive("epsilon", self.epsilon)
+        if not 0 < float(self.delta) < 1:
+            raise ConfigError(f"The 'delta' parameter must be in (0, 1); got {self.delta!r}.")
+        check_positive("sensitivity", self.sensitivity)
+        check_choice("calibration", self.calibration, ("paper", "exact", "rdp", "analytic"))
+        if self.sigma is not None:
+            check_positive("sigma", self.sigma)
+
+    @property
+    def noise_sigma(self) -> float:
+        """σ on every retrieval score for this account's queries."""
+        if self.sigma is not None:
+            return float(self.sigma)
+        if self.calibration == "paper":
+            return collusion_sigma(self.epsilon, self.delta, self.rate_limit, self.sensitivity)
+        return calibrate_account_sigma(
+            self.epsilon,
+            self.delta,
+            self.rate_limit,
+            sensitivity=self.sensitivity,
+            method=self.calibration,
+        )
+
+
+@dataclass(slots=True)
+class _Account:
+    id: str
+    tenant: str
+    policy: AccountPolicy
+    sigma: float
+    used: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSelection:
+    """What a batch of Q queries retrieved: ``indices[q]`` (positions in ``tenant``'s
+    index, best first) and, for instrumented evaluation only, the noisy scores of the
+    selected positions. ``event`` is the privacy event of *one* query."""
+
+    account: str
+    tenant: str
+    indices: IntArray
+    noisy_scores: FloatArray
+    event: GaussianEvent
+    query_hashes: tuple[str, ...] = field(default=())
+
+
+class MultiTenantRAG:
+    """Tenants with their own :class:`KnowledgeBase`, accounts with rate limits and DP.
+
+    Args:
+        top_k: K of the noisy top-K.
+        shared_backend: the M4 misconfiguration (Remark 2.1): when True any account may be
+            scored against any tenant's index. Off by default.
+        simulation: use the dp layer's float fast path (keyword ``rng``) instead of the
+            secure discrete Gaussian; for experiments only.
+        window_seed: with secure noise, derive each query's noise from
+            H(s_W ‖ rec_q), rec_q = (account, tenant, H(q), ts) (§5.3 A2) instead of OS
+            entropy. At least 32 bytes.
+        rng: the simulation stream.
+
+    >>> from ragprivacy.corpus import Corpus
+    >>> from ragprivacy.types import Document
+    >>> docs = [Document(f"d{i}", f"note {i} about topic {i % 3}") for i in range(6)]
+    >>> kb = KnowledgeBase.build(Corpus(docs), embedder="hashing")
+    >>> svc = MultiTenantRAG(top_k=2, simulation=True, rng=0)
+    >>> svc.add_tenant("acme", kb)
+    >>> svc.add_account("alice", "acme", AccountPolicy(rate_limit=10, epsilon=8.0))
+    >>> len(svc.retrieve("topic 1", account="alice"))
+    2
+    """
+
+    def __init__(
+        self,
+        *,
+        top_k: int = 5,
+        shared_backend: bool = False,
+        simulation: bool = False,
+        window_seed: bytes | None = None,
+        rng: RngLike = None,
+    ) -> None:
+        self.top_k = check_positive_int("top_k", top_k)
+        self.shared_backend = bool(shared_backend)
+        self.simulation = bool(simulation)
+        if window_seed is not None:
+            if simulation:
+                raise ConfigError("A window_seed derives secure noise; it needs simulation=False.")
+            if not isinstance(window_seed, bytes) or len(window_seed) < 32:
+                raise ConfigError(
+                    "The 'window_seed' parameter must be at least 32 random bytes (λ ≥ 256, "
+                    "§5.2); use os.urandom(32)."
+                )
+        if rng is not None and not simulation:
+            raise ConfigError(
+                "Secure mode refuses 'rng' (seeded noise is not secure); set simulation=True "
+                "to simulate, or pass window_seed for derived, auditable noise."
+            )
+        self.window_seed = window_seed
+        self._rng = make_rng(rng) if simulation else None
+        self._tenants: dict[str, KnowledgeBase] = {}
+        self._accounts: dict[str, _Account] = {}
+        self._clock = 0
+
+    # ------------------------------------------------------------------ setup
+    def add_tenant(self, tenant_id: str, kb: KnowledgeBase) -> None:
+        """Register a tenant and its own knowledge base."""
+        if not isinstance(tenant_id, str) or not tenant_id:
+            raise ConfigError(f"A tenant id must be a non-empty string; got {tenant_id!r}.")
+        if tenant_id in self._tenants:
+            raise ConfigError(f"Tenant {tenant_id!r} already exists; choose another id.")
+        if not isinstance(kb, KnowledgeBase):
+            raise ConfigError(f"A tenant needs a KnowledgeBase; got {type(kb).__name__}.")
+        self._tenants[tenant_id] = kb
+
+    def add_account(self, account_id: str, tenant_id: str, policy: AccountPolicy) -> None:
+        """Register an account under a tenant with its policy."""
+        if tenant_id not in self._tenants:
+            raise ConfigError(
+                f"Unknown tenant {tenant_id!r}; add it first (known: {sorted(self._tenants)})."
+            )
+        if not isinstance(account_id, str) or not account_id or account_id in self._accounts:
+            raise ConfigError(f"Account ids must be new non-empty strings; got {account_id!r}.")
+        if not isinstance(policy, AccountPolicy):
+            raise ConfigError(f"The 'policy' must be an AccountPolicy; got {policy!r}.")
+        self._accounts[account_id] = _Account(account_id, tenant_id, policy, policy.noise_sigma)
+
+    @property
+    def tenants(self) -> list[str]:
+        return sorted(self._tenants)
+
+    @property
+    def accounts(self) -> list[str]:
+        return sorted(self._accounts)
+
+    def tenant_of(self, account_id: str) -> str:
+        return self._account(account_id).tenant
+
+    def knowledge_base(self, tenant_id: str) -> KnowledgeBase:
+        if tenant_id not in self._tenants:
+            raise ConfigError(f"Unknown tenant {tenant_id!r}; known: {sorted(self._tenants)}.")
+        return self._tenants[tenant_id]
+
+    def sigma(self, account_id: str) -> float:
+        """σ on the scores of this account's queries."""
+        return self._account(account_id).sigma
+
+    def remaining(self, account_id: str) -> int:
+        """Queries this account may still send in the current window."""
+        acc = self._account(account_id)
+        return acc.policy.rate_limit - acc.used
+
+    def open_window(self) -> None:
+        """Open a new audit window: every account's rate budget resets (M2)."""
+        for acc in self._accounts.values():
+            acc.used = 0
+
+    def _account(self, account_id: str | None) -> _Account:
+        if account_id is None or account_id not in self._accounts:
+            raise ConfigError(
+                f"Unknown account {account_id!r}; every query needs a registered account."
+            )
+        return self._accounts[account_id]
+
+    # ------------------------------------------------------------------ retrieval
+    def _target(self, acc: _Account, tenant: str | None) -> str:
+        target = acc.tenant if tenant is None else tenant
+        if target not in self._tenants:
+            raise ConfigError(f"Unknown tenant {target!r}; known: {sorted(self._tenants)}.")
+        if target != acc.tenant and not self.shared_backend:
+            raise TenantAccessError(
+                f"Account {acc.id!r} of tenant {acc.tenant!r} cannot query tenant {target!r}'s "
+                "index: queries are scored against the account's own tenant only (eq. 2.1). "
+                "shared_backend=True simulates the M4 misconfiguration."
+            )
+        return target
+
+    def _charge(self, acc: _Account, count: int) -> None:
+        if acc.used + count > acc.policy.rate_limit:
+            raise BudgetExhaustedError(
+                f"Account {acc.id!r} may send {acc.policy.rate_limit} queries per window and "
+                f"has sent {acc.used}; {count} more would exceed the rate limit. Wait for the "
+                "next window."
+            )
+        acc.used += count
+
+    def search(
+        self,
+        vectors: FloatArray,
+        *,
+        account: str,
+        tenant: str | None = None,
+        query_hashes: Sequence[str] | None = None,
+    ) -> TenantSelection:
+        """Noisy top-K for a batch of query embeddings (rows) from one account.
+
+        Checks the tenant boundary and the rate limit first, then charges the whole batch
+        (nothing is charged if either check fails).
+        """
+        acc = self._account(account)
+        target = self._target(acc, tenant)
+        kb = self._tenants[target]
+        q = np.asarray(vectors, dtype=np.float32)
+        if q.ndim == 1:
+            q = q[None, :]
+        if q.ndim != 2 or q.shape[1] != kb.index.dim or q.shape[0] == 0:
+            raise ConfigError(
+                f"Query vectors must have shape [Q >= 1, {kb.index.dim}]; got {q.shape}."
+            )
+        hashes = tuple(query_hashes) if query_hashes is not None else ()
+        if hashes and len(hashes) != q.shape[0]:
+            raise ConfigError("Give one query hash per query vector.")
+        self._charge(acc, q.shape[0])
+        scores = kb.index.scores(q)
+        mech = GaussianNoisyTopK(
+            sigma=acc.sigma,
+            k=self.top_k,
+            sensitivity=acc.policy.sensitivity,
+            simulation=self.simulation,
+        )
+        if self.simulation:
+            sel = mech.select(scores, rng=self._rng)
+            idx, noisy = sel.indices, sel.noisy_scores
+        elif self.window_seed is None:
+            sel = mech.select(scores, bits=ChaCha20Bits.from_entropy())
+            idx, noisy = sel.indices, sel.noisy_scores
+        else:  # one derived key per query record rec_q = (a, t(a), H(q), ts)
+            rows_i, rows_s = [], []
+            for r in range(q.shape[0]):
+                self._clock = max(self._clock + 1, time.time_ns())
+                hq = hashes[r] if hashes else hashlib.sha256(q[r].tobytes()).hexdigest()
+                rec = (acc.id, acc.tenant, hq, self._clock)
+                one = mech.select(scores[r], bits=ChaCha20Bits.derived(self.window_seed, rec))
+                rows_i.append(one.indices)
+                rows_s.append(one.noisy_scores)
+            idx, noisy = np.stack(rows_i), np.stack(rows_s)
+        return TenantSelection(
+            account=acc.id,
+            tenant=target,
+            indices=np.asarray(idx),
+            noisy_scores=np.asarray(noisy),
+            event=mech.event,
+            query_hashes=hashes,
+        )
+
+    def retrieve_batch(
+        self, queries: Sequence[str], *, account: str, tenant: str | None = None
+    ) -> list[Retrieval]:
+        """Embed query texts with the target tenant's embedder, then :meth:`search`."""
+        if not queries:
+            return []
+        acc = self._account(account)
+        kb = self._tenants[self._target(acc, tenant)]
+        vectors = kb.embedder.encode(list(queries))
+        hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in queries]
+        sel = self.search(vectors, account=account, tenant=tenant, query_hashes=hashes)
+        ids = kb.index.ids
+        return [
+            Retrieval(
+                ids=tuple(ids[int(p)] for p in row),
+                indices=tuple(int(p) for p in row),
+                scores=tuple(float(s) for s in srow),
+                event=sel.event,
+            )
+            for row, srow in zip(sel.indices, sel.noisy_scores)
+        ]
+
+    def retrieve(self, query: str, *, account: str, tenant: str | None = None) -> Retrieval:
+        """One query's noisy top-K from its account's tenant index."""
+        return self.retrieve_batch([query], account=account, tenant=tenant)[0]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "top_k": self.top_k,
+            "shared_backend": self.shared_backend,
+            "simulation": self.simulation,
+            "derived_noise": self.window_seed is not None,
+            "tenants": {t: len(kb) for t, kb in sorted(self._tenants.items())},
+            "accounts": {
+                a.id: {"tenant": a.tenant, "rate_limit": a.policy.rate_limit, "sigma": a.sigma}
+                for a in sorted(self._accounts.values(), key=lambda x: x.id)
+            },
+        }
+
+
+class TenantRAGSystem(RAGSystem):
+    """A :class:`RAGSystem` over a :class:`MultiTenantRAG`: retrieve for the account
+    (noise before top-K on its tenant's index), then generate from those documents.
+
+    The response's ``privacy`` reports the Gaussian event of the retrieval; generation
+    is outside the retrieval guarantee (collusion paper §7).
+    """
+
+    name = "multi-tenant"
+
+    def __init__(
+        self, service: MultiTenantRAG, generator: Generator, *, instruction: str | None = None
+    ) -> None:
+        self.service = service
+        self.generator = generator
+        self.instruction = instruction
+
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        return self.answer_batch([query], account=account)[0]
+
+    def answer_batch(
+        self, queries: Sequence[str | Query], *, account: str | None = None
+    ) -> list[Response]:
+        if account is None:
+            raise ConfigError("A multi-tenant system needs the querying 'account'.")
+        qs = [Query.of(q) for q in queries]
+        retrievals = self.service.retrieve_batch([q.search_text for q in qs], account=account)
+        kb = self.service.knowledge_base(self.service.tenant_of(account))
+        prompts = [
+            Prompt(q.task, q.text, kb.texts(r.indices), self.instruction, q.options)
+            for q, r in zip(qs, retrievals)
+        ]
+        out = []
+        for c, r in zip(self.generator.generate_batch(prompts), retrievals):
+            out.append(
+                Response(
+                    text=c.text,
+                    tokens=c.tokens,
+                    logprobs=c.logprobs,
+                    privacy=PrivacyCost(mechanism="gaussian-noisy-topk"),
+                    retrieval=r,
+                )
+            )
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "service": self.service.describe(),
+            "generator": self.generator.name,
+        }

@@ -1,0 +1,101 @@
+"""The multi-tenant model: tenant isolation, rate limits, noise before top-K, M4 switch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragprivacy.corpus import Corpus
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.generate import create_generator
+from ragprivacy.rag import AccountPolicy, MultiTenantRAG, TenantAccessError, TenantRAGSystem
+from ragprivacy.retrieval import KnowledgeBase
+from ragprivacy.types import Document
+
+
+def _kb(prefix: str, n: int = 8) -> KnowledgeBase:
+    docs = [
+        Document(f"{prefix}-{i}", f"{prefix} record {i} about subject {i % 4}") for i in range(n)
+    ]
+    return KnowledgeBase.build(Corpus(docs, name=prefix), embedder="hashing")
+
+
+def _service(**kw) -> MultiTenantRAG:
+    svc = MultiTenantRAG(top_k=3, **kw)
+    svc.add_tenant("acme", _kb("acme"))
+    svc.add_tenant("globex", _kb("globex"))
+    svc.add_account("alice", "acme", AccountPolicy(rate_limit=5, epsilon=8.0))
+    svc.add_account("bob", "globex", AccountPolicy(rate_limit=5, epsilon=8.0, sigma=1e-3))
+    return svc
+
+
+def test_queries_only_see_their_tenant_and_m4_is_off_by_default() -> None:
+    svc = _service(simulation=True, rng=0)
+    r = svc.retrieve("subject 1", account="alice")
+    assert len(r) == 3 and all(i.startswith("acme-") for i in r.ids)
+    with pytest.raises(TenantAccessError):
+        svc.retrieve("subject 1", account="alice", tenant="globex")
+    assert svc.remaining("alice") == 4  # the refused query was not charged
+    m4 = _service(simulation=True, rng=0, shared_backend=True)
+    r = m4.retrieve("subject 1", account="alice", tenant="globex")
+    assert all(i.startswith("globex-") for i in r.ids)
+
+
+def test_rate_limit_is_checked_before_charging() -> None:
+    svc = _service(simulation=True, rng=0)
+    svc.retrieve_batch(["a", "b", "c"], account="alice")
+    with pytest.raises(BudgetExhaustedError):
+        svc.retrieve_batch(["d", "e", "f"], account="alice")
+    assert svc.remaining("alice") == 2
+    svc.open_window()
+    assert svc.remaining("alice") == 5
+
+
+def test_policy_calibration_and_validation() -> None:
+    p = AccountPolicy(rate_limit=10_000, epsilon=1.0, delta=1e-6)
+    assert p.noise_sigma == pytest.approx(3584, rel=1e-3)
+    exact = AccountPolicy(rate_limit=10_000, epsilon=1.0, calibration="exact").noise_sigma
+    assert exact == pytest.approx(422.5, rel=1e-2)
+    with pytest.raises(ConfigError):
+        AccountPolicy(rate_limit=0, epsilon=1.0)
+    with pytest.raises(ConfigError):
+        MultiTenantRAG(rng=1)  # secure mode refuses a seed
+    with pytest.raises(ConfigError):
+        MultiTenantRAG(window_seed=b"short")
+
+
+def test_noise_is_added_before_selection() -> None:
+    # With a tiny sigma the noisy top-K equals the clean top-K; with a large one it is
+    # nearly uniform over the whole index (every score was noised, not only the winners).
+    kb = _kb("acme", n=30)
+    clean = set(np.argsort(-kb.index.scores(kb.embedder.encode(["subject 2"]))[0])[:3])
+    svc = MultiTenantRAG(top_k=3, simulation=True, rng=4)
+    svc.add_tenant("acme", kb)
+    svc.add_account("quiet", "acme", AccountPolicy(rate_limit=10, epsilon=1.0, sigma=1e-6))
+    svc.add_account("loud", "acme", AccountPolicy(rate_limit=2000, epsilon=1.0, sigma=50.0))
+    assert set(svc.retrieve("subject 2", account="quiet").indices) == clean
+    q = np.repeat(kb.embedder.encode(["subject 2"]), 2000, axis=0)
+    sel = svc.search(q, account="loud")
+    counts = np.bincount(sel.indices.ravel(), minlength=30)
+    # 6,000 selections over 30 documents: ~200 each (select-before-noise: only 3 ever)
+    assert counts.min() > 100 and counts.max() < 300
+
+
+def test_secure_and_derived_noise() -> None:
+    seed = bytes(range(32))
+    a = _service(window_seed=seed)
+    r = a.retrieve("subject 3", account="bob")  # sigma 1e-3: noise cannot reorder
+    assert len(r) == 3 and r.event is not None
+    secure = _service()
+    assert len(secure.retrieve("subject 3", account="alice")) == 3
+
+
+def test_tenant_rag_system_answers_for_an_account() -> None:
+    svc = _service(simulation=True, rng=0)
+    gen = create_generator("reference", background=["plain background text about things"])
+    system = TenantRAGSystem(svc, gen)
+    resp = system.answer("what is record 2 about?", account="alice")
+    assert isinstance(resp.text, str)
+    assert resp.retrieval is not None and all(i.startswith("acme-") for i in resp.retrieval.ids)
+    with pytest.raises(ConfigError):
+        system.answer("x")
