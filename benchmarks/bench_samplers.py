@@ -10,6 +10,9 @@ Compares, on the same machine and in the same process:
 - OpenDP's vetted samplers (``make_gaussian`` / ``make_laplace`` on integers), when the
   ``opendp`` package is importable; skipped otherwise.
 
+It also counts how often the secure samplers fall back to their exact (slow) comparison
+path, per draw, at each σ: the figure docs/dp.md quotes.
+
 Usage::
 
     python benchmarks/bench_samplers.py [--n 1000000] [--repeats 3] [--json out.json]
@@ -32,6 +35,7 @@ import numpy as np
 
 from ragprivacy.dp import (
     ChaCha20Bits,
+    GaussianNoisyTopK,
     discrete_gaussian,
     discrete_laplace,
     gaussian_noise_float,
@@ -67,6 +71,30 @@ def _opendp_cases(n: int) -> dict[str, Callable[[], object]]:
     return cases
 
 
+def _exact_path_rates(src: ChaCha20Bits, n: int) -> dict[str, float]:
+    """Exact-path comparisons per draw of ``discrete_gaussian`` at several σ (grid units)."""
+    import ragprivacy.dp.samplers as samplers
+
+    real = samplers.LazyUniform
+    made = [0]
+
+    class Counting(real):  # type: ignore[misc, valid-type]
+        def __init__(self, prefix: int, extra: ChaCha20Bits) -> None:
+            made[0] += 1
+            super().__init__(prefix, extra)
+
+    out: dict[str, float] = {}
+    samplers.LazyUniform = Counting  # type: ignore[misc]
+    try:
+        for sigma in (1.0, 50.0, 2.0**20, 3584.4 * 2**20, 2.0**32, 2.0**39):
+            made[0] = 0
+            discrete_gaussian(sigma, n, bits=src)
+            out[f"sigma=2^{np.log2(sigma):.1f}"] = made[0] / n
+    finally:
+        samplers.LazyUniform = real  # type: ignore[misc]
+    return out
+
+
 def run(n: int, repeats: int, opendp_n: int) -> dict[str, object]:
     """Time every sampler; returns a JSON-ready report."""
     src = ChaCha20Bits.from_entropy()
@@ -79,15 +107,24 @@ def run(n: int, repeats: int, opendp_n: int) -> dict[str, object]:
         ),
         "chacha20 keystream, 8 bytes/draw": (n, lambda: src.uint64(n)),
     }
-    for sigma in (1.0, 50.0, 2.0**20):
-        cases[f"ragprivacy discrete_gaussian sigma={sigma:g} (secure)"] = (
+    # σ in grid units: 2^20 (σ = 1 on the default grid) up to the collusion paper's
+    # σ = 3584 on the default 2^-20 grid (≈ 2^31.8) and 2^32, where geometric draws are split.
+    for sigma in (1.0, 50.0, 2.0**20, 3584.4 * 2**20, 2.0**32):
+        cases[f"ragprivacy discrete_gaussian sigma=2^{np.log2(sigma):.1f} (secure)"] = (
             n,
             lambda s=sigma: discrete_gaussian(s, n, bits=src),
         )
-    for scale in (1.0, 50.0):
-        cases[f"ragprivacy discrete_laplace scale={scale:g} (secure)"] = (
+    for scale in (1.0, 50.0, 2.0**32):
+        cases[f"ragprivacy discrete_laplace scale=2^{np.log2(scale):.1f} (secure)"] = (
             n,
             lambda s=scale: discrete_laplace(s, n, bits=src),
+        )
+    scores = np.random.default_rng(1).uniform(-1, 1, 100_000)
+    for sigma in (0.05, 3584.4):
+        mech = GaussianNoisyTopK(sigma=sigma, k=5)
+        cases[f"GaussianNoisyTopK sigma={sigma:g}, N=1e5 (secure, per score)"] = (
+            scores.size,
+            lambda m=mech: m.select(scores, bits=src),
         )
     opendp = _opendp_cases(opendp_n)
     for name, fn in opendp.items():
@@ -104,6 +141,7 @@ def run(n: int, repeats: int, opendp_n: int) -> dict[str, object]:
     for row in rows:
         row["relative_to_numpy"] = row["draws_per_s"] / base  # type: ignore[operator]
     return {
+        "exact_path_per_draw": _exact_path_rates(src, n),
         "machine": platform.platform(),
         "python": sys.version.split()[0],
         "numpy": np.__version__,
@@ -126,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in report["results"]:  # type: ignore[union-attr]
         print(f"{r['sampler']:<{width}}  {r['draws_per_s']:>12.3g}  {r['relative_to_numpy']:>8.3f}")
     print(f"OpenDP: {report['opendp']}")
+    print("exact-path comparisons per draw (discrete_gaussian):")
+    for key, rate in report["exact_path_per_draw"].items():  # type: ignore[union-attr]
+        print(f"  {key:<14} {rate:.3g}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import dp_accounting
+import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from ragprivacy.dp import (
     Accountant,
     ComposedEvent,
+    DiscreteLaplaceEvent,
     GaussianEvent,
     LaplaceEvent,
     PureDpEvent,
@@ -257,3 +259,67 @@ def test_calibrated_noise_never_overshoots(
         return
     spent = exact_gaussian_epsilon(SelfComposedEvent(GaussianEvent(sigma), n), delta)
     assert spent <= eps * (1 + 1e-9)
+
+
+# ------------------------------------------------------------ discrete Laplace (secure path)
+
+
+def _discrete_laplace_rdp_by_sum(t: float, sens: int, alpha: float) -> float:
+    from scipy.special import logsumexp
+
+    q = math.exp(-1 / t)
+    x = np.arange(-4000, 4001)
+    lp0 = math.log((1 - q) / (1 + q)) - np.abs(x) / t
+    lp1 = math.log((1 - q) / (1 + q)) - np.abs(x - sens) / t
+    return float(logsumexp(alpha * lp0 + (1 - alpha) * lp1) / (alpha - 1))
+
+
+@pytest.mark.parametrize("t", [0.7, 3.0, 10.0])
+@pytest.mark.parametrize("sens", [1, 3])
+def test_discrete_laplace_rdp_is_exact(t: float, sens: int) -> None:
+    orders = [1.5, 2.0, 8.0, 32.0]
+    got = rdp_curve(DiscreteLaplaceEvent(scale=t, sensitivity=sens), orders)
+    for a, g in zip(orders, got):
+        assert g == pytest.approx(min(_discrete_laplace_rdp_by_sum(t, sens, a), sens / t), rel=1e-9)
+
+
+def test_discrete_laplace_is_counted_above_the_continuous_curve() -> None:
+    """Secure Laplace noise is integer: its loss is ±1/t (randomized response), which the
+    continuous LaplaceEvent under-counts by RDP and by PLD."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    disc = DiscreteLaplaceEvent(scale=10.0)
+    cont = LaplaceEvent(scale=10.0)
+    orders = [2.0, 8.0, 32.0]
+    np.testing.assert_allclose(rdp_curve(disc, orders), rdp_curve(PureDpEvent(0.1), orders))
+    assert np.all(rdp_curve(disc, orders) > rdp_curve(cont, orders))
+    ev, ev_c = SelfComposedEvent(disc, 400), SelfComposedEvent(cont, 400)
+    assert rdp_epsilon(ev, 1e-6) > rdp_epsilon(ev_c, 1e-6)
+    reference = (
+        pld_lib.from_discrete_laplace_mechanism(0.1, value_discretization_interval=1e-4)
+        .self_compose(400)
+        .get_epsilon_for_delta(1e-6)
+    )
+    assert pld_epsilon(ev, 1e-6) == pytest.approx(reference, rel=1e-3)
+    assert pld_epsilon(ev, 1e-6) > pld_epsilon(ev_c, 1e-6)
+    assert event_from_dict(disc.to_dict()) == disc and disc.epsilon == 0.1
+    assert isinstance(disc, LaplaceEvent)  # code reading scale/epsilon keeps working
+    with pytest.raises(ConfigError, match="integer sensitivity"):
+        DiscreteLaplaceEvent(scale=1.0, sensitivity=1.5)
+    with pytest.raises(ConfigError, match="no discrete Laplace"):
+        disc.to_dp_accounting()
+
+
+@pytest.mark.parametrize("method", ["rdp", "exact"])
+def test_accountant_running_total_equals_recomputation(method: str) -> None:
+    """The running totals (RDP curve, Σμ²) give the same ε as composing the history."""
+    acc = Accountant(method=method, delta=1e-6)
+    events = [GaussianEvent(sigma=s) for s in (3.0, 5.0, 8.0)]
+    if method == "rdp":
+        events += [DiscreteLaplaceEvent(scale=20.0), PureDpEvent(0.05)]
+    for i in range(60):
+        acc.charge(events[i % len(events)], count=1 + i % 3)
+    assert acc.epsilon() == pytest.approx(epsilon_for(acc.event, 1e-6, method), rel=1e-9)
+    assert acc.epsilon(1e-3) == pytest.approx(epsilon_for(acc.event, 1e-3, method), rel=1e-9)
+    before = acc.epsilon()
+    assert acc.would_spend(GaussianEvent(2.0), 4) > before and acc.epsilon() == before

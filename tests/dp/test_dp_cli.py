@@ -52,12 +52,14 @@ def test_collusion_all_fields() -> None:
         "eps_k_leading",
         "eps_k_bound",
         "eps_k_rdp",
-        "eps_k_pld",
         "eps_k_exact",
         "delta_joint",
     ):
         assert isinstance(out[key], float), key
     assert out["sigma"] / out["sigma_exact"] > 8
+    assert out["eps_k_pld"] is None  # PLD is opt-in (slow at large k*n)
+    pld = _json("collusion", "--k", "10", "--n", "10000", "--method", "pld")
+    assert pld["eps_k_pld"] == pytest.approx(out["eps_k_exact"], rel=1e-3)
     assert out["eps_k_exact"] < out["eps_k_rdp"] < out["eps_k_bound"]
 
 

@@ -63,7 +63,8 @@ def test_auc_prediction_matches_a_monte_carlo_of_the_construction() -> None:
 
 
 def test_report_fields_and_cross_checks() -> None:
-    r = collusion_report(1.0, 1e-6, 10, 10_000)
+    r = collusion_report(1.0, 1e-6, 10, 10_000, method="all")
+    assert collusion_report(1.0, 1e-6, 10, 10_000).eps_k_pld is None  # PLD is opt-in
     d = r.to_dict()
     for key in (
         "eps_per_query",
@@ -138,3 +139,15 @@ def test_mia_bounds() -> None:
     # AUC predictions never exceed the GDP ceiling of the exact coalition mechanism
     p = mia_prediction(4.0, 1e-6, 10_000, 20)
     assert p.auc <= max_auc_gdp(math.sqrt(20 * 10_000) / p.sigma) + 1e-12
+
+
+def test_rdp_paper_form_and_classic_sigma_flag() -> None:
+    """eq. 3.6 as printed (F.3 substitutes eq. 3.1's σ) beside the closed form at eq. 3.4's σ."""
+    r = collusion_report(1.0, 1e-6, 10, 10_000, method="rdp")
+    log_inv = math.log(1e6)
+    assert r.eps_k_rdp_paper == pytest.approx(r.eps_k_leading + 10 / (4 * log_inv))
+    # the closed form at the paper's (larger) σ is far below its printed eq. 3.6
+    assert r.eps_k_rdp <= r.eps_k_rdp_closed < r.eps_k_rdp_paper
+    assert r.classic_sigma_valid
+    tiny = collusion_report(8.0, 1e-6, 2, 1, method="advanced")
+    assert tiny.eps_per_query >= 1 and not tiny.classic_sigma_valid

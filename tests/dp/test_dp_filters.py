@@ -88,6 +88,44 @@ def test_charge_id_is_idempotent(make: StoreFactory, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("make", STORES)
+def test_reused_charge_id_for_a_different_request_is_refused(
+    make: StoreFactory, tmp_path: Path
+) -> None:
+    """A reused id with other documents or another amount must not skip the charge."""
+    store = make(tmp_path, 1.0)
+    store.charge(["a", "b"], 0.5, charge_id="q1")
+    # the same request (documents in any order) replays
+    assert store.charge(["b", "a"], 0.5, charge_id="q1").replayed
+    with pytest.raises(ConfigError, match="already used for a different charge"):
+        store.charge(["c", "d"], 0.9, charge_id="q1")
+    with pytest.raises(ConfigError, match="already used"):
+        store.charge(["a", "b"], 0.25, charge_id="q1")
+    with pytest.raises(ConfigError, match="already used"):
+        store.charge(["a"], 0.5, charge_id="q1")
+    np.testing.assert_allclose(store.spent(["a", "b", "c", "d"]).ravel(), [0.5, 0.5, 0, 0])
+
+
+def test_sqlite_lock_timeout_is_a_backend_error(tmp_path: Path) -> None:
+    """Another writer holding the lock past the timeout is not an exhausted budget."""
+    import sqlite3
+
+    from ragprivacy.errors import BackendError
+
+    store = SqliteBudgetStore(tmp_path / "b.db", 1.0, timeout=0.2)
+    holder = sqlite3.connect(tmp_path / "b.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(BackendError, match="Could not lock") as err:
+            store.charge(["a"], 0.5, charge_id="c")
+        assert not isinstance(err.value, BudgetExhaustedError)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert store.charge(["a"], 0.5, charge_id="c").charge_id == "c"  # the retry lands
+    np.testing.assert_allclose(store.spent(["a"]), [[0.5]])
+
+
+@pytest.mark.parametrize("make", STORES)
 def test_invalid_requests(make: StoreFactory, tmp_path: Path) -> None:
     store = make(tmp_path, [1.0, 1.0])
     with pytest.raises(ConfigError, match="more than once"):
@@ -175,6 +213,31 @@ def test_murag_filter_follows_algorithm_1() -> None:
         f.charge_event(["y"], GaussianEvent(1.0))
     with pytest.raises(ConfigError, match="capacity"):
         PureDpFilter(budget=2.0, store=MemoryBudgetStore(1.0))
+
+
+def test_default_renyi_filter_admits_a_plausible_load() -> None:
+    """for_target's default orders let σ = 8 Gaussian charges through (order 8 blocked all)."""
+    f = RenyiFilter.for_target(2.0, 1e-6)
+    ev = GaussianEvent(sigma=8.0)
+    n = 0
+    while f.active(["doc"], ev):
+        f.charge(["doc"], ev)
+        n += 1
+    assert n >= 6
+    assert float(f.epsilon(["doc"], 1e-6)[0]) <= 2.0
+    assert all(b > 0.5 for b in f.budgets)
+    # explicit orders with a useless budget are dropped (8: B = 0.026)
+    assert RenyiFilter.for_target(2.0, 1e-6, orders=(8.0, 16.0, 32.0)).orders == [16.0, 32.0]
+    # picking orders for the expected charge: large orders for large pure-DP charges
+    pure = RenyiFilter.for_target(2.0, 1e-6, expected_event=PureDpEvent(0.5))
+    assert min(pure.orders) > 64
+    m = 0
+    while pure.active(["doc"], PureDpEvent(0.5)):
+        pure.charge(["doc"], PureDpEvent(0.5))
+        m += 1
+    assert m >= 3 and float(pure.epsilon(["doc"], 1e-6)[0]) <= 2.0
+    with pytest.raises(ConfigError, match="keep_fraction"):
+        RenyiFilter.for_target(2.0, 1e-6, keep_fraction=0.0)
 
 
 def test_renyi_filter_gives_the_target_guarantee() -> None:

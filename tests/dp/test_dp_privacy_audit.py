@@ -29,6 +29,8 @@ from ragprivacy.dp import (
 )
 from ragprivacy.dp.mechanisms import _prefix_stops
 
+SEED = b"ragprivacy.dp test suite seed.."  # 31 bytes (>= 16); real seeds: os.urandom(32)
+
 ALPHA = 1e-6
 R_FAST = 20_000
 R_SLOW = 1_000_000
@@ -52,7 +54,7 @@ EPS_COUNT = 0.5
 
 def _counts(eps_used: float) -> Runner:
     def run(x: np.ndarray, runs: int, tag: str) -> np.ndarray:
-        bits = ChaCha20Bits.derived(b"audit-counts", (tag, str(eps_used), runs))
+        bits = ChaCha20Bits.derived(SEED, ("audit-counts", (tag, str(eps_used), runs)))
         noisy = laplace_counts(np.repeat(x, runs), eps_used, bits=bits).values
         return np.clip(noisy, -15, 25)  # post-processing
 
@@ -74,15 +76,17 @@ def test_laplace_counts_with_half_the_noise_is_caught() -> None:
 # ---------------------------------------------------------------- noisy top-K
 
 SIGMA = 1.0
-TOPK_D = np.array([0.6, 0.5, 0.4, 0.0])
-TOPK_DP = np.array([-0.4, 0.5, 0.4, 0.0])  # document 0's score moved by the sensitivity 1
+# Replace-one neighbours: document 0's score moves by the sensitivity 1 of scores in [0, 1].
+TOPK_D = np.array([1.0, 0.5, 0.4, 0.0])
+TOPK_DP = np.array([0.0, 0.5, 0.4, 0.0])
+UNIT_RANGE = (0.0, 1.0)
 GRID = Grid(bits=12)
 DELTA_TOPK = 1e-3
 
 
-def _topk_bound() -> float:
-    m = GaussianNoisyTopK(sigma=SIGMA, k=2, grid=GRID)
-    return gaussian_epsilon(m.event.mu, DELTA_TOPK)
+def _topk_bound(m: GaussianNoisyTopK | None = None, delta: float = DELTA_TOPK) -> float:
+    m = m or GaussianNoisyTopK(sigma=SIGMA, k=2, grid=GRID, score_range=UNIT_RANGE)
+    return gaussian_epsilon(m.event.mu, delta)
 
 
 def _pair_code(idx: np.ndarray, n: int) -> np.ndarray:
@@ -90,14 +94,16 @@ def _pair_code(idx: np.ndarray, n: int) -> np.ndarray:
 
 
 def _topk(simulation: bool) -> Runner:
-    m = GaussianNoisyTopK(sigma=SIGMA, k=2, simulation=simulation, grid=GRID)
+    m = GaussianNoisyTopK(
+        sigma=SIGMA, k=2, simulation=simulation, grid=GRID, score_range=UNIT_RANGE
+    )
 
     def run(x: np.ndarray, runs: int, tag: str) -> np.ndarray:
         batch = np.tile(x, (runs, 1))
         if simulation:
             sel = m.select(batch, rng=np.random.default_rng([runs, len(tag)]))
         else:
-            sel = m.select(batch, bits=ChaCha20Bits.derived(b"audit-topk", (tag, runs)))
+            sel = m.select(batch, bits=ChaCha20Bits.derived(SEED, ("audit-topk", (tag, runs))))
         return _pair_code(sel.indices, x.size)
 
     return run
@@ -124,25 +130,54 @@ def test_select_before_noise_is_caught() -> None:
     assert loss > _topk_bound()
 
 
+def _score_channel(m: GaussianNoisyTopK, label: str) -> Runner:
+    """Document 0's noisy score (binned): the Gaussian release itself, μ = Δ/σ."""
+    edges = np.linspace(-5, 5, 41)
+
+    def inner(x: np.ndarray, runs: int, tag: str) -> np.ndarray:
+        batch = np.tile(x, (runs, 1))
+        sel = m.select(batch, bits=ChaCha20Bits.derived(SEED, ("ch", label, tag)))
+        score0 = sel.noisy_scores[sel.indices == 0]
+        return np.digitize(score0, edges)
+
+    return inner
+
+
 def test_noisy_score_channel_within_epsilon_and_small_sigma_caught() -> None:
-    """The instrumented channel: document 0's noisy score itself (binned), μ = Δ/σ."""
-    edges = np.linspace(-4, 4, 33)
-
-    def run(sigma: float) -> Runner:
-        m = GaussianNoisyTopK(sigma=sigma, k=4, grid=GRID)
-
-        def inner(x: np.ndarray, runs: int, tag: str) -> np.ndarray:
-            sel = m.select(
-                np.tile(x, (runs, 1)), bits=ChaCha20Bits.derived(b"ch", (tag, str(sigma)))
-            )
-            score0 = sel.noisy_scores[sel.indices == 0]
-            return np.digitize(score0, edges)
-
-        return inner
-
     bound = _topk_bound()
-    assert _audit(run(SIGMA), TOPK_D, TOPK_DP, R_FAST, delta=DELTA_TOPK) <= bound
-    assert _audit(run(SIGMA * 0.5), TOPK_D, TOPK_DP, R_FAST, delta=DELTA_TOPK) > bound
+    ok = GaussianNoisyTopK(sigma=SIGMA, k=4, grid=GRID, score_range=UNIT_RANGE)
+    assert _audit(_score_channel(ok, "ok"), TOPK_D, TOPK_DP, R_FAST, delta=DELTA_TOPK) <= bound
+    small = GaussianNoisyTopK(sigma=SIGMA * 0.5, k=4, grid=GRID, score_range=UNIT_RANGE)
+    loss = _audit(_score_channel(small, "small"), TOPK_D, TOPK_DP, R_FAST, delta=DELTA_TOPK)
+    assert loss > bound
+
+
+# Raw cosine scores: replacing document 0 can move its score from 1 to −1 (Δ = 2).
+COS_D = np.array([1.0, 0.5, 0.4, 0.0])
+COS_DP = np.array([-1.0, 0.5, 0.4, 0.0])
+
+
+def test_default_sensitivity_covers_cosine_scores() -> None:
+    """The default mechanism's event holds for the worst replace-one pair of cosine scores.
+
+    With the old default (Δ = 1 claimed for scores in [−1, 1]) the measured loss exceeded
+    the event's ε; the second half shows that claim is refuted.
+    """
+    default = GaussianNoisyTopK(sigma=SIGMA, k=4, grid=GRID)
+    assert default.sensitivity == 2.0
+    bound = _topk_bound(default, 1e-2)
+    assert _audit(_score_channel(default, "cos"), COS_D, COS_DP, R_FAST, delta=1e-2) <= bound
+    claims_one = GaussianNoisyTopK(sigma=SIGMA, k=4, grid=GRID, sensitivity=1.0)
+    loss = _audit(_score_channel(claims_one, "cos1"), COS_D, COS_DP, R_FAST, delta=1e-2)
+    assert loss > _topk_bound(claims_one, 1e-2)
+
+
+def test_score_range_clipping_enforces_the_sensitivity() -> None:
+    """Scores far outside score_range are clipped, so Δ = its width holds for any input."""
+    m = GaussianNoisyTopK(sigma=SIGMA, k=4, grid=GRID, score_range=UNIT_RANGE)
+    far_d, far_dp = np.array([9.0, 0.5, 0.4, 0.0]), np.array([-9.0, 0.5, 0.4, 0.0])
+    loss = _audit(_score_channel(m, "clip"), far_d, far_dp, R_FAST, delta=DELTA_TOPK)
+    assert loss <= _topk_bound(m)
 
 
 # ---------------------------------------------------------------- exponential mechanism
@@ -157,7 +192,7 @@ def _em(exponent_factor: float, simulation: bool = False) -> Runner:
         eps = EPS_EM * exponent_factor
         if simulation:
             return exponential_mechanism(x, eps, size=runs, simulation=True, rng=len(tag))
-        bits = ChaCha20Bits.derived(b"audit-em", (tag, str(eps)))
+        bits = ChaCha20Bits.derived(SEED, ("audit-em", (tag, str(eps))))
         return exponential_mechanism(x, eps, size=runs, bits=bits)
 
     return run
@@ -181,7 +216,7 @@ def test_exponential_mechanism_matches_its_distribution() -> None:
 
     u = np.array([4, 0, 2, 2, 7, 0, 1])
     p = exponential_mechanism_probabilities(u, 0.8)
-    draws = exponential_mechanism(u, 0.8, size=50_000, bits=ChaCha20Bits.derived(b"em-gof"))
+    draws = exponential_mechanism(u, 0.8, size=50_000, bits=ChaCha20Bits.derived(SEED, "em-gof"))
     counts = np.bincount(draws, minlength=u.size)
     assert stats.chisquare(counts, p * counts.sum()).pvalue > ALPHA
 
@@ -195,7 +230,7 @@ SV_DP = SV_D + 1  # every query moves by the sensitivity
 
 def _sv(c: int, eps_used: float, below: bool = False) -> Runner:
     def run(x: np.ndarray, runs: int, tag: str) -> np.ndarray:
-        bits = ChaCha20Bits.derived(b"audit-sv", (tag, c, str(eps_used), int(below)))
+        bits = ChaCha20Bits.derived(SEED, ("audit-sv", (tag, c, str(eps_used), int(below))))
         pos = above_threshold(x, 5, eps_used, max_discoveries=c, below=below, runs=runs, bits=bits)
         return (pos + 1) @ (len(x) + 1) ** np.arange(c)  # the transcript as one code
 
@@ -222,7 +257,7 @@ BINS_DP = np.array([2, 2, 3, 2])  # one document added to bin 1
 
 def _prefix(eps_used: float, batched: bool = True) -> Runner:
     def run(x: np.ndarray, runs: int, tag: str) -> np.ndarray:
-        root = ChaCha20Bits.derived(b"audit-prefix", (tag, str(eps_used)))
+        root = ChaCha20Bits.derived(SEED, ("audit-prefix", (tag, str(eps_used))))
         if batched:  # the function's own vectorised core, one row per run
             return _prefix_stops(np.tile(x, (runs, 1)), 4, eps_used, False, None, root)[1]
         out = np.empty(runs, dtype=np.int64)
@@ -246,3 +281,40 @@ def test_prefix_threshold_single_calls_within_epsilon() -> None:
 
 def test_prefix_threshold_with_too_little_noise_is_caught() -> None:
     assert _audit(_prefix(4 * EPS_THR), BINS_D, BINS_DP, R_FAST) > EPS_THR
+
+
+@pytest.mark.parametrize("sensitivity", [1, 3])
+def test_sparse_vector_noise_scales(sensitivity: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threshold noise Lap(2Δ/ε), query noise Lap(4Δ/ε), checked directly.
+
+    The audit above uses monotone neighbours, on which query noise Lap(2Δ/ε) (true cost
+    1.5ε for c = 1 on the worst inputs) is not visible; this check catches that mutation
+    (and a threshold scale off by 2) deterministically, in both entry points.
+    """
+    import ragprivacy.dp.sparse_vector as sv
+
+    seen: list[tuple[float, tuple[int, ...]]] = []
+    real = sv.discrete_laplace
+
+    def spy(scale: float, size: int | tuple[int, ...], *, bits: ChaCha20Bits | None = None):  # type: ignore[no-untyped-def]
+        seen.append((float(scale), (size,) if isinstance(size, int) else tuple(size)))
+        return real(scale, size, bits=bits)
+
+    monkeypatch.setattr(sv, "discrete_laplace", spy)
+    eps = 0.5
+    above_threshold(
+        SV_D,
+        5,
+        eps,
+        max_discoveries=2,
+        sensitivity=sensitivity,
+        runs=3,
+        bits=ChaCha20Bits.derived(SEED, "scales"),
+    )
+    assert seen == [(2 * sensitivity / eps, (3,)), (4 * sensitivity / eps, (3, SV_D.size))]
+    seen.clear()
+    stream_sv = sv.AboveThreshold(
+        5, eps, sensitivity=sensitivity, bits=ChaCha20Bits.derived(SEED, "scales-2")
+    )
+    stream_sv.test(0)
+    assert [s for s, _ in seen] == [2 * sensitivity / eps, 4 * sensitivity / eps]

@@ -25,6 +25,8 @@ from ragprivacy.dp._exact import LazyUniform, exp_neg_bounds
 from ragprivacy.dp.samplers import _discrete_gaussian, _discrete_laplace
 from ragprivacy.errors import ConfigError
 
+SEED = b"ragprivacy.dp test suite seed.."  # 31 bytes (>= 16); real seeds: os.urandom(32)
+
 ALPHA = 1e-6
 
 
@@ -67,7 +69,7 @@ def _support(width: float) -> np.ndarray:
 @pytest.mark.statistical
 @pytest.mark.parametrize("sigma", [0.3, 1.0, 3.7, 40.5, 2500.0])
 def test_discrete_gaussian_goodness_of_fit(sigma: float) -> None:
-    src = ChaCha20Bits.derived(b"gof-dg", str(sigma))
+    src = ChaCha20Bits.derived(SEED, ("gof-dg", str(sigma)))
     draws = discrete_gaussian(sigma, 200_000, bits=src)
     support = _support(14 * sigma + 3)
     assert np.abs(draws).max() < support[-1]
@@ -77,7 +79,7 @@ def test_discrete_gaussian_goodness_of_fit(sigma: float) -> None:
 @pytest.mark.statistical
 @pytest.mark.parametrize("scale", [0.25, 2.0, 30.0, 1000.0])
 def test_discrete_laplace_goodness_of_fit(scale: float) -> None:
-    src = ChaCha20Bits.derived(b"gof-dl", str(scale))
+    src = ChaCha20Bits.derived(SEED, ("gof-dl", str(scale)))
     draws = discrete_laplace(scale, 200_000, bits=src)
     support = _support(40 * scale + 3)
     assert _chi2_pvalue(draws, support, _dl_pmf(scale, support)) > ALPHA
@@ -87,7 +89,7 @@ def test_discrete_laplace_goodness_of_fit(scale: float) -> None:
 @pytest.mark.parametrize("sigma", [1.0, 40.5])
 def test_goodness_of_fit_catches_sigma_off_by_five_percent(sigma: float) -> None:
     """The same test on draws from σ·0.95 fails (the planted bug is caught)."""
-    src = ChaCha20Bits.derived(b"gof-bug", str(sigma))
+    src = ChaCha20Bits.derived(SEED, ("gof-bug", str(sigma)))
     wrong = discrete_gaussian(sigma * 0.95, 200_000, bits=src)
     support = _support(14 * sigma + 3)
     assert _chi2_pvalue(wrong, support, _dg_pmf(sigma, support)) < ALPHA
@@ -104,25 +106,47 @@ def test_fast_path_equals_exact_path(sigma: float | Fraction) -> None:
     s = Fraction(sigma)
     key = ("fast-vs-exact", str(sigma))
     fast = _discrete_gaussian(
-        s, 1500, ChaCha20Bits.derived(b"k", key), ChaCha20Bits.derived(b"e", key), True
+        s,
+        1500,
+        ChaCha20Bits.derived(SEED, ("k", key)),
+        ChaCha20Bits.derived(SEED, ("e", key)),
+        True,
     )
     exact = _discrete_gaussian(
-        s, 1500, ChaCha20Bits.derived(b"k", key), ChaCha20Bits.derived(b"e", key), False
+        s,
+        1500,
+        ChaCha20Bits.derived(SEED, ("k", key)),
+        ChaCha20Bits.derived(SEED, ("e", key)),
+        False,
     )
     np.testing.assert_array_equal(fast, exact)
     fast_l = _discrete_laplace(
-        s, 1500, ChaCha20Bits.derived(b"k", key), ChaCha20Bits.derived(b"e", key), True
+        s,
+        1500,
+        ChaCha20Bits.derived(SEED, ("k", key)),
+        ChaCha20Bits.derived(SEED, ("e", key)),
+        True,
     )
     exact_l = _discrete_laplace(
-        s, 1500, ChaCha20Bits.derived(b"k", key), ChaCha20Bits.derived(b"e", key), False
+        s,
+        1500,
+        ChaCha20Bits.derived(SEED, ("k", key)),
+        ChaCha20Bits.derived(SEED, ("e", key)),
+        False,
     )
     np.testing.assert_array_equal(fast_l, exact_l)
 
 
 def test_derived_noise_is_reproducible_and_record_bound() -> None:
-    a = discrete_gaussian(5.0, 100, bits=ChaCha20Bits.derived(b"s_W", ("acct", "t1", "q", 17)))
-    b = discrete_gaussian(5.0, 100, bits=ChaCha20Bits.derived(b"s_W", ("acct", "t1", "q", 17)))
-    c = discrete_gaussian(5.0, 100, bits=ChaCha20Bits.derived(b"s_W", ("acct", "t1", "q", 18)))
+    a = discrete_gaussian(
+        5.0, 100, bits=ChaCha20Bits.derived(SEED, ("s_W", ("acct", "t1", "q", 17)))
+    )
+    b = discrete_gaussian(
+        5.0, 100, bits=ChaCha20Bits.derived(SEED, ("s_W", ("acct", "t1", "q", 17)))
+    )
+    c = discrete_gaussian(
+        5.0, 100, bits=ChaCha20Bits.derived(SEED, ("s_W", ("acct", "t1", "q", 18)))
+    )
     np.testing.assert_array_equal(a, b)
     assert (a != c).any()
     # fresh entropy differs between calls
@@ -149,7 +173,7 @@ def test_lazy_uniform_exact_comparison_refines_bits() -> None:
     p_lo, p_hi = exp_neg_bounds(x, 200)
     assert p_lo < p_hi and p_hi - p_lo < Fraction(1, 2**190)
     prefix = int(p_lo * 2**53)  # W's prefix interval contains e^{-1/2}
-    extra = ChaCha20Bits.derived(b"lazy", "x")
+    extra = ChaCha20Bits.derived(SEED, ("lazy", "x"))
     w = LazyUniform(prefix, extra)
     first = w.less_than_exp(x)
     assert w.bits > 53
@@ -176,3 +200,92 @@ def test_float_fast_path_is_seeded_and_shaped() -> None:
     assert abs(a.std() - 2.0) < 0.2
     b = laplace_noise_float(1.0, (10, 2), rng=np.random.default_rng(2))
     assert b.shape == (10, 2)
+
+
+@pytest.mark.parametrize("sigma", [Fraction(2**30) + Fraction(1, 3), Fraction(2**36) * 1.7])
+def test_fast_path_equals_exact_path_at_large_sigma(sigma: Fraction) -> None:
+    """σ ≥ 2^30 grid units (the split geometric, m·A + B): both paths agree exactly."""
+    s = Fraction(sigma)
+    key = ("fast-vs-exact-large", str(s))
+    out = []
+    for fast in (True, False):
+        bits = ChaCha20Bits.derived(SEED, ("k", key))
+        extra = ChaCha20Bits.derived(SEED, ("e", key))
+        out.append(_discrete_gaussian(s, 300, bits, extra, fast))
+    np.testing.assert_array_equal(out[0], out[1])
+    assert np.abs(out[0]).max() > float(s) / 2  # draws of the right magnitude
+
+
+class _CountingLazyUniform(LazyUniform):
+    made = 0
+
+    def __init__(self, prefix: int, extra: ChaCha20Bits) -> None:
+        type(self).made += 1
+        super().__init__(prefix, extra)
+
+
+@pytest.mark.parametrize("sigma", [2.0**20, 3584.4 * 2**20, 2.0**32, 2.0**39])
+def test_exact_path_is_rare_at_every_scale(sigma: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Speed sanity without timing: the slow exact comparisons stay rare for large σ.
+
+    Before the split geometric, σ = 2^32 grid units sent ~12 % of the draws (and every
+    draw at 2^36) to the exact path, ~100× slower; now it is ≈ 6·10^-5 per draw.
+    """
+    import ragprivacy.dp.samplers as samplers
+
+    _CountingLazyUniform.made = 0
+    monkeypatch.setattr(samplers, "LazyUniform", _CountingLazyUniform)
+    n = 20_000
+    discrete_gaussian(sigma, n, bits=ChaCha20Bits.derived(SEED, ("rare", repr(sigma))))
+    assert _CountingLazyUniform.made <= 20  # expected ≈ 1.3 (before the fix: ≈ 2,400)
+
+
+@pytest.mark.statistical
+def test_split_geometric_goodness_of_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The m·A + B split, forced at a small scale where χ² can see it: exact law."""
+    import ragprivacy.dp.samplers as samplers
+
+    monkeypatch.setattr(samplers, "_SPLIT_BITS", 2)  # t = 50 → m = 8, A's scale 6.25
+    assert samplers._split(Fraction(50)) == 8
+    draws = discrete_laplace(50.0, 200_000, bits=ChaCha20Bits.derived(SEED, "split-dl"))
+    support = _support(40 * 50 + 3)
+    assert _chi2_pvalue(draws, support, _dl_pmf(50.0, support)) > ALPHA
+    gauss = discrete_gaussian(40.5, 200_000, bits=ChaCha20Bits.derived(SEED, "split-dg"))
+    support = _support(14 * 40.5 + 3)
+    assert _chi2_pvalue(gauss, support, _dg_pmf(40.5, support)) > ALPHA
+    # a planted bug in B (uniform remainder, no e^{-b/t} acceptance) is caught
+    monkeypatch.setattr(
+        samplers,
+        "_truncated_geometric",
+        lambda t, m, n, bits, extra, fast: (bits.uint64(n) % np.uint64(m)).astype(np.int64),
+    )
+    wrong = discrete_laplace(50.0, 200_000, bits=ChaCha20Bits.derived(SEED, "split-bug"))
+    support = _support(40 * 50 + 3)
+    assert _chi2_pvalue(wrong, support, _dl_pmf(50.0, support)) < ALPHA
+
+
+@pytest.mark.statistical
+def test_large_sigma_matches_the_normal() -> None:
+    """At σ = 2^32·1.3 grid units the discrete Gaussian is N(0, σ²) to ~2^-60: KS test."""
+    sigma = 2.0**32 * 1.3
+    draws = discrete_gaussian(sigma, 100_000, bits=ChaCha20Bits.derived(SEED, "big"))
+    assert stats.kstest(draws / sigma, "norm").pvalue > ALPHA
+    assert stats.kstest(draws / (0.95 * sigma), "norm").pvalue < ALPHA
+
+
+def test_successive_calls_use_fresh_auxiliary_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The extra stream for exact comparisons is forked per call (key + bytes used)."""
+    forks: list[bytes] = []
+    real_fork = ChaCha20Bits.fork
+
+    def spy(self: ChaCha20Bits, label: str) -> ChaCha20Bits:
+        out = real_fork(self, label)
+        forks.append(out.uint64(1).tobytes())
+        return real_fork(self, label)
+
+    monkeypatch.setattr(ChaCha20Bits, "fork", spy)
+    src = ChaCha20Bits.derived(SEED, "forks")
+    discrete_gaussian(3.0, 10, bits=src)
+    discrete_gaussian(3.0, 10, bits=src)
+    discrete_laplace(3.0, 10, bits=src)
+    assert len(forks) == 3 and len(set(forks)) == 3

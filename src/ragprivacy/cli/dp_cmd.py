@@ -59,7 +59,12 @@ def collusion(
         None, "--delta", help="Composition slack delta >= delta_acc (default: delta_acc)."
     ),
     method: str = typer.Option(
-        "all", "--method", help="advanced, rdp, pld, exact or all (comma-separated allowed)."
+        "advanced,rdp,exact",
+        "--method",
+        help=(
+            "advanced, rdp, pld, exact or all (comma-separated allowed). pld is opt-in: "
+            "it takes seconds to minutes at large k*n (all includes it)."
+        ),
     ),
     as_json: bool = _JSON,
 ) -> None:

@@ -50,6 +50,7 @@ from ragprivacy.dp.empirical import (
 from ragprivacy.dp.events import (
     ApproxDpEvent,
     ComposedEvent,
+    DiscreteLaplaceEvent,
     GaussianEvent,
     LaplaceEvent,
     NoOpEvent,
@@ -126,6 +127,7 @@ __all__ = [
     "ChargeReceipt",
     "CollusionReport",
     "ComposedEvent",
+    "DiscreteLaplaceEvent",
     "DocumentBudgetExhaustedError",
     "EmpiricalLoss",
     "GaussianEvent",

@@ -28,6 +28,7 @@ from ragprivacy.dp.calibration import check_delta
 from ragprivacy.dp.events import (
     ApproxDpEvent,
     ComposedEvent,
+    DiscreteLaplaceEvent,
     GaussianEvent,
     LaplaceEvent,
     NoOpEvent,
@@ -127,11 +128,35 @@ def _laplace_rdp(b: float, alpha: np.ndarray) -> np.ndarray:
     return np.logaddexp(t1, t2) / (alpha - 1)
 
 
+def _discrete_laplace_rdp(t: float, sensitivity: int, alpha: np.ndarray) -> np.ndarray:
+    """Exact RDP of discrete Laplace noise P(x) ∝ e^{−|x|/t} under an integer shift Δ.
+
+    D_α = log(Σ_x P(x)^α P(x − Δ)^{1−α})/(α − 1), summed in closed form over x ≤ 0,
+    0 < x < Δ and x ≥ Δ (with q = e^{−1/t}, c = (1 − q)/(1 + q)):
+    c[q^{(1−α)Δ}/(1 − q) + q^{αΔ}/(1 − q) + q^{(1−α)Δ} Σ_{x=1}^{Δ−1} q^{(2α−1)x}].
+    For Δ = 1 it equals the randomized-response curve with ε = 1/t.
+    """
+    lq = -1.0 / t  # log q
+    log_c = math.log(-math.expm1(lq)) - math.log1p(math.exp(lq))
+    log_1mq = math.log(-math.expm1(lq))
+    d = float(sensitivity)
+    parts = [(1 - alpha) * d * lq - log_1mq, alpha * d * lq - log_1mq]
+    if sensitivity > 1:
+        lr = (2 * alpha - 1) * lq  # log r, r = q^{2α−1} < 1
+        geo = lr + np.log(-np.expm1((d - 1) * lr)) - np.log(-np.expm1(lr))
+        parts.append((1 - alpha) * d * lq + geo)
+    total = parts[0]
+    for part in parts[1:]:
+        total = np.logaddexp(total, part)
+    return (log_c + total) / (alpha - 1)
+
+
 def rdp_curve(event: PrivacyEvent, orders: Sequence[float] = DEFAULT_RDP_ORDERS) -> np.ndarray:
     """The Rényi DP curve ρ(α) of ``event`` at ``orders`` (all > 1), composed additively.
 
     Per leaf: Gaussian αΔ²/(2σ²) (collusion paper App. B, R1); Laplace (Mironov 2017,
-    Prop. 6); pure ε: the exact curve of randomized response, which dominates every ε-DP
+    Prop. 6); discrete Laplace: its exact curve (:class:`DiscreteLaplaceEvent`); pure ε:
+    the exact curve of randomized response, which dominates every ε-DP
     mechanism, capped by ε and by αε²/2 (Bun & Steinke 2016); zCDP ρα. Approximate-DP
     events with δ > 0 have no RDP curve and are refused.
     """
@@ -142,6 +167,10 @@ def rdp_curve(event: PrivacyEvent, orders: Sequence[float] = DEFAULT_RDP_ORDERS)
     for leaf, count in event.flatten():
         if isinstance(leaf, GaussianEvent):
             curve = alpha * leaf.mu**2 / 2
+        elif isinstance(leaf, DiscreteLaplaceEvent):
+            curve = np.minimum(
+                _discrete_laplace_rdp(leaf.scale, int(leaf.sensitivity), alpha), leaf.epsilon
+            )
         elif isinstance(leaf, LaplaceEvent):
             curve = np.minimum(_laplace_rdp(leaf.scale / leaf.sensitivity, alpha), leaf.epsilon)
         elif isinstance(leaf, PureDpEvent) or (isinstance(leaf, ApproxDpEvent) and leaf.delta == 0):
@@ -205,6 +234,12 @@ def _to_pld(event: PrivacyEvent, interval: float) -> pld_lib.PrivacyLossDistribu
             sensitivity=event.sensitivity,
             value_discretization_interval=interval,
         )
+    if isinstance(event, DiscreteLaplaceEvent):
+        return pld_lib.from_discrete_laplace_mechanism(
+            1.0 / event.scale,
+            sensitivity=int(event.sensitivity),
+            value_discretization_interval=interval,
+        )
     if isinstance(event, LaplaceEvent):
         return pld_lib.from_laplace_mechanism(
             event.scale, sensitivity=event.sensitivity, value_discretization_interval=interval
@@ -262,6 +297,14 @@ def exact_gaussian_epsilon(event: PrivacyEvent, delta: float) -> float:
     >>> round(exact_gaussian_epsilon(SelfComposedEvent(GaussianEvent(100.0), 10_000), 1e-5), 4)
     4.3772
     """
+    mu_sq = _gaussian_mu_sq(event)
+    if mu_sq == 0:
+        return 0.0
+    return gaussian_epsilon(math.sqrt(mu_sq), delta)
+
+
+def _gaussian_mu_sq(event: PrivacyEvent) -> float:
+    """Σ count·μ² over the Gaussian leaves of ``event`` (the exact route's running total)."""
     mu_sq = 0.0
     for leaf, count in event.flatten():
         if not isinstance(leaf, GaussianEvent):
@@ -270,9 +313,7 @@ def exact_gaussian_epsilon(event: PrivacyEvent, delta: float) -> float:
                 f"Use method 'pld' or 'rdp'."
             )
         mu_sq += count * leaf.mu**2
-    if mu_sq == 0:
-        return 0.0
-    return gaussian_epsilon(math.sqrt(mu_sq), delta)
+    return mu_sq
 
 
 def epsilon_for(event: PrivacyEvent, delta: float, method: str = "rdp") -> float:
@@ -300,6 +341,11 @@ class Accountant:
     the budget and only then records it; otherwise it raises ``BudgetExhaustedError``
     having changed nothing (dp_accounting's check-then-commit discipline).
 
+    The ``rdp`` and ``exact`` methods keep a running total (the Rényi curve, or Σμ²), so a
+    charge costs the same whatever the history; ``basic`` sums the leaves and ``pld``
+    recomposes the whole history numerically on every query (use it for reports, not in
+    a serving loop).
+
     >>> acc = Accountant(method="exact", epsilon_budget=1.0, delta=1e-6)
     >>> acc.charge(GaussianEvent(sigma=10.0))
     >>> round(acc.epsilon(), 3)
@@ -319,30 +365,61 @@ class Accountant:
             None if epsilon_budget is None else check_positive("epsilon_budget", epsilon_budget)
         )
         self._events: list[PrivacyEvent] = []
+        self._rdp = np.zeros(len(DEFAULT_RDP_ORDERS))
+        self._mu_sq = 0.0
 
     @property
     def event(self) -> PrivacyEvent:
         """Everything charged so far, as one composed event."""
         return ComposedEvent(tuple(self._events))
 
+    def _increment(self, event: PrivacyEvent) -> np.ndarray | float | None:
+        """The new event's contribution to the running total (None: no running total)."""
+        if self.method == "rdp":
+            return rdp_curve(event)
+        if self.method == "exact":
+            return float(_gaussian_mu_sq(event))
+        return None
+
+    def _epsilon_with(
+        self, increment: np.ndarray | float | None, extra: PrivacyEvent | None, delta: float
+    ) -> float:
+        if self.method == "rdp":
+            total = self._rdp if increment is None else self._rdp + increment
+            if not np.any(total):
+                return 0.0
+            return rdp_to_epsilon(DEFAULT_RDP_ORDERS, total, delta)
+        if self.method == "exact":
+            mu_sq = self._mu_sq + (0.0 if increment is None else float(increment))  # type: ignore[arg-type]
+            return (
+                0.0
+                if mu_sq == 0
+                else gaussian_epsilon(math.sqrt(mu_sq), check_delta("delta", delta))
+            )
+        events = self._events if extra is None else [*self._events, extra]
+        if not events:
+            return 0.0
+        return epsilon_for(ComposedEvent(tuple(events)), delta, self.method)
+
     def epsilon(self, delta: float | None = None) -> float:
         """ε spent so far at ``delta`` (the accountant's δ by default)."""
         if not self._events:
             return 0.0
-        return epsilon_for(self.event, self.delta if delta is None else delta, self.method)
+        return self._epsilon_with(None, None, self.delta if delta is None else delta)
 
     def would_spend(self, event: PrivacyEvent, count: int = 1) -> float:
         """ε after charging ``event`` ``count`` times (nothing is recorded)."""
         count = check_positive_int("count", count)
         new = event if count == 1 else SelfComposedEvent(event, count)
-        return epsilon_for(ComposedEvent((*self._events, new)), self.delta, self.method)
+        return self._epsilon_with(self._increment(new), new, self.delta)
 
     def charge(self, event: PrivacyEvent, count: int = 1) -> None:
         """Record ``event`` (``count`` times) if within budget; else raise, changing nothing."""
         count = check_positive_int("count", count)
         new = event if count == 1 else SelfComposedEvent(event, count)
+        increment = self._increment(new)
         if self.epsilon_budget is not None:
-            after = self.would_spend(event, count)
+            after = self._epsilon_with(increment, new, self.delta)
             if after > self.epsilon_budget * (1 + 1e-12):
                 raise BudgetExhaustedError(
                     f"Charging {new.to_dict()} would bring epsilon to {after:.6g} at "
@@ -350,3 +427,7 @@ class Accountant:
                     f"nothing was charged. Lower the query's cost or raise the budget."
                 )
         self._events.append(new)
+        if self.method == "rdp":
+            self._rdp = self._rdp + np.asarray(increment, dtype=float)
+        elif self.method == "exact":
+            self._mu_sq += float(increment)  # type: ignore[arg-type]

@@ -12,7 +12,9 @@ cannot pay. The SQLite store does the check and the debit in one ``BEGIN IMMEDIA
 transaction (one writer at a time across threads and processes), in WAL mode with
 ``synchronous=FULL``: a charge that returned is durable, and a process killed mid-charge
 leaves no trace of it. A ``charge_id`` makes a charge idempotent, so a client that does
-not know whether its charge landed (a crash, a timeout) can retry safely.
+not know whether its charge landed (a crash, a timeout) can retry safely; a retry must
+repeat the same request (same documents, same amount): reusing an id for a different
+request raises ``ConfigError`` instead of silently skipping the charge.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ragprivacy._validation import check_positive
-from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError
 
 __all__ = [
     "BudgetStore",
@@ -66,8 +68,32 @@ class ChargeReceipt:
 def _capacity(capacity: float | Sequence[float]) -> np.ndarray:
     values = [capacity] if isinstance(capacity, int | float) else list(capacity)
     if not values:
-        raise ConfigError("The 'capacity' parameter must hold at least one value.")
+        raise ConfigError(
+            f"The 'capacity' parameter must hold at least one value; got {capacity!r}."
+        )
     return np.array([check_positive("capacity", v) for v in values], dtype=np.float64)
+
+
+def _check_replay(
+    charge_id: str,
+    prev_ids: Sequence[str],
+    prev_amount: Sequence[float],
+    ids: Sequence[str],
+    amount: np.ndarray,
+) -> None:
+    """A reused ``charge_id`` must name the same request; anything else is refused."""
+    prev = np.asarray(prev_amount, dtype=np.float64)
+    same_docs = sorted(prev_ids) == sorted(ids)
+    same_amount = prev.shape == amount.shape and bool(
+        np.all(np.abs(prev - amount) <= _RTOL * np.maximum(np.abs(prev), np.abs(amount)))
+    )
+    if not (same_docs and same_amount):
+        raise ConfigError(
+            f"charge_id {charge_id!r} was already used for a different charge "
+            f"({len(prev_ids)} document(s), amount {prev.tolist()}); got {len(ids)} "
+            f"document(s), amount {amount.tolist()}. Nothing was charged: use a fresh "
+            f"charge_id for a new request (retry with the same id only to repeat a request)."
+        )
 
 
 def _doc_ids(doc_ids: Iterable[str]) -> tuple[str, ...]:
@@ -76,7 +102,11 @@ def _doc_ids(doc_ids: Iterable[str]) -> tuple[str, ...]:
         if not isinstance(d, str) or not d:
             raise ConfigError(f"Document ids must be non-empty strings; got {d!r}.")
     if len(set(ids)) != len(ids):
-        raise ConfigError("A charge lists a document more than once; deduplicate the ids.")
+        dup = sorted({d for d in ids if ids.count(d) > 1})[:5]
+        raise ConfigError(
+            f"A charge lists a document more than once ({', '.join(map(repr, dup))}); "
+            f"deduplicate the ids."
+        )
     return ids
 
 
@@ -181,6 +211,7 @@ class MemoryBudgetStore(BudgetStore):
         with self._lock:
             if cid in self._charges:
                 prev = self._charges[cid]
+                _check_replay(cid, prev.doc_ids, prev.amount, ids, a)
                 return ChargeReceipt(prev.charge_id, prev.doc_ids, prev.amount, replayed=True)
             zero = np.zeros(self.dims)
             spent = np.array([self._spent.get(d, zero) for d in ids]).reshape(len(ids), self.dims)
@@ -280,9 +311,10 @@ class SqliteBudgetStore(BudgetStore):
                 if "locked" not in str(err) and "busy" not in str(err):
                     raise
                 if time.monotonic() > deadline:
-                    raise BudgetExhaustedError(
-                        f"Could not lock the budget store {self.path} within {self.timeout}s; "
-                        f"nothing was charged. Retry with the same charge_id."
+                    raise BackendError(
+                        f"Could not lock the budget store {self.path} within {self.timeout}s "
+                        f"(another writer holds it); nothing was charged. Retry with the same "
+                        f"charge_id, or raise 'timeout'."
                     ) from err
                 time.sleep(0.01)
 
@@ -320,9 +352,9 @@ class SqliteBudgetStore(BudgetStore):
             ).fetchone()
             if row is not None:
                 conn.execute("COMMIT")
-                return ChargeReceipt(
-                    cid, tuple(json.loads(row[0])), tuple(json.loads(row[1])), replayed=True
-                )
+                prev_ids, prev_amount = tuple(json.loads(row[0])), tuple(json.loads(row[1]))
+                _check_replay(cid, prev_ids, prev_amount, ids, a)
+                return ChargeReceipt(cid, prev_ids, prev_amount, replayed=True)
             ok = self._fits(self._read(conn, ids), a)
             if not ok.all():
                 conn.execute("ROLLBACK")

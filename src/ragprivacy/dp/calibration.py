@@ -109,7 +109,12 @@ def collusion_sigma(
     σ = Δ √(2n log(1/δ_acc) · 2 log(1.25/δ_q)) / ε_acc with δ_q = δ_acc/n: the classic
     Gaussian σ at the per-query budget of eq. (3.1). Guarantee claimed by the paper:
     n queries of one account are (ε_acc, δ_acc)-DP by advanced composition. The exact
-    accounting of :func:`account_sigma_exact` needs several times less noise.
+    accounting of :func:`account_sigma_exact` needs several times less noise. The
+    classic σ assumes ε_q < 1 (Dwork & Roth Thm A.1); the paper's formula is returned as
+    printed even when ε_q ≥ 1 (tiny n, large ε_acc), where its per-query claim does not
+    follow — :class:`~ragprivacy.dp.collusion.CollusionReport` flags it
+    (``classic_sigma_valid``). ``sensitivity`` defaults to the paper's Δ = 1, which holds
+    for scores confined to a unit-width interval (see docs/dp.md on [C] §2.2).
 
     >>> round(collusion_sigma(1.0, 1e-6, 10_000), 1)
     3584.4

@@ -78,7 +78,10 @@ def empirical_epsilon(
         or b.size == 0
         or not (np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer))
     ):
-        raise ConfigError("Outcomes must be non-empty integer arrays (discretise first).")
+        raise ConfigError(
+            f"Outcomes must be non-empty integer arrays (discretise first); got sizes "
+            f"{a.size} and {b.size}, dtypes {a.dtype} and {b.dtype}."
+        )
     delta = check_probability("delta", delta)
     alpha = check_in_range("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)
     labels, inv = np.unique(np.concatenate([a, b]), return_inverse=True)

@@ -3,9 +3,14 @@
 A mechanism reports the event it consumed; accountants and filters own budgets and turn
 events into (ε, δ) or Rényi curves. An event's meaning never changes once built.
 
-Neighbouring relation for every event here: add or remove one record (document), the
-relation both papers use (collusion paper §2.2, Private-RAG §2). Sensitivities are stated
-for that relation.
+An event states a cost *for the neighbouring relation its mechanism was analysed under*;
+the event itself does not fix the relation. The mechanisms of :mod:`ragprivacy.dp` state
+theirs: add/remove one document for counts, prefix thresholds, the exponential mechanism
+and sparse vector (Private-RAG §2); replace one document in its slot for the Gaussian
+noise-then-select of :class:`~ragprivacy.dp.mechanisms.GaussianNoisyTopK` (its score
+vector is indexed by slot; see its docstring). A composition is meaningful for one
+relation at a time; a replace-one guarantee implies an add/remove one only when the index
+is padded to a public size with dummy documents (Private-RAG Alg. 3).
 
 The events map onto ``dp_accounting`` events (:meth:`PrivacyEvent.to_dp_accounting`) where
 that library has an equivalent; pure and approximate DP events have none, and the
@@ -27,6 +32,7 @@ if TYPE_CHECKING:  # imported lazily: dp_accounting takes over a second to impor
 __all__ = [
     "ApproxDpEvent",
     "ComposedEvent",
+    "DiscreteLaplaceEvent",
     "GaussianEvent",
     "LaplaceEvent",
     "NoOpEvent",
@@ -136,6 +142,42 @@ class LaplaceEvent(PrivacyEvent):
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "laplace", "scale": self.scale, "sensitivity": self.sensitivity}
+
+
+@dataclass(frozen=True, slots=True)
+class DiscreteLaplaceEvent(LaplaceEvent):
+    """Integer discrete Laplace noise, P(x) ∝ e^{−|x|/scale}, on an integer value whose L1
+    change is at most the integer ``sensitivity``.
+
+    Guarantee: ε-DP with ε = sensitivity/scale, like the continuous Laplace mechanism, but
+    its Rényi and privacy-loss curves are *larger*: with sensitivity 1 the privacy loss is
+    ±1/scale exactly (binary randomized response with ε = 1/scale), while the continuous
+    curve is smaller at every order. Accountants use the exact discrete curve (the RR
+    curve for Δ = 1; ``dp_accounting``'s ``from_discrete_laplace_mechanism`` for PLD).
+    Returned by the secure (integer) paths of :func:`~ragprivacy.dp.mechanisms.laplace_counts`
+    and :func:`~ragprivacy.dp.mechanisms.noisy_prefix_threshold`; a subclass of
+    :class:`LaplaceEvent` so code that reads ``scale``/``epsilon`` keeps working.
+    Source: Canonne, Kamath & Steinke 2020, Alg. 2 (sampler); Private-RAG Alg. 2/6 line 6.
+    """
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", check_positive("scale", self.scale))
+        sens = self.sensitivity
+        if isinstance(sens, bool) or not float(sens).is_integer() or sens < 1:
+            raise ConfigError(
+                f"A discrete Laplace event needs an integer sensitivity >= 1; got {sens!r}. "
+                f"Scale the value to integers first."
+            )
+        object.__setattr__(self, "sensitivity", int(sens))
+
+    def to_dp_accounting(self) -> dp_accounting.DpEvent:
+        raise ConfigError(
+            "dp_accounting has no discrete Laplace event (its LaplaceDpEvent is continuous "
+            "and under-counts); use ragprivacy.dp.accounting (rdp_epsilon, pld_epsilon)."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "discrete_laplace", "scale": self.scale, "sensitivity": self.sensitivity}
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +304,9 @@ _FROM_DICT = {
     "noop": lambda d: NoOpEvent(),
     "gaussian": lambda d: GaussianEvent(sigma=d["sigma"], sensitivity=d.get("sensitivity", 1.0)),
     "laplace": lambda d: LaplaceEvent(scale=d["scale"], sensitivity=d.get("sensitivity", 1.0)),
+    "discrete_laplace": lambda d: DiscreteLaplaceEvent(
+        scale=d["scale"], sensitivity=d.get("sensitivity", 1)
+    ),
     "pure": lambda d: PureDpEvent(epsilon=d["epsilon"]),
     "approx": lambda d: ApproxDpEvent(epsilon=d["epsilon"], delta=d["delta"]),
     "zcdp": lambda d: ZCdpEvent(rho=d["rho"]),

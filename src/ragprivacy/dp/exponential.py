@@ -124,7 +124,7 @@ def _secure(
     prev_hi = np.where(level > 0, hi_f[np.maximum(level - 1, 0)], 0.0)
     decided = (level < len(levels)) & (w_lo >= prev_hi)
     level = np.minimum(level, len(levels) - 1)
-    extra = bits.child("extra")
+    extra = bits.fork("extra")
     for i in np.flatnonzero(~decided):
         level[i] = _level_exact(LazyUniform(int(prefix[i]), extra), x, cnt)
     members = [np.flatnonzero(inverse == lv) for lv in range(len(levels))]
@@ -156,7 +156,7 @@ def exponential_mechanism(
         rng: simulation mode only.
         bits: secure mode only (``None`` = fresh OS entropy).
 
-    >>> exponential_mechanism([0, 5, 1], 50.0, bits=ChaCha20Bits.derived(b"em", "x"))
+    >>> exponential_mechanism([0, 5, 1], 50.0, bits=ChaCha20Bits.derived(bytes(32), "em"))
     1
     """
     u = _utilities(utilities)

@@ -135,14 +135,29 @@ def renyi_capacities(
     return kept, caps
 
 
+def _capacity_per_load(
+    orders: Sequence[float], caps: Sequence[float], load: PrivacyEvent | None
+) -> np.ndarray:
+    """How many charges of ``load`` each order could admit, B_α/ρ_load(α).
+
+    Without a load, a Gaussian-shaped curve ρ(α) ∝ α (also the small-ε shape of
+    randomized response, i.e. of MURAG's pure charges) is used: B_α/α.
+    """
+    a = np.asarray(orders, dtype=float)
+    rho = a if load is None else rdp_curve(load, orders)
+    with np.errstate(divide="ignore"):
+        return np.where(rho > 0, np.asarray(caps) / rho, np.inf)
+
+
 class RenyiFilter:
     """Per-document Rényi budgets at a grid of orders (Feldman & Zrnic 2021, Thm 3.1).
 
     A document can pay a charge only if, at *every* order α, spent_α + ρ_α ≤ B_α; then
     for every α the interaction is (α, B_α)-individual-RDP for that document (stopping
-    early at one order because another is full is itself a valid adaptive choice). Use a
-    few orders near the best one for the expected load: orders far from it have small
-    budgets and stop the filter early.
+    early at one order because another is full is itself a valid adaptive choice). Each
+    extra order can therefore only stop the filter earlier, never let it run longer: use
+    one order, or a few near the best one for the expected load (see :meth:`for_target`,
+    which picks them).
 
     Args:
         orders: Rényi orders α > 1.
@@ -160,7 +175,10 @@ class RenyiFilter:
         if not self.orders or any(not a > 1 for a in self.orders):
             raise ConfigError(f"Rényi orders must be > 1; got {list(orders)!r}.")
         if len(budgets) != len(self.orders):
-            raise ConfigError("Give one budget per Rényi order.")
+            raise ConfigError(
+                f"Give one budget per Rényi order; got {len(budgets)} budget(s) for "
+                f"{len(self.orders)} order(s)."
+            )
         self.budgets = [check_positive("budget", b) for b in budgets]
         self.store = store if store is not None else MemoryBudgetStore(self.budgets)
         if not np.allclose(self.store.capacity, self.budgets):
@@ -174,12 +192,47 @@ class RenyiFilter:
         cls,
         epsilon: float,
         delta: float,
-        orders: Sequence[float] = (8.0, 16.0, 32.0),
+        orders: Sequence[float] | None = None,
         store: BudgetStore | None = None,
+        *,
+        expected_event: PrivacyEvent | None = None,
+        keep_fraction: float = 0.5,
     ) -> RenyiFilter:
-        """A filter whose every document ends (ε, δ)-DP (budgets from :func:`renyi_capacities`)."""
-        kept, caps = renyi_capacities(epsilon, delta, orders)
-        return cls(kept, caps, store)
+        """A filter whose every document ends (ε, δ)-DP, with orders chosen to be useful.
+
+        Budgets are B_α = ε − log(1/δ)/(α − 1) (:func:`renyi_capacities`). Since every
+        order must fit, an order with a small B_α blocks all charges (at ε = 2, δ = 1e-6,
+        α = 8 has B = 0.026, below one σ = 8 Gaussian charge). So orders are kept only if
+        they admit at least ``keep_fraction`` of the charges the best order admits, for
+        ``expected_event`` (one typical charge), or for a Gaussian-shaped load when it is
+        not given. Dropping orders never weakens the guarantee: each kept order alone
+        implies (ε, δ)-DP.
+
+        Args:
+            epsilon: target ε per document.
+            delta: target δ per document.
+            orders: candidate orders (default: ``dp_accounting``'s grid of orders).
+            store: a store created with the resulting budgets (``capacity``); see
+                :func:`renyi_capacities` and the attribute ``budgets``.
+            expected_event: one typical charge, to pick the orders for.
+            keep_fraction: in (0, 1]; 1 keeps only the best order(s).
+        """
+        if not 0 < keep_fraction <= 1:
+            raise ConfigError(
+                f"The 'keep_fraction' parameter must be in (0, 1]; got {keep_fraction!r}."
+            )
+        kept, caps = renyi_capacities(
+            epsilon, delta, DEFAULT_RDP_ORDERS if orders is None else orders
+        )
+        fit = _capacity_per_load(kept, caps, expected_event)
+        good = fit >= keep_fraction * fit.max()
+        chosen = [a for a, g in zip(kept, good) if g]
+        budgets = [b for b, g in zip(caps, good) if g]
+        if orders is None and len(chosen) > 3:  # a few orders around the best one
+            best = int(np.argmax([f for f, g in zip(fit, good) if g]))
+            lo = max(0, min(best - 1, len(chosen) - 3))
+            chosen, budgets = chosen[lo : lo + 3], budgets[lo : lo + 3]
+        return cls(chosen, budgets, store)
 
     def curve(self, event: PrivacyEvent) -> np.ndarray:
         """The event's Rényi curve at this filter's orders."""

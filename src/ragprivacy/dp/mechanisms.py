@@ -22,7 +22,13 @@ import numpy as np
 from ragprivacy._random import RngLike, make_rng
 from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_positive, check_positive_int
-from ragprivacy.dp.events import GaussianEvent, LaplaceEvent
+from ragprivacy.dp.events import (
+    DiscreteLaplaceEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    PrivacyEvent,
+    SelfComposedEvent,
+)
 from ragprivacy.dp.randomness import ChaCha20Bits
 from ragprivacy.dp.samplers import Grid, discrete_gaussian, discrete_laplace
 from ragprivacy.errors import ConfigError
@@ -80,25 +86,54 @@ def top_k_indices(values: np.ndarray, k: int) -> IntArray:
 class NoisySelection:
     """What a noisy top-K returned: ``indices`` (best first) and the ``noisy_scores`` used.
 
-    ``noisy_scores`` are for instrumented evaluation only (the collusion paper's score
-    channel, §4.5); a deployment shows neither them nor, to an attacker, the indices.
+    ``event`` is the cost of the whole call: the per-query :class:`GaussianEvent` for one
+    query (1-D scores), ``SelfComposedEvent(per_query, Q)`` for a batch of Q queries (2-D
+    scores). ``event_per_query`` is the cost of one row, for callers that attach a cost to
+    each query's result. ``noisy_scores`` are for instrumented evaluation only (the
+    collusion paper's score channel, §4.5); a deployment shows neither them nor, to an
+    attacker, the indices.
     """
 
     indices: IntArray
     noisy_scores: FloatArray
-    event: GaussianEvent
+    event: PrivacyEvent
+    event_per_query: GaussianEvent | None = None
+
+    def __post_init__(self) -> None:
+        if self.event_per_query is None and isinstance(self.event, GaussianEvent):
+            object.__setattr__(self, "event_per_query", self.event)
+
+
+_COSINE_RANGE = (-1.0, 1.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GaussianNoisyTopK:
     """Gaussian noise-then-select: TopK(Score(q, D) + N(0, σ²I)) (collusion paper eq. 2.1).
 
-    Neighbouring relation: add/remove/replace one document; the score vector's L2
-    sensitivity is ``sensitivity`` (≤ 1 for unit-norm embeddings, §2.2). Guarantee: the
-    release of the whole noisy score vector is a Gaussian mechanism (μ = Δ/σ GDP, or
-    (ε_q, δ_q)-DP at the σ of eq. 3.4); the top-K indices are post-processing of it, so
-    the same holds for them. Selecting first and noising only the winners breaks this
-    (footnote 1 of the paper).
+    **Neighbouring relation: replace one document in its slot.** The score vector is
+    indexed by the index's slots and the output is slot positions, so the guarantee is for
+    indices D, D' of the same size that differ in the document held by one slot. Under
+    add/remove (the vector gains or loses a coordinate) this mechanism is *not* DP: a
+    present document can be returned and an absent one never can (δ ≥ the probability of
+    returning it). Add/remove is covered only if the index is padded to a public size with
+    dummy documents whose score is the low end of ``score_range`` (Private-RAG Alg. 3
+    pads the same way).
+
+    **Sensitivity.** Replacing one document changes one coordinate of the score vector by
+    at most the width of the interval the scores live in. Scores are clipped to the
+    public ``score_range`` (a per-coordinate post-processing of each document's own
+    score), so Δ = hi − lo holds for *any* input. Defaults: ``score_range=(−1, 1)``, the
+    range of cosine / inner-product scores of unit vectors, hence Δ = 2. The collusion
+    paper (§2.2) states Δ ≤ 1 "for unit-norm embeddings"; that holds when scores lie in a
+    unit-width interval, e.g. ``score_range=(0, 1)`` (negative scores clipped to 0), and
+    not for raw cosine scores in [−1, 1]. Passing ``sensitivity`` without ``score_range``
+    disables clipping and takes the caller's Δ on trust (the paper's statement).
+
+    Guarantee: the release of the whole noisy score vector is a Gaussian mechanism with
+    μ = Δ/σ (μ-GDP; (ε_q, δ_q)-DP at the σ of eq. 3.4 with the same Δ); the top-K indices
+    are post-processing of it, so the same holds for them. Selecting first and noising
+    only the winners breaks this (footnote 1 of the paper).
 
     Secure mode (default) places the scores on ``grid`` (resolution 2^-bits), adds exact
     discrete Gaussian noise with σ in grid units, and selects on integers; rounding raises
@@ -106,20 +141,48 @@ class GaussianNoisyTopK:
     numpy float noise.
 
     >>> m = GaussianNoisyTopK(sigma=0.5, k=2)
-    >>> sel = m.select(np.array([0.9, 0.1, 0.8, 0.2]), bits=ChaCha20Bits.derived(b"s", "q1"))
-    >>> sel.indices.shape
-    (2,)
+    >>> sel = m.select(np.array([0.9, 0.1, 0.8, 0.2]), bits=ChaCha20Bits.derived(bytes(32), "q1"))
+    >>> sel.indices.shape, m.sensitivity
+    ((2,), 2.0)
     """
 
     sigma: float
     k: int
-    sensitivity: float = 1.0
+    sensitivity: float | None = None
     simulation: bool = False
     grid: Grid = field(default_factory=Grid)
+    score_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
         object.__setattr__(self, "k", check_positive_int("k", self.k))
+        rng_ = self.score_range
+        if rng_ is None and self.sensitivity is None:
+            rng_ = _COSINE_RANGE
+        if rng_ is not None:
+            try:
+                lo, hi = (float(v) for v in rng_)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"The 'score_range' parameter must be a pair (low, high); got {rng_!r}."
+                ) from None
+            if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+                raise ConfigError(
+                    f"The 'score_range' parameter must be finite with low < high; got {rng_!r}."
+                )
+            rng_ = (lo, hi)
+            width = hi - lo
+            if self.sensitivity is None:
+                object.__setattr__(self, "sensitivity", width)
+            elif check_positive("sensitivity", self.sensitivity) < width * (1 - 1e-12):
+                raise ConfigError(
+                    f"The 'sensitivity' parameter must be at least the width of score_range "
+                    f"{rng_} (= {width:g}) for replace-one neighbours; got {self.sensitivity!r}. "
+                    f"Narrow score_range (e.g. (0.0, 1.0) for Δ = 1) or raise sensitivity."
+                )
+        object.__setattr__(self, "score_range", rng_)
+        if self.sensitivity is None:  # pragma: no cover - set from score_range above
+            raise ConfigError("Give 'sensitivity' or 'score_range'; got neither.")
         object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
         if not isinstance(self.grid, Grid):
             raise ConfigError(f"The 'grid' parameter must be a Grid; got {self.grid!r}.")
@@ -128,10 +191,11 @@ class GaussianNoisyTopK:
 
     @property
     def event(self) -> GaussianEvent:
-        """The privacy event of one call (one query, whatever the number of documents)."""
+        """The privacy event of one query (one row of scores, whatever the number of documents)."""
+        sens = float(self.sensitivity)  # type: ignore[arg-type]  # resolved in __post_init__
         if self.simulation:
-            return GaussianEvent(sigma=self.sigma, sensitivity=self.sensitivity)
-        units = self.grid.sensitivity_units(self.sensitivity)
+            return GaussianEvent(sigma=self.sigma, sensitivity=sens)
+        units = self.grid.sensitivity_units(sens)
         return GaussianEvent(sigma=self.sigma, sensitivity=units * self.grid.resolution)
 
     def select(
@@ -141,11 +205,11 @@ class GaussianNoisyTopK:
         rng: RngLike = None,
         bits: ChaCha20Bits | None = None,
     ) -> NoisySelection:
-        """Noise every score, then take the top K.
+        """Clip to ``score_range``, noise every score, then take the top K.
 
         Args:
             scores: shape (N,) for one query, or (Q, N) for Q queries (each row gets its
-                own noise and costs one :attr:`event`).
+                own noise; the returned event is then ``SelfComposedEvent(event, Q)``).
             rng: simulation mode only.
             bits: secure mode only: the bit source (``None`` = fresh OS entropy;
                 ``ChaCha20Bits.derived(s_W, rec_q)`` for audited noise).
@@ -157,7 +221,10 @@ class GaussianNoisyTopK:
                 f"Scores must be a non-empty 1-D or 2-D array; got shape {arr.shape}."
             )
         if not np.all(np.isfinite(arr)):
-            raise ConfigError("Scores must be finite.")
+            bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+            raise ConfigError(f"Scores must be finite; got {bad} NaN or infinite value(s).")
+        if self.score_range is not None:
+            arr = np.clip(arr, self.score_range[0], self.score_range[1])
         noisy: np.ndarray
         if self.simulation:
             noisy = arr + make_rng(rng).normal(0.0, self.sigma, arr.shape)
@@ -166,10 +233,12 @@ class GaussianNoisyTopK:
             noise = discrete_gaussian(self.grid.scale_units(self.sigma), arr.shape, bits=bits)
             noisy = self.grid.from_units(units + noise)
         idx = top_k_indices(noisy, self.k)
+        one = self.event
         return NoisySelection(
             indices=idx,
             noisy_scores=np.take_along_axis(noisy, idx, axis=-1),
-            event=self.event,
+            event=one if arr.ndim == 1 else SelfComposedEvent(one, arr.shape[0]),
+            event_per_query=one,
         )
 
 
@@ -178,7 +247,7 @@ class NoisyCounts:
     """Noisy counts (integers in secure mode, floats in simulation) and their event."""
 
     values: np.ndarray
-    event: LaplaceEvent
+    event: LaplaceEvent  # DiscreteLaplaceEvent on the secure path
 
 
 def laplace_counts(
@@ -194,7 +263,9 @@ def laplace_counts(
 
     Neighbouring relation: add/remove one document; ``sensitivity`` is the L1 change of
     the whole count vector (1 when a document falls in one bin). Guarantee: ε-DP for the
-    vector. Secure mode adds exact discrete Laplace integers (ε-DP for integer counts).
+    vector. Secure mode adds exact discrete Laplace integers (ε-DP for integer counts) and
+    reports a :class:`DiscreteLaplaceEvent`, whose Rényi/PLD curves are the discrete ones
+    (larger than the continuous Laplace curves at the same ε).
     """
     epsilon = check_positive("epsilon", epsilon)
     sensitivity = check_positive_int("sensitivity", sensitivity)
@@ -207,7 +278,12 @@ def laplace_counts(
         values: np.ndarray = arr + make_rng(rng).laplace(0.0, scale, arr.shape)
     else:
         values = arr.astype(np.int64) + discrete_laplace(scale, arr.shape, bits=bits)
-    return NoisyCounts(values=values, event=LaplaceEvent(scale=scale, sensitivity=sensitivity))
+    event = (
+        LaplaceEvent(scale=scale, sensitivity=sensitivity)
+        if simulation
+        else DiscreteLaplaceEvent(scale=scale, sensitivity=sensitivity)
+    )
+    return NoisyCounts(values=values, event=event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +333,8 @@ def noisy_prefix_threshold(
 
     Neighbouring relation: add/remove one document. Guarantee (individual, Private-RAG
     App. D.2): a document counted in a released bin incurs ε; one in a later bin incurs
-    nothing. Secure mode uses exact discrete Laplace integers.
+    nothing. Secure mode uses exact discrete Laplace integers (event:
+    :class:`DiscreteLaplaceEvent`).
 
     Args:
         bin_counts: |A_t^(i)| per bin, most relevant bin first.
@@ -269,9 +346,12 @@ def noisy_prefix_threshold(
     _check_mode(simulation, rng, bits)
     counts = np.asarray(bin_counts)
     if counts.ndim != 1 or counts.size == 0 or not np.issubdtype(counts.dtype, np.integer):
-        raise ConfigError("bin_counts must be a non-empty 1-D sequence of integers.")
+        raise ConfigError(
+            f"bin_counts must be a non-empty 1-D sequence of integers; got shape "
+            f"{counts.shape}, dtype {counts.dtype}."
+        )
     if (counts < 0).any():
-        raise ConfigError("bin_counts must be non-negative.")
+        raise ConfigError(f"bin_counts must be non-negative; got {counts.tolist()!r}.")
     sums, stops = _prefix_stops(counts[None, :], k, epsilon, simulation, rng, bits)
     stop = None if stops[0] < 0 else int(stops[0])
     n_released = counts.size if stop is None else stop + 1
@@ -279,5 +359,9 @@ def noisy_prefix_threshold(
         stop_bin=stop,
         noisy_prefix_sums=tuple(float(x) for x in sums[0, :n_released]),
         bins_released=n_released,
-        event_per_document=LaplaceEvent(scale=1 / epsilon),
+        event_per_document=(
+            LaplaceEvent(scale=1 / epsilon)
+            if simulation
+            else DiscreteLaplaceEvent(scale=1 / epsilon, sensitivity=1)
+        ),
     )

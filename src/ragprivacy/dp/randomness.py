@@ -19,6 +19,7 @@ Records are encoded unambiguously (type tag and length before every part), so th
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 from collections.abc import Sequence
 
@@ -38,6 +39,7 @@ __all__ = [
 RecordPart = bytes | str | int | Sequence["RecordPart"]
 
 _DOMAIN = b"ragprivacy.dp/v1"
+MIN_SEED_BYTES = 16
 # ChaCha20's block counter is 32 bits: one key/nonce gives at most 2^32 blocks of 64 bytes.
 _MAX_BYTES = (1 << 32) * 64
 
@@ -83,6 +85,11 @@ def derive_key(seed: RecordPart, record: RecordPart = (), *, label: str = "") ->
     return hashlib.sha256(_DOMAIN + encode_record(label, seed, record)).digest()
 
 
+def _hmac_key(secret: bytes, label: str, record: RecordPart) -> bytes:
+    """HMAC-SHA256(secret, domain ‖ label ‖ record): a 32-byte key (a PRF keyed by ``secret``)."""
+    return hmac.new(secret, _DOMAIN + encode_record(label, record), hashlib.sha256).digest()
+
+
 def stream(seed: RecordPart, record: RecordPart = ()) -> np.random.Generator:
     """An independent, reproducible numpy stream for (``seed``, ``record``): Philox keyed
     by SHA-256(seed ‖ record). For simulations only; secure noise uses :class:`ChaCha20Bits`.
@@ -100,8 +107,9 @@ class ChaCha20Bits:
     Draws are sequential: the same key always yields the same bits in the same order.
     One key yields at most 256 GiB (the 32-bit block counter); beyond that it refuses.
 
-    >>> a = ChaCha20Bits.derived(b"seed", ("acct", 1))
-    >>> b = ChaCha20Bits.derived(b"seed", ("acct", 1))
+    >>> seed = bytes(range(32))  # in practice: os.urandom(32), kept secret
+    >>> a = ChaCha20Bits.derived(seed, ("acct", 1))
+    >>> b = ChaCha20Bits.derived(seed, ("acct", 1))
     >>> bool((a.uint64(4) == b.uint64(4)).all())
     True
     """
@@ -127,13 +135,41 @@ class ChaCha20Bits:
         return cls(os.urandom(32))
 
     @classmethod
-    def derived(cls, seed: RecordPart, record: RecordPart = ()) -> ChaCha20Bits:
-        """A source keyed by H(seed ‖ record): reproducible by whoever knows ``seed``."""
-        return cls(derive_key(seed, record, label="chacha20"))
+    def derived(cls, seed: bytes, record: RecordPart = ()) -> ChaCha20Bits:
+        """A source keyed by HMAC-SHA256(seed, record): reproducible by whoever knows ``seed``.
+
+        Args:
+            seed: a secret of at least 16 random bytes (32 recommended, e.g.
+                ``os.urandom(32)``; the audit protocol's s_W). Integers, strings and short
+                byte strings are refused: a guessable seed makes the noise guessable.
+            record: what the stream is for (e.g. rec_q = (account, tenant, H(q), ts)),
+                encoded unambiguously by :func:`encode_record`.
+        """
+        if not isinstance(seed, bytes | bytearray) or len(seed) < MIN_SEED_BYTES:
+            got = (
+                f"{len(seed)} bytes"
+                if isinstance(seed, bytes | bytearray)
+                else f"{type(seed).__name__} {seed!r}"
+            )
+            raise ConfigError(
+                f"A derived secure source needs a secret seed of at least {MIN_SEED_BYTES} "
+                f"random bytes (32 recommended); got {got}. Use os.urandom(32) and keep it "
+                f"secret, or use ragprivacy.dp.stream(seed, record) for simulations."
+            )
+        return cls(_hmac_key(bytes(seed), "chacha20", record))
 
     def child(self, label: str) -> ChaCha20Bits:
-        """An independent source keyed by H(key ‖ label); does not consume this stream."""
-        return ChaCha20Bits(derive_key(self._key, (), label="child:" + label))
+        """An independent source keyed by HMAC-SHA256(key, label); does not consume this stream."""
+        return ChaCha20Bits(_hmac_key(self._key, "child", label))
+
+    def fork(self, label: str) -> ChaCha20Bits:
+        """An independent source for one call's auxiliary bits, keyed by (label, bytes_used).
+
+        Unlike :meth:`child`, two forks taken at different points of this stream differ, so
+        the auxiliary bits of successive calls on one source are independent. Deterministic:
+        the same key and the same sequence of draws give the same forks.
+        """
+        return ChaCha20Bits(_hmac_key(self._key, "fork", (label, self._used)))
 
     @property
     def bytes_used(self) -> int:

@@ -61,7 +61,7 @@ class _Noise:
 class AboveThreshold:
     """Streaming sparse vector: call :meth:`test` per query; halts after c discoveries.
 
-    >>> sv = AboveThreshold(5, 1.0, max_discoveries=1, bits=ChaCha20Bits.derived(b"sv", "d"))
+    >>> sv = AboveThreshold(5, 1.0, max_discoveries=1, bits=ChaCha20Bits.derived(bytes(32), "d"))
     >>> sv.test(100), sv.halted
     (True, True)
     """
