@@ -1,4 +1,9 @@
-"""Vectors → exact or approximate inner-product scores."""
+"""Vectors → exact or approximate inner-product scores.
+
+Backends (registered names): ``exact`` (:class:`ExactIndex`, numpy/BLAS), ``faiss-flat``
+(:class:`FaissFlatIndex`) and ``faiss-hnsw`` (:class:`FaissHnswIndex`). FAISS is imported
+only when a FAISS index is created or loaded.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,14 @@ from ragprivacy.index.base import (
     load_index,
     register_index,
 )
+from ragprivacy.index.exact import ExactIndex
+from ragprivacy.index.faiss_index import FaissFlatIndex, FaissHnswIndex, HnswSettings
 
 __all__ = [
+    "ExactIndex",
+    "FaissFlatIndex",
+    "FaissHnswIndex",
+    "HnswSettings",
     "SearchResult",
     "VectorIndex",
     "create_index",
@@ -19,3 +30,7 @@ __all__ = [
     "load_index",
     "register_index",
 ]
+
+register_index("exact", ExactIndex, replace=True)
+register_index("faiss-flat", FaissFlatIndex, replace=True)
+register_index("faiss-hnsw", FaissHnswIndex, replace=True)

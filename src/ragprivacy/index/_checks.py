@@ -1,0 +1,171 @@
+"""Input checks and the exact top-k selection shared by the index backends."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._validation import check_positive_int
+from ragprivacy.errors import ConfigError, DataError
+from ragprivacy.index.base import SearchResult
+
+__all__ = [
+    "as_queries",
+    "as_vectors",
+    "blas_threads",
+    "check_dim",
+    "check_k",
+    "check_new_ids",
+    "check_num_threads",
+    "exact_topk",
+    "finish_result",
+    "query_chunk_rows",
+]
+
+#: Bytes of score matrix one search chunk may hold (queries x stored vectors x 4).
+CHUNK_BYTES = 64 * 2**20
+
+
+def check_dim(dim: int) -> int:
+    """The vector width: an integer >= 1."""
+    return check_positive_int("dim", dim)
+
+
+def check_k(k: int) -> int:
+    """The number of results per query: an integer >= 1."""
+    return check_positive_int("k", k)
+
+
+def check_num_threads(num_threads: int | None) -> int | None:
+    """``None`` (library default) or an integer >= 1."""
+    return None if num_threads is None else check_positive_int("num_threads", num_threads)
+
+
+def _as_matrix(values: Any, dim: int, what: str, fix: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"The {what} must be a numeric array of shape [n, {dim}]; {exc}.") from None
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != dim:
+        raise ConfigError(f"The {what} must have shape [n, {dim}]; got {arr.shape}. {fix}")
+    if not np.isfinite(arr).all():
+        bad = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
+        raise DataError(
+            f"The {what} hold NaN or infinite values (first in row {bad}); "
+            "clean or re-encode them before indexing or searching."
+        )
+    return np.ascontiguousarray(arr)
+
+
+def as_vectors(vectors: Any, dim: int) -> np.ndarray:
+    """Vectors to store: finite float32, C-contiguous, ``[n, dim]`` (a 1-D row is one)."""
+    return _as_matrix(
+        vectors,
+        dim,
+        "vectors",
+        f"Encode with an embedder of width {dim}, or create the index with the vectors' width.",
+    )
+
+
+def as_queries(queries: Any, dim: int) -> np.ndarray:
+    """Query vectors: finite float32, C-contiguous, ``[q, dim]`` (a 1-D row is one)."""
+    return _as_matrix(
+        queries,
+        dim,
+        "queries",
+        f"Encode queries with the embedder that built this index (width {dim}).",
+    )
+
+
+def check_new_ids(ids: Sequence[str], n_rows: int, existing: set[str]) -> list[str]:
+    """The ids of ``n_rows`` new vectors: strings, one per row, unique across the index."""
+    if isinstance(ids, (str, bytes)):
+        raise DataError(
+            f"The 'ids' parameter must be a sequence of strings, not a single string; "
+            f"got {ids!r}. Wrap it in a list."
+        )
+    out = list(ids)
+    if len(out) != n_rows:
+        raise DataError(f"Got {n_rows} vectors but {len(out)} ids; pass exactly one id per vector.")
+    fresh: set[str] = set()
+    for value in out:
+        if not isinstance(value, str):
+            raise DataError(f"Every id must be a string; got {value!r} ({type(value).__name__}).")
+        if value in fresh:
+            raise DataError(f"The ids hold duplicates (first {value!r}); every id must be unique.")
+        fresh.add(value)
+    clash = fresh & existing
+    if clash:
+        raise DataError(
+            f"The index already holds id {min(clash)!r} ({len(clash)} clashing ids); "
+            "every id must be unique across the index."
+        )
+    return out
+
+
+def query_chunk_rows(n_stored: int, budget_bytes: int = CHUNK_BYTES) -> int:
+    """How many queries to score at once so one chunk's scores fit ``budget_bytes``."""
+    return max(1, budget_bytes // max(1, 4 * n_stored))
+
+
+def exact_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` of each row of ``scores`` (``k <= n``), best first.
+
+    Ties are broken by lower position, also at the cut-off: among equal scores at the
+    k-th place the lowest positions are kept. ``argpartition`` finds the k-th value in
+    O(n) per row; only rows with a tie at the cut-off are repaired one by one.
+
+    Returns:
+        ``(positions, scores)``, both ``[q, k]`` (int64, float32).
+    """
+    q, n = scores.shape
+    if k >= n:
+        part = np.broadcast_to(np.arange(n, dtype=np.int64), (q, n)).copy()
+    else:
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k].astype(np.int64)
+        kth = np.take_along_axis(scores, part, axis=1).min(axis=1)
+        n_at_least = np.count_nonzero(scores >= kth[:, None], axis=1)
+        for row in np.flatnonzero(n_at_least > k):
+            s = scores[row]
+            above = np.flatnonzero(s > kth[row])
+            tied = np.flatnonzero(s == kth[row])[: k - above.size]
+            part[row] = np.concatenate([above, tied])
+    top = np.take_along_axis(scores, part, axis=1)
+    order = np.lexsort((part, -top), axis=-1)
+    return np.take_along_axis(part, order, axis=1), np.take_along_axis(top, order, axis=1)
+
+
+def finish_result(
+    positions: np.ndarray, scores: np.ndarray, k: int, ids: Sequence[str]
+) -> SearchResult:
+    """Pad ``[q, m]`` results to ``[q, k]`` with position -1 and score ``-inf``.
+
+    ``ids[q]`` holds one id per non-negative position of row ``q``, in order (padding is
+    always at the end of a row, so ``ids[q][j]`` belongs to ``indices[q, j]``).
+    """
+    q, m = positions.shape
+    idx = np.full((q, k), -1, dtype=np.int64)
+    val = np.full((q, k), -np.inf, dtype=np.float32)
+    idx[:, :m] = positions
+    val[:, :m] = scores
+    invalid = idx < 0
+    val[invalid] = -np.inf
+    id_rows = tuple(tuple(ids[int(p)] for p in row if p >= 0) for row in idx)
+    return SearchResult(indices=idx, scores=val, ids=id_rows)
+
+
+@contextlib.contextmanager
+def blas_threads(num_threads: int | None) -> Iterator[None]:
+    """Limit BLAS threads inside the block (no-op for ``None``)."""
+    if num_threads is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=num_threads, user_api="blas"):
+        yield
