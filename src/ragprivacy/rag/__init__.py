@@ -11,13 +11,55 @@ from ragprivacy.rag.base import (
     register_system,
     system_names,
 )
+from ragprivacy.rag.defenses import (
+    DefendedGenerator,
+    GeneratorParaphraser,
+    LexiconParaphraser,
+    Paraphraser,
+    ParaphrasingDefense,
+    PromptModifyingDefense,
+    create_defense,
+    defense_names,
+)
+from ragprivacy.rag.dp_vote import DPVoteConfig, VoteResult, dp_vote_generate
+from ragprivacy.rag.knnlm import KNNLM, knn_datastore
+from ragprivacy.rag.multi_query import DPVoteRAG, MuRAG, MuRAGAda, NaiveMultiRAG
+from ragprivacy.rag.tenants import (
+    AccountPolicy,
+    MultiTenantRAG,
+    TenantAccessError,
+    TenantRAGSystem,
+    TenantSelection,
+)
 
 __all__ = [
+    "AccountPolicy",
+    "DPVoteConfig",
+    "DPVoteRAG",
+    "DefendedGenerator",
+    "GeneratorParaphraser",
+    "KNNLM",
+    "LexiconParaphraser",
+    "MuRAG",
+    "MuRAGAda",
+    "MultiTenantRAG",
+    "NaiveMultiRAG",
     "NonRAG",
+    "Paraphraser",
+    "ParaphrasingDefense",
+    "PromptModifyingDefense",
     "Query",
     "RAGSystem",
     "StandardRAG",
+    "TenantAccessError",
+    "TenantRAGSystem",
+    "TenantSelection",
+    "VoteResult",
+    "create_defense",
     "create_system",
+    "defense_names",
+    "dp_vote_generate",
+    "knn_datastore",
     "register_system",
     "system_names",
 ]

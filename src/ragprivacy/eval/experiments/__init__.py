@@ -9,13 +9,22 @@ from ragprivacy.eval.experiments.base import (
     experiment_types,
     register_experiment,
 )
+from ragprivacy.eval.experiments.extraction import ExtractionExperiment, ExtractionOptions
 from ragprivacy.eval.experiments.leakage import LeakageExperiment, LeakageOptions
+from ragprivacy.eval.experiments.membership import MembershipExperiment, MembershipOptions
+from ragprivacy.eval.experiments.private_rag import PrivateRAGExperiment, PrivateRAGOptions
 from ragprivacy.eval.experiments.qa import QAExperiment, QAOptions
 
 __all__ = [
     "Experiment",
+    "ExtractionExperiment",
+    "ExtractionOptions",
     "LeakageExperiment",
     "LeakageOptions",
+    "MembershipExperiment",
+    "MembershipOptions",
+    "PrivateRAGExperiment",
+    "PrivateRAGOptions",
     "QAExperiment",
     "QAOptions",
     "ReportSection",

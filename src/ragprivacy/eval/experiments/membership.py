@@ -1,0 +1,379 @@
+"""``membership``: every membership attack against every defense (and system), with the
+papers' protocol (MBA 5.1, S-RAG 5.1).
+
+The corpus is split 80/20 into members (the knowledge base) and non-members; balanced,
+disjoint evaluation and calibration target sets are drawn by the experiment's seed (so
+every cell sees the same targets). Each cell is one ``(system, attack, defense)`` and
+optionally one parameter-study value; it reports ROC AUC ± DeLong SE, accuracy,
+precision, recall and F1 at the threshold chosen on the calibration split, TPR at 1% and
+0.1% FPR, the attack's own decision rule where it has one (MBA's γ·M), and retrieval
+recall of the targets (evaluation-only view). Learning attacks (S-RAG, S²MIA_s&p) fit on
+a shadow RAG the attacker builds from an auxiliary corpus (the same synthetic kind from
+an independent seed, or any config corpus), split half in, half out.
+
+Options (besides ``type``, ``corpus``, ``systems``, ``k``): see
+:class:`MembershipOptions`. Parameter studies (MBA 5.7, S-RAG 5.4–5.5) are ``studies``
+entries ``{param, values, attacks}``; ``param`` is an attack option
+(``"mba.n_masks"``, ``"srag.intervals"``), ``"k"`` (retrieved documents),
+``"shadow_kind"``, ``"shadow_embedder"`` or ``"shadow_generator_options.<key>"``. MBA's
+γ is studied from the scores of every MBA cell (F1 for γ = 0.1 … 1.0).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._validation import check_choice, check_positive_int, check_probability
+from ragprivacy.attacks import (
+    MembershipAttack,
+    NGramProxy,
+    ShadowData,
+    attack_factory,
+    attack_names,
+    create_attack,
+    score_targets,
+    split_membership,
+)
+from ragprivacy.errors import ConfigError
+from ragprivacy.eval.cache import CachedGenerator
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
+from ragprivacy.eval.context import RunContext, derive_seed
+from ragprivacy.eval.experiments._membership_report import membership_report
+from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
+from ragprivacy.eval.metrics.membership import binary_metrics, membership_metrics, roc_curve
+from ragprivacy.generate import Generator, create_generator
+from ragprivacy.rag import RAGSystem, StandardRAG, create_defense, create_system, defense_names
+from ragprivacy.retrieval import KnowledgeBase, create_retriever
+
+__all__ = ["MembershipExperiment", "MembershipOptions"]
+
+DEFAULT_ATTACKS = ("mba", "srag", "rag-mia", "s2mia-s", "s2mia-sp", "min-k", "interrogation")
+_STUDY_KEYS = ("k", "shadow_kind", "shadow_embedder")
+_MEMO: dict[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MembershipOptions:
+    """Options of the ``membership`` experiment.
+
+    Attributes:
+        attacks: registered attack names.
+        defenses: ``none``, ``prompt-modifying``, ``paraphrasing``.
+        targets: evaluation targets (half members, half non-members).
+        calibration: calibration targets for the thresholds (half and half).
+        member_fraction: share of the corpus stored (0.8 as in the papers).
+        attack_options: per attack name, its keyword options.
+        defense_options: per defense name, its keyword options.
+        generator_options: overrides of the config's generator options for the target
+            system (e.g. the reference reader's ``compliance`` with defense prompts).
+        shadow_corpus: a config corpus for the shadow (default: synthetic, see below).
+        shadow_kind: synthetic kind of the auxiliary corpus (default: the target's).
+        shadow_n: auxiliary corpus size (split half in, half out).
+        shadow_targets: shadow members (and as many non-members) the classifiers see.
+        shadow_generator: generator spec of the shadow (default: the config's).
+        shadow_generator_options: its options (over the config's).
+        shadow_embedder: embedder of the shadow (default: the config's).
+        embedder: embedder of the target knowledge base (default: the config's).
+        proxy: the attacker's proxy LM (``ngram`` or ``hf:PATH``).
+        criterion: threshold criterion on the calibration split (accuracy or f1).
+        batch_size: targets per batched system call.
+        studies: parameter studies (see the module docstring).
+    """
+
+    attacks: tuple[str, ...] = DEFAULT_ATTACKS
+    defenses: tuple[str, ...] = ("none", "prompt-modifying", "paraphrasing")
+    targets: int = 200
+    calibration: int = 100
+    member_fraction: float = 0.8
+    attack_options: Mapping[str, Any] = field(default_factory=dict)
+    defense_options: Mapping[str, Any] = field(default_factory=dict)
+    generator_options: Mapping[str, Any] = field(default_factory=dict)
+    shadow_corpus: str | None = None
+    shadow_kind: str | None = None
+    shadow_n: int = 400
+    shadow_targets: int = 100
+    shadow_generator: str | None = None
+    shadow_generator_options: Mapping[str, Any] = field(default_factory=dict)
+    shadow_embedder: str | None = None
+    embedder: str | None = None
+    proxy: str = "ngram"
+    criterion: str = "accuracy"
+    batch_size: int = 64
+    studies: tuple[Mapping[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        for a in self.attacks:
+            check_choice("attacks", a, attack_names())
+        for d in self.defenses:
+            check_choice("defenses", d, defense_names())
+        for name in ("targets", "shadow_n", "shadow_targets", "batch_size"):
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("calibration", self.calibration, allow_zero=True)
+        check_probability("member_fraction", self.member_fraction, open_interval=True)
+        check_choice("criterion", self.criterion, ("accuracy", "f1"))
+        for i, s in enumerate(self.studies):
+            if not isinstance(s, Mapping) or "param" not in s or "values" not in s:
+                raise ConfigError(
+                    f"studies[{i}] must be a mapping with 'param' and 'values'; got {s!r}."
+                )
+            param = str(s["param"])
+            ok = (
+                param in _STUDY_KEYS
+                or param.startswith("shadow_generator_options.")
+                or param.partition(".")[0] in attack_names()
+            )
+            if not ok:
+                raise ConfigError(
+                    f"studies[{i}].param {param!r} is not studied; use an attack option such "
+                    "as 'mba.n_masks', 'k', 'shadow_kind', 'shadow_embedder' or "
+                    "'shadow_generator_options.KEY'."
+                )
+
+
+def _key(*parts: Any) -> str:
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def _memo(key: str, build: Any) -> Any:
+    if key not in _MEMO:
+        _MEMO[key] = build()
+    return _MEMO[key]
+
+
+class MembershipExperiment(Experiment):
+    """Membership attacks × defenses (see the module docstring)."""
+
+    type = "membership"
+
+    def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
+        super().__init__(spec, config, index)
+        self.options: MembershipOptions = from_mapping(
+            MembershipOptions, spec.options, f"experiments[{index}]"
+        )
+
+    # ------------------------------------------------------------------ cells
+
+    def cells(self) -> list[dict[str, Any]]:
+        o = self.options
+        out: list[dict[str, Any]] = [
+            {"system": s, "attack": a, "defense": d}
+            for s in self.spec.systems
+            for a in o.attacks
+            for d in o.defenses
+        ]
+        for i, study in enumerate(o.studies):
+            param = str(study["param"])
+            owner = param.partition(".")[0]
+            default = [owner] if owner in attack_names() else list(o.attacks)
+            attacks = list(study.get("attacks") or default)
+            for a in attacks:
+                check_choice(f"studies[{i}].attacks", a, attack_names())
+            for v in study["values"]:
+                for a in attacks:
+                    out.append(
+                        {
+                            "system": self.spec.systems[0],
+                            "attack": a,
+                            "defense": str(study.get("defense", "none")),
+                            "study": i,
+                            "param": param,
+                            "value": v,
+                        }
+                    )
+        return out
+
+    # ------------------------------------------------------------------ builders
+
+    def _config_key(self) -> str:
+        return _key(self.config.to_dict(), self.index)
+
+    def _split(self, ctx: RunContext) -> Any:
+        o = self.options
+        return _memo(
+            _key("split", self._config_key()),
+            lambda: split_membership(
+                ctx.corpus(self.spec.corpus),
+                targets=o.targets,
+                calibration=o.calibration,
+                member_fraction=o.member_fraction,
+                rng=self.seed,
+            ),
+        )
+
+    def _kind(self) -> str:
+        spec = self.config.corpora[self.spec.corpus]
+        return spec.synthetic or "knowledge"
+
+    def _texts(self, label: str) -> list[str]:
+        from ragprivacy.corpus import background_texts
+
+        seed = derive_seed(self.config.seed, label, self.spec.corpus)
+        n = self.config.models.background_n
+        return _memo(
+            _key("texts", label, self._kind(), n, seed),
+            lambda: background_texts(self._kind(), n, seed=seed),
+        )
+
+    def _generator(
+        self, ctx: RunContext, spec: str | None, options: Mapping[str, Any]
+    ) -> Generator:
+        models = self.config.models
+        spec = spec or models.generator
+        opts = {**models.generator_options, **options}
+
+        def build() -> Generator:
+            kw = dict(opts)
+            if spec.partition(":")[0] == "reference" and "background" not in kw:
+                kw["background"] = ctx.background_texts(self.spec.corpus)
+            gen = create_generator(spec, **kw)
+            return CachedGenerator(gen, ctx.cache) if ctx.cache is not None else gen
+
+        return _memo(_key("generator", self._config_key(), spec, opts), build)
+
+    def _system(self, ctx: RunContext, name: str, k: int) -> tuple[RAGSystem, Generator]:
+        o = self.options
+        gen = self._generator(ctx, None, o.generator_options)
+        if name.partition(":")[0] == "non-rag":
+            return create_system(name, generator=gen), gen
+        split = self._split(ctx)
+        models = self.config.models
+        kb = _memo(
+            _key("kb", self._config_key(), "target"),
+            lambda: KnowledgeBase.build(
+                split.members, embedder=o.embedder or models.embedder, index=models.index
+            ),
+        )
+        retriever = create_retriever("topk", kb, k=k)
+        return create_system(name, retriever=retriever, generator=gen), gen
+
+    def _shadow(self, ctx: RunContext, overrides: Mapping[str, Any]) -> ShadowData:
+        o = self.options
+        kind = overrides.get("shadow_kind", o.shadow_kind)
+        embedder = overrides.get("shadow_embedder", o.shadow_embedder)
+        gen_opts = {**o.shadow_generator_options, **overrides.get("shadow_generator_options", {})}
+
+        def build() -> ShadowData:
+            from ragprivacy.corpus import synthesize
+
+            if o.shadow_corpus is not None and kind is None:
+                aux = ctx.corpus(o.shadow_corpus)
+            else:
+                seed = derive_seed(self.config.seed, "shadow", self.spec.corpus, str(kind))
+                aux = synthesize(kind or self._kind(), o.shadow_n, seed=seed)
+            inside, outside = aux.split(0.5, rng=derive_seed(self.seed, "shadow-split"))
+            models = self.config.models
+            kb = KnowledgeBase.build(
+                inside, embedder=embedder or o.embedder or models.embedder, index=models.index
+            )
+            gen = self._generator(ctx, o.shadow_generator, gen_opts)
+            system = StandardRAG(create_retriever("topk", kb, k=self.spec.k), gen)
+            n = min(o.shadow_targets, len(inside), len(outside))
+            return ShadowData(system, tuple(inside)[:n], tuple(outside)[:n])
+
+        return _memo(_key("shadow", self._config_key(), kind, embedder, gen_opts), build)
+
+    def _attack(self, name: str, overrides: Mapping[str, Any]) -> MembershipAttack:
+        o = self.options
+        opts = dict(o.attack_options.get(name, {}) or {})
+        opts.update(overrides)
+        factory = attack_factory(name)
+        params = inspect.signature(factory).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        if "proxy" in params and "proxy" not in opts:
+            if o.proxy == "ngram":
+                texts = self._texts("attacker-background")
+                opts["proxy"] = _memo(
+                    _key("proxy", texts[:3], len(texts)), lambda: NGramProxy(texts)
+                )
+            else:
+                opts["proxy"] = o.proxy
+        if ("seed" in params or takes_any) and "seed" not in opts:
+            opts["seed"] = derive_seed(self.seed, "attack", name)
+        return create_attack(name, **opts)
+
+    # ------------------------------------------------------------------ run
+
+    def run_cell(
+        self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
+    ) -> dict[str, Any]:
+        o = self.options
+        param, value = cell.get("param"), cell.get("value")
+        attack_over: dict[str, Any] = {}
+        shadow_over: dict[str, Any] = {}
+        k = self.spec.k
+        if param == "k":
+            k = check_positive_int("k", value)  # type: ignore[arg-type]
+        elif param in ("shadow_kind", "shadow_embedder"):
+            shadow_over[param] = value
+        elif param is not None and param.startswith("shadow_generator_options."):
+            shadow_over["shadow_generator_options"] = {param.partition(".")[2]: value}
+        elif param is not None:
+            attack_over[param.partition(".")[2]] = value
+        split = self._split(ctx)
+        system, gen = self._system(ctx, cell["system"], k)
+        defended = create_defense(
+            cell["defense"], system, **dict(o.defense_options.get(cell["defense"], {}) or {})
+        )
+        attack = self._attack(cell["attack"], attack_over)
+        if attack.requires_logprobs and not gen.exposes_logprobs:
+            return {"skipped": "the generator exposes no log-probabilities"}
+        if attack.learns:
+            attack.fit(self._shadow(ctx, shadow_over))
+        ev = score_targets(
+            attack, defended, split.evaluation, split.evaluation_labels, batch_size=o.batch_size
+        )
+        cal = None
+        if split.calibration:
+            cal = score_targets(
+                attack,
+                defended,
+                split.calibration,
+                split.calibration_labels,
+                batch_size=o.batch_size,
+            )
+        metrics = membership_metrics(
+            ev.scores,
+            ev.labels,
+            calibration_scores=cal.scores if cal else None,
+            calibration_labels=cal.labels if cal else None,
+            criterion=o.criterion,
+        ).to_dict()
+        metrics["retrieval_recall"] = ev.retrieval_recall()
+        metrics["queries_per_target"] = ev.queries / max(1, len(ev.scores))
+        own = [attack.predict(s) for s in ev.scores]
+        if all(p is not None for p in own):
+            y = np.asarray(ev.labels, dtype=bool)
+            pred = np.asarray(own, dtype=bool)
+            metrics["own_rule_accuracy"] = float((pred == y).mean())
+            tp = float((pred & y).sum())
+            prec = tp / max(1.0, float(pred.sum()))
+            rec = tp / max(1.0, float(y.sum()))
+            metrics["own_rule_f1"] = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+        fpr, tpr, _ = roc_curve(ev.scores, ev.labels)
+        keep = np.unique(np.linspace(0, len(fpr) - 1, min(len(fpr), 200)).astype(int))
+        result: dict[str, Any] = {
+            "attack": attack.config(),
+            "system": defended.describe(),
+            "metrics": metrics,
+            "roc": {"fpr": fpr[keep].tolist(), "tpr": tpr[keep].tolist()},
+            "records": ev.records(),
+        }
+        if cell["attack"] == "mba":
+            result["gamma_f1"] = {
+                f"{g:.1f}": binary_metrics(ev.scores, ev.labels, g - 1e-9).f1
+                for g in np.round(np.arange(0.1, 1.01, 0.1), 1)
+            }
+        return result
+
+    def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
+        return membership_report(self, results, out_dir)
+
+
+register_experiment("membership", MembershipExperiment)
