@@ -143,3 +143,10 @@ def test_dataset_load_from_local_file_and_unavailable_offline(
     code = main(["corpus", "load", "--dataset", "healthcaremagic", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and "offline" in err and "Traceback" not in err
+
+
+def test_usage_errors_exit_2_without_traceback() -> None:
+    code, _, err = run_cli("corpus", "synth", "--kind", "medical")
+    assert code == 2 and "--out" in err and "Traceback" not in err
+    code, out, _ = run_cli("--help")
+    assert code == 0 and "corpus" in out

@@ -3,7 +3,6 @@ codes (a ``RagPrivacyError`` prints one line on stderr and exits 2; no traceback
 
 from __future__ import annotations
 
-import click
 import typer
 
 from ragprivacy.cli import attack_cmd, audit_cmd, collusion_cmd, corpus_cmd, dp_cmd, run_cmd
@@ -29,22 +28,20 @@ attack_cmd.register(app)
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code (the script exits
-    with it)."""
+    with it).
+
+    Usage errors are click's own (usage line, message, exit code 2); a
+    ``RagPrivacyError`` becomes one line on stderr and exit code 2.
+    """
     command = typer.main.get_command(app)
     try:
-        code = command.main(args=argv, prog_name="ragprivacy", standalone_mode=False)
+        command.main(args=argv, prog_name="ragprivacy", standalone_mode=True)
     except RagPrivacyError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         return 2
-    except click.exceptions.Abort:
-        typer.secho("Aborted.", err=True)
-        return 130
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        return int(exc.exit_code or 0)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code or 0)
+    except SystemExit as exc:  # click exits with the command's code in standalone mode
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
     except KeyboardInterrupt:
         return 130
-    # without standalone mode click returns a typer.Exit's code instead of exiting
-    return code if isinstance(code, int) else 0
+    return 0

@@ -61,12 +61,13 @@ def register(app: typer.Typer) -> None:
     @app.command("backends")
     def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """List the registered backends of every kind."""
+        from ragprivacy.attacks import attack_names
         from ragprivacy.corpus import dataset_names, synthetic_kinds
         from ragprivacy.embed import embedder_names
         from ragprivacy.eval import experiment_types
         from ragprivacy.generate import generator_names
         from ragprivacy.index import index_names
-        from ragprivacy.rag import system_names
+        from ragprivacy.rag import defense_names, system_names
         from ragprivacy.retrieval import retriever_names
 
         table = {
@@ -77,6 +78,8 @@ def register(app: typer.Typer) -> None:
             "retrievers": retriever_names(),
             "generators": generator_names(),
             "systems": system_names(),
+            "prompt defenses": defense_names(),
+            "attacks": attack_names(),
             "experiments": experiment_types(),
         }
         if as_json:
