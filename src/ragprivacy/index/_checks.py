@@ -117,8 +117,9 @@ def exact_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` of each row of ``scores`` (``k <= n``), best first.
 
     Ties are broken by lower position, also at the cut-off: among equal scores at the
-    k-th place the lowest positions are kept. ``argpartition`` finds the k-th value in
-    O(n) per row; only rows with a tie at the cut-off are repaired one by one.
+    k-th place the lowest positions are kept. ``np.partition`` finds each row's k-th
+    largest value in O(n); the positions scoring at least that much are read off in
+    position order, and only rows with a tie at the cut-off are repaired one by one.
 
     Returns:
         ``(positions, scores)``, both ``[q, k]`` (int64, float32).
@@ -127,10 +128,16 @@ def exact_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if k >= n:
         part = np.broadcast_to(np.arange(n, dtype=np.int64), (q, n)).copy()
     else:
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k].astype(np.int64)
-        kth = np.take_along_axis(scores, part, axis=1).min(axis=1)
-        n_at_least = np.count_nonzero(scores >= kth[:, None], axis=1)
-        for row in np.flatnonzero(n_at_least > k):
+        kth = np.partition(scores, n - k, axis=1)[:, n - k]
+        mask = scores >= kth[:, None]
+        clean = np.count_nonzero(mask, axis=1) == k
+        part = np.empty((q, k), dtype=np.int64)
+        rows = np.flatnonzero(clean)
+        if rows.size == q:
+            part[:] = np.nonzero(mask)[1].reshape(q, k)
+        elif rows.size:
+            part[rows] = np.nonzero(mask[rows])[1].reshape(rows.size, k)
+        for row in np.flatnonzero(~clean):
             s = scores[row]
             above = np.flatnonzero(s > kth[row])
             tied = np.flatnonzero(s == kth[row])[: k - above.size]

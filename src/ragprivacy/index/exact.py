@@ -32,10 +32,11 @@ class ExactIndex(VectorIndex):
     """Exact inner-product scan over float32 vectors held in one numpy array.
 
     ``scores`` is one matrix product; ``search`` scores the queries in chunks (at most
-    ``chunk_bytes`` of scores at a time), selects the top-k of each row with
-    ``argpartition`` and sorts it, breaking ties by lower position. A query against n
-    stored vectors costs one GEMV over ``n x dim`` floats (about 5 ms at 10^5 x 384 on
-    two cores). ``add`` appends in amortised O(new rows) by growing a buffer.
+    ``chunk_bytes`` of scores at a time), finds each row's k-th largest score with
+    ``np.partition`` and sorts the k best, breaking ties by lower position (also at the
+    cut-off). A query against n stored vectors costs one GEMV over ``n x dim`` floats,
+    bound by memory bandwidth (about 5 ms at 10^5 x 384 on an idle two-core machine).
+    ``add`` appends in amortised O(new rows) by growing a buffer.
 
     When ``k`` exceeds the number of stored vectors, results are padded with position
     -1 and score ``-inf`` (as :class:`~ragprivacy.index.base.SearchResult` specifies).
