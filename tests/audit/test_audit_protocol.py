@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 
 from ragprivacy.audit import (
+    AuditedProvider,
     AuditPolicy,
+    Misbehaviour,
+    QueryRecord,
     TenantCommitment,
     Verifier,
+    attested_topk,
     demo_window,
     derived_noise,
     integer_scores,
@@ -17,11 +21,13 @@ from ragprivacy.audit import (
     render_report,
     sample_size,
     save_window,
+    score_bounds_units,
     seed_commitment,
     tamper_ledger_file,
     verify_opening,
 )
-from ragprivacy.dp import top_k_indices
+from ragprivacy.audit.noise import derived_bits
+from ragprivacy.dp import GaussianNoisyTopK, Grid, top_k_indices
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 
 
@@ -102,8 +108,105 @@ def test_derived_noise_matches_the_dp_layer_and_is_noise_then_select() -> None:
     z1 = derived_noise(seed, rec, 0.05, 50, 20)
     assert np.array_equal(z1, derived_noise(seed, rec, 0.05, 50, 20))
     assert not np.array_equal(z1, derived_noise(seed, (*rec[:3], 18), 0.05, 50, 20))
-    scores = np.arange(50, dtype=np.int64) * 10
+    scores = np.arange(50, dtype=np.int64) * 10  # inside [-1, 1]: clipping changes nothing
     assert np.array_equal(noisy_topk(scores, seed, rec, 0.05, 5, 20), top_k_indices(scores + z1, 5))
+
+
+def test_one_rule_with_scores_outside_the_range_agrees_with_the_dp_mechanism() -> None:
+    # Fixed-point scores can leave [-1, 1] (rounding, or a committed vector that is not unit
+    # norm). The audit rule clips to the committed range exactly as GaussianNoisyTopK does.
+    seed = bytes(range(32))
+    one = 1 << 20
+    scores = np.array([3 * one // 2, one + one // 5, one, -(4 * one) // 3, one // 4] * 4)
+    grid = Grid(20)
+    mech = GaussianNoisyTopK(sigma=0.05, k=3, grid=grid, score_range=(-1.0, 1.0))
+    differs = 0
+    for ts in range(40):
+        rec = ("acct", "tenant", "ab" * 32, ts)
+        mine = noisy_topk(scores, seed, rec, 0.05, 3, 20)
+        dp = mech.select(grid.from_units(scores), bits=derived_bits(seed, rec)).indices
+        assert np.array_equal(mine, dp)
+        z = derived_noise(seed, rec, 0.05, scores.size, 20)
+        assert np.array_equal(
+            mine, attested_topk(scores, z, top_k=3, score_range=(-1.0, 1.0), grid_bits=20)
+        )
+        differs += not np.array_equal(mine, top_k_indices(scores + z, 3))
+    assert differs > 0  # unclipped selection is a different rule
+
+
+def _outside_range_window(**misbehaviour):
+    # doc-0 = q (score 1.0), doc-1 = 1.5 q (score 1.5): clipped, both score 1.0 and the
+    # noise decides between them; unclipped, doc-1 always wins.
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal(16)
+    q /= np.linalg.norm(q)
+    rest = rng.standard_normal((6, 16))
+    rest /= 4 * np.linalg.norm(rest, axis=1, keepdims=True)
+    vectors = np.vstack([q, 1.5 * q, rest])
+    policy = AuditPolicy(
+        epsilon_acc=1.0,
+        delta_acc=1e-6,
+        rate_limit=12,
+        k_max=2,
+        delta_policy=3e-6,
+        window_id="w",
+        window_start=0,
+        window_end=100,
+        top_k=1,
+        sigma=1e-3,
+    )
+    provider = AuditedProvider(
+        policy=policy,
+        tenants={"t": ([f"d{i}" for i in range(8)], vectors)},
+        accounts={"a": "t"},
+        seed=bytes(range(1, 33)),
+        misbehaviour=Misbehaviour(**misbehaviour),
+    )
+    provider.commit(published_at=0)
+    answers = [provider.query("a", vector=q, ts=1 + i) for i in range(12)]
+    return provider, answers
+
+
+def test_provider_reexecution_and_verifier_agree_on_scores_outside_the_range() -> None:
+    provider, answers = _outside_range_window()
+    assert {a.positions[0] for a in answers} == {0, 1}  # the tie is broken by the noise
+    pkg = provider.auditor_package()
+    for i, a in enumerate(answers):  # the provider ran the rule noisy_topk states
+        rec = QueryRecord.from_bytes(provider.transcript().records[i]).rec()
+        s = integer_scores(pkg.tenant_fixed["t"], pkg.witnesses[i].query_vector(), 20)
+        assert tuple(noisy_topk(s, pkg.seed, rec, 1e-3, 1, 20)) == a.positions
+    v = Verifier().verify(
+        provider.transcript(), [a.receipt for a in answers], provider.auditor_package()
+    )
+    assert v.passed, v.failures
+    bad, bad_answers = _outside_range_window(skip_clipping=True)
+    assert {a.positions[0] for a in bad_answers} == {1}
+    v = Verifier().verify(bad.transcript(), [a.receipt for a in bad_answers], bad.auditor_package())
+    assert not v.passed and v.failed_check == "per_record"
+    assert any("claim A3" in f.detail for f in v.failures)
+
+
+def test_policy_states_its_sensitivity() -> None:
+    kw = {
+        "epsilon_acc": 1.0,
+        "delta_acc": 1e-6,
+        "rate_limit": 10_000,
+        "k_max": 2,
+        "delta_policy": 3e-6,
+        "window_id": "w",
+        "window_start": 0,
+        "window_end": 1,
+    }
+    cosine = AuditPolicy(**kw)
+    paper = AuditPolicy(**kw, score_range=(0.0, 1.0))
+    assert cosine.sensitivity == 2.0 and paper.sensitivity == 1.0
+    assert paper.noise_sigma == pytest.approx(3584.4, abs=0.1)  # eq. 3.4 as printed
+    assert cosine.noise_sigma == pytest.approx(2 * paper.noise_sigma)
+    assert cosine.commitment() != paper.commitment()  # the range is bound by C_policy
+    assert AuditPolicy.from_dict(cosine.to_dict()).commitment() == cosine.commitment()
+    assert score_bounds_units((-0.3, 0.7), 4) == (-4, 11)  # rounded inwards
+    with pytest.raises(ConfigError, match="score_range"):
+        AuditPolicy(**kw, score_range=(1.0, 0.0))
 
 
 def test_commitments_and_openings() -> None:

@@ -52,10 +52,23 @@ def test_rate_limit_is_checked_before_charging() -> None:
 
 
 def test_policy_calibration_and_validation() -> None:
+    # The paper's Δ = 1 as printed (no clipping) and honestly (scores clipped to [0, 1]).
+    paper = AccountPolicy(rate_limit=10_000, epsilon=1.0, score_range=None, sensitivity=1.0)
+    assert paper.noise_sigma == pytest.approx(3584, rel=1e-3)
+    unit = AccountPolicy(rate_limit=10_000, epsilon=1.0, score_range=(0.0, 1.0))
+    assert unit.sensitivity == 1.0 and unit.noise_sigma == paper.noise_sigma
+    # Default: raw cosine scores in [-1, 1], replace-one-slot, Δ = 2, twice the σ.
     p = AccountPolicy(rate_limit=10_000, epsilon=1.0, delta=1e-6)
-    assert p.noise_sigma == pytest.approx(3584, rel=1e-3)
-    exact = AccountPolicy(rate_limit=10_000, epsilon=1.0, calibration="exact").noise_sigma
+    assert p.score_range == (-1.0, 1.0) and p.sensitivity == 2.0
+    assert p.noise_sigma == pytest.approx(2 * 3584.4, rel=1e-3)
+    exact = AccountPolicy(
+        rate_limit=10_000, epsilon=1.0, calibration="exact", score_range=(0.0, 1.0)
+    ).noise_sigma
     assert exact == pytest.approx(422.5, rel=1e-2)
+    with pytest.raises(ConfigError, match="at least the width"):
+        AccountPolicy(rate_limit=10, epsilon=1.0, sensitivity=1.0)  # [-1, 1] needs Δ >= 2
+    with pytest.raises(ConfigError, match="sensitivity"):
+        AccountPolicy(rate_limit=10, epsilon=1.0, score_range=None)
     with pytest.raises(ConfigError):
         AccountPolicy(rate_limit=0, epsilon=1.0)
     with pytest.raises(ConfigError):
@@ -79,6 +92,26 @@ def test_noise_is_added_before_selection() -> None:
     counts = np.bincount(sel.indices.ravel(), minlength=30)
     # 6,000 selections over 30 documents: ~200 each (select-before-noise: only 3 ever)
     assert counts.min() > 100 and counts.max() < 300
+
+
+def test_scores_are_clipped_to_the_policy_range() -> None:
+    kb = _kb("acme", n=30)
+    q = kb.embedder.encode(["subject 2"])
+    scores = kb.index.scores(q)[0]
+    best = int(np.argmax(scores))
+    assert scores[best] > 0.3 and (scores > 0.3).sum() >= 2
+    svc = MultiTenantRAG(top_k=1, simulation=True, rng=2)
+    svc.add_tenant("acme", kb)
+    pol = {"rate_limit": 400, "epsilon": 1.0, "sigma": 1e-3}
+    svc.add_account("raw", "acme", AccountPolicy(**pol))
+    svc.add_account("low", "acme", AccountPolicy(**pol, score_range=(-1.0, 0.3)))
+    raw = svc.search(np.repeat(q, 200, axis=0), account="raw")
+    assert set(raw.indices.ravel()) == {best} and raw.event.sensitivity == 2.0
+    low = svc.search(np.repeat(q, 200, axis=0), account="low")
+    # every score above 0.3 is clipped to 0.3: the noise now picks among them
+    assert len(set(low.indices.ravel())) == int((scores >= 0.3).sum())
+    assert low.event.sensitivity == pytest.approx(1.3)
+    assert svc.describe()["accounts"]["low"]["score_range"] == (-1.0, 0.3)
 
 
 def test_secure_and_derived_noise() -> None:

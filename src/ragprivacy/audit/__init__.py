@@ -18,6 +18,7 @@ from ragprivacy.audit.commitments import (
     AuditPolicy,
     TenantCommitment,
     canonical_json,
+    check_score_range,
     commit_hash,
     embedding_commitment,
     fixed_point,
@@ -34,7 +35,14 @@ from ragprivacy.audit.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest, noisy_topk
+from ragprivacy.audit.noise import (
+    attested_topk,
+    derived_noise,
+    integer_scores,
+    noise_digest,
+    noisy_topk,
+    score_bounds_units,
+)
 from ragprivacy.audit.proofs import (
     AuditorReexecution,
     ClaimFailure,
@@ -95,8 +103,10 @@ __all__ = [
     "Verdict",
     "VerificationContext",
     "Verifier",
+    "attested_topk",
     "calibrate_estimator",
     "canonical_json",
+    "check_score_range",
     "coalition_sizes",
     "commit_hash",
     "demo_window",
@@ -115,6 +125,7 @@ __all__ = [
     "root_from_leaf_hashes",
     "sample_size",
     "save_window",
+    "score_bounds_units",
     "seed_commitment",
     "simulate_window",
     "tamper_ledger_file",

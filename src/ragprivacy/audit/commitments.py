@@ -39,6 +39,7 @@ __all__ = [
     "AuditPolicy",
     "TenantCommitment",
     "canonical_json",
+    "check_score_range",
     "commit_hash",
     "embedding_commitment",
     "fixed_point",
@@ -136,6 +137,13 @@ class AuditPolicy:
         theta: cosine threshold of the coalition estimator (§5.4).
         tau: its sliding window (same units as timestamps; None = the whole window).
         grid_bits: resolution 2^-grid_bits of the integer scores the noise is added to.
+        score_range: the public interval every score is clipped to before noise (the
+            retrieval rule of :func:`ragprivacy.audit.attested_topk`). Neighbouring
+            relation: replace the document held by one slot of a tenant index (see
+            docs/dp.md); clipping makes one score change by at most
+            :attr:`sensitivity` = high − low whatever the embeddings, and σ (eq. 3.4) is
+            calibrated with that Δ. Default (−1, 1), the cosine range, Δ = 2;
+            ``(0.0, 1.0)`` gives the paper's Δ = 1 (§2.2) honestly.
     """
 
     epsilon_acc: float
@@ -151,6 +159,7 @@ class AuditPolicy:
     theta: float = 0.8
     tau: int | None = None
     grid_bits: int = 20
+    score_range: tuple[float, float] = (-1.0, 1.0)
 
     def __post_init__(self) -> None:
         check_positive("epsilon_acc", self.epsilon_acc)
@@ -184,17 +193,40 @@ class AuditPolicy:
             check_positive_int("tau", self.tau)
         if not 8 <= int(self.grid_bits) <= 30:
             raise ConfigError(f"The 'grid_bits' must be in [8, 30]; got {self.grid_bits!r}.")
+        object.__setattr__(self, "score_range", check_score_range(self.score_range))
+
+    def topk_rule(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`ragprivacy.audit.attested_topk` this policy
+        commits to: ``top_k``, ``score_range``, ``grid_bits``."""
+        return {
+            "top_k": self.top_k,
+            "score_range": self.score_range,
+            "grid_bits": self.grid_bits,
+        }
+
+    @property
+    def sensitivity(self) -> float:
+        """Δ of one score under replace-one-slot: high − low of ``score_range``.
+
+        The clipped integer scores differ by at most ⌊hi·2^b⌋ − ⌈lo·2^b⌉ ≤ (hi − lo)·2^b
+        grid units, so the Gaussian noise of σ is (Δ/σ)-GDP per query with this Δ.
+        """
+        lo, hi = self.score_range
+        return hi - lo
 
     @property
     def noise_sigma(self) -> float:
-        """σ on every score (eq. 3.4 unless set explicitly)."""
+        """σ on every score (eq. 3.4 with Δ = :attr:`sensitivity` unless set explicitly)."""
         if self.sigma is not None:
             return float(self.sigma)
-        return collusion_sigma(self.epsilon_acc, self.delta_acc, self.rate_limit)
+        return collusion_sigma(
+            self.epsilon_acc, self.delta_acc, self.rate_limit, sensitivity=self.sensitivity
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["sigma"] = self.noise_sigma
+        out["score_range"] = list(self.score_range)
         return out
 
     @classmethod
@@ -207,6 +239,22 @@ class AuditPolicy:
         if not all(math.isfinite(v) for v in (d["sigma"], d["epsilon_acc"])):
             raise ConfigError("Policy values must be finite.")
         return commit_hash("C_policy", canonical_json(d))
+
+
+def check_score_range(value: Any) -> tuple[float, float]:
+    """A validated (low, high) score interval (finite, low < high, within [-4, 4])."""
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"The 'score_range' parameter must be a pair (low, high); got {value!r}."
+        ) from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and -4.0 <= lo < hi <= 4.0):
+        raise ConfigError(
+            f"The 'score_range' parameter must be finite with -4 <= low < high <= 4; got "
+            f"{value!r}. Use (-1.0, 1.0) for cosine scores or (0.0, 1.0) for the paper's Δ = 1."
+        )
+    return lo, hi
 
 
 EMPTY_LEDGER = EMPTY_ROOT  # C_ledger,0 = H(⊥): the empty RFC 9162 tree

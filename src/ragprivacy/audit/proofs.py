@@ -5,8 +5,9 @@ ledger record, and checks records for the claims
 
 * A1 — embedder consistency: the query embedding is Emb(q) under the committed embedder;
 * A2 — noise derivation: z_q = DGS(H(s_W ‖ rec_q); σ) for the committed seed and σ;
-* A3 — noise-then-select: the top-K are the K largest of Score(q, E_{t(a)}) + z_q over
-  the committed tenant index (noise on every score, then selection);
+* A3 — noise-then-select: the top-K are the K largest of clip(Score(q, E_{t(a)})) + z_q
+  over the committed tenant index (scores clipped to the committed ``score_range``, noise
+  on every score, then selection: :func:`ragprivacy.audit.attested_topk`);
 * A4 — tenant containment: every opened position comes from C_{D_{t(a)}}.
 
 Shipped: :class:`AuditorReexecution` — π_q is a SHA-256 commitment to the witness; a
@@ -35,9 +36,8 @@ from ragprivacy.audit.commitments import (
     fixed_point,
     verify_opening,
 )
-from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
+from ragprivacy.audit.noise import attested_topk, derived_noise, integer_scores, noise_digest
 from ragprivacy.audit.records import QueryRecord, query_hash, topk_hash
-from ragprivacy.dp import top_k_indices
 from ragprivacy.embed import Embedder
 
 __all__ = [
@@ -194,10 +194,17 @@ class AuditorReexecution(ProofSystem):
         )
         if noise_digest(z) != witness.noise_digest:
             return fail("A2", "the noise was not derived from the committed seed and rec_q")
-        # A3: noise on every score of the committed index, then top-K.
-        expected = top_k_indices(integer_scores(fixed, q, policy.grid_bits) + z, policy.top_k)
+        # A3: clip to the committed score range, noise every score, then top-K (the one
+        # rule the provider ran: ragprivacy.audit.attested_topk).
+        expected = attested_topk(
+            integer_scores(fixed, q, policy.grid_bits), z, **policy.topk_rule()
+        )
         if tuple(int(p) for p in expected) != tuple(witness.positions):
-            return fail("A3", "the top-K are not the K largest noisy scores (noise-then-select)")
+            return fail(
+                "A3",
+                "the top-K are not the K largest noisy clipped scores (clip, noise every "
+                "score, then select)",
+            )
         ids = ctx.tenant_ids.get(record.tenant)
         if ids is not None and tuple(ids[p] for p in expected) != tuple(witness.ids):
             return fail("A3", "the selected ids are not those of the committed positions")

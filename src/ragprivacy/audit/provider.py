@@ -9,7 +9,8 @@ B); ``coalition_claim`` runs the agreed estimator over the window (phase C).
 for re-execution (the seed and the witnesses).
 
 ``Misbehaviour`` makes the provider deviate in the ways the verifier must catch (noise not
-from the committed seed, select-before-noise, scoring against another tenant's index);
+from the committed seed, select-before-noise, scores not clipped to the committed
+``score_range``, scoring against another tenant's index);
 it exists to test and demonstrate the verifier.
 """
 
@@ -37,7 +38,7 @@ from ragprivacy.audit.commitments import (
     seed_commitment,
 )
 from ragprivacy.audit.merkle import MerkleLog
-from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
+from ragprivacy.audit.noise import attested_topk, derived_noise, integer_scores, noise_digest
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, RecordWitness
 from ragprivacy.audit.records import (
     ProviderKey,
@@ -146,6 +147,7 @@ class Misbehaviour:
 
     noise_seed: bytes | None = None
     select_before_noise: bool = False
+    skip_clipping: bool = False
     cross_tenant: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -314,9 +316,11 @@ class AuditedProvider:
         z = derived_noise(seed, rec, pol.noise_sigma, index.size, pol.grid_bits)
         scores = integer_scores(index.fixed, q, pol.grid_bits)
         if self.misbehaviour.select_before_noise:
-            positions = top_k_indices(scores, pol.top_k)  # the bug of footnote 1
+            positions = attested_topk(scores, None, **pol.topk_rule())  # footnote 1's bug
+        elif self.misbehaviour.skip_clipping:
+            positions = top_k_indices(scores + z, pol.top_k)  # Δ no longer bounded
         else:
-            positions = top_k_indices(scores + z, pol.top_k)
+            positions = attested_topk(scores, z, **pol.topk_rule())
         positions_t = tuple(int(p) for p in positions)
         ids = tuple(self._ids[scored][p] for p in positions_t)
         openings = tuple(

@@ -107,13 +107,41 @@ def embedder_check(
 def production_check(
     passages: int = typer.Option(100_000, "--passages", help="Synthetic passages (>= 1e5)."),
     eps: str = typer.Option("8,16", "--eps", help="Per-account epsilons."),
+    k: str = typer.Option("1,2,5,10,20", "--k", help="Coalition sizes, comma-separated."),
     trials: int = typer.Option(2000, "--trials", help="Trials per world and cell."),
+    embedder: str = typer.Option(
+        "minilm", "--embedder", help="minilm (reported figure) or lsa (fast, for trying)."
+    ),
+    cache_dir: str | None = typer.Option(
+        None, "--cache-dir", help="Cache the passage embeddings here (encode once, resume)."
+    ),
+    threads: int | None = typer.Option(None, "--threads", help="torch/FAISS/BLAS threads."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Texts per embedder call."),
+    check_queries: int = typer.Option(
+        2000, "--check-queries", help="Full noise-then-select queries checking p_b (0: skip)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Corpus and sampling seed."),
+    out: str | None = typer.Option(None, "--out", help="Also write the JSON to this file."),
 ) -> None:
     """§4.5: MiniLM + FAISS HNSW, hit indicator vs instrumented score (JSON)."""
+    from pathlib import Path
+
     from ragprivacy.eval.experiments.collusion_scale import production_scale_check
 
-    typer.echo(
-        json.dumps(
-            production_scale_check(passages=passages, eps=_floats(eps), trials=trials), indent=1
-        )
+    record = production_scale_check(
+        passages=passages,
+        eps=_floats(eps),
+        ks=_ints(k),
+        trials=trials,
+        embedder=embedder,
+        cache_dir=cache_dir,
+        num_threads=threads,
+        batch_size=batch_size,
+        check_queries=check_queries,
+        seed=seed,
+        log=lambda m: typer.echo(m, err=True),
     )
+    text = json.dumps(record, indent=1)
+    if out:
+        Path(out).write_text(text)
+    typer.echo(text)

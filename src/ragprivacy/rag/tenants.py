@@ -6,7 +6,10 @@ and is promised (ε_acc, δ_acc)-DP retrieval over that window. A query q of acc
 scored against D_{t(a)} only, and Gaussian noise is added to *every* score before top-K
 selection (eq. 2.1)::
 
-    Retr(q, a) = TopK(Score(q, D_{t(a)}) + N(0, σ²I))
+    Retr(q, a) = TopK(clip(Score(q, D_{t(a)})) + N(0, σ²I))
+
+with scores clipped to the account policy's public ``score_range`` so that the per-query
+sensitivity Δ (replace one document in its slot) is its width; see :class:`AccountPolicy`.
 
 The noise comes from :class:`ragprivacy.dp.GaussianNoisyTopK`: integer-exact discrete
 Gaussian noise from ChaCha20 bits by default (optionally derived as
@@ -69,8 +72,27 @@ class AccountPolicy:
     of :func:`ragprivacy.dp.calibrate_account_sigma` (``"exact"``, ``"rdp"``,
     ``"analytic"``). An explicit ``sigma`` overrides the calibration.
 
+    **Neighbouring relation and Δ.** The guarantee is for tenant indices that differ in
+    the document held by *one slot* (replace-one; the retrieval returns slot positions, so
+    add/remove is covered only by padding to a public size — docs/dp.md). Replacing one
+    document moves one coordinate of the score vector by at most the width of the interval
+    the scores live in, so scores are clipped to the public ``score_range`` before noise
+    and Δ = high − low (``sensitivity`` defaults to it):
+
+    * ``score_range=(-1.0, 1.0)`` (default): raw cosine / inner-product scores of unit
+      vectors, Δ = 2;
+    * ``score_range=(0.0, 1.0)``: negative scores clipped to 0, Δ = 1 — the paper's Δ
+      with the clipping that makes it hold;
+    * ``score_range=None, sensitivity=1.0``: the paper's statement as printed ([C] §2.2,
+      "L2 sensitivity bounded by 1 for unit-norm embeddings"), no clipping, Δ taken on
+      trust. It is exact for a neighbouring pair whose changed score moves by at most 1
+      (the planted target/orthogonal-decoy pair of §4.4), not for every pair.
+
     >>> round(AccountPolicy(rate_limit=10_000, epsilon=1.0, delta=1e-6).noise_sigma)
-    3584
+    7169
+    >>> paper = AccountPolicy(rate_limit=10_000, epsilon=1.0, score_range=None, sensitivity=1.0)
+    >>> round(paper.noise_sigma), paper.sensitivity
+    (3584, 1.0)
     """
 
     rate_limit: int
@@ -78,30 +100,63 @@ class AccountPolicy:
     delta: float = 1e-6
     sigma: float | None = None
     calibration: str = "paper"
-    sensitivity: float = 1.0
+    score_range: tuple[float, float] | None = (-1.0, 1.0)
+    sensitivity: float | None = None
 
     def __post_init__(self) -> None:
         check_positive_int("rate_limit", self.rate_limit)
         check_positive("epsilon", self.epsilon)
         if not 0 < float(self.delta) < 1:
             raise ConfigError(f"The 'delta' parameter must be in (0, 1); got {self.delta!r}.")
-        check_positive("sensitivity", self.sensitivity)
         check_choice("calibration", self.calibration, ("paper", "exact", "rdp", "analytic"))
         if self.sigma is not None:
             check_positive("sigma", self.sigma)
+        rng_ = self.score_range
+        if rng_ is None:
+            if self.sensitivity is None:
+                raise ConfigError(
+                    "Without a 'score_range' (no clipping) give 'sensitivity' explicitly "
+                    "(1.0 is the paper's statement); got neither."
+                )
+        else:
+            try:
+                lo, hi = (float(v) for v in rng_)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"The 'score_range' parameter must be a pair (low, high); got {rng_!r}."
+                ) from None
+            if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+                raise ConfigError(
+                    f"The 'score_range' parameter must be finite with low < high; got {rng_!r}."
+                )
+            object.__setattr__(self, "score_range", (lo, hi))
+            if self.sensitivity is None:
+                object.__setattr__(self, "sensitivity", hi - lo)
+            elif check_positive("sensitivity", self.sensitivity) < (hi - lo) * (1 - 1e-12):
+                raise ConfigError(
+                    f"The 'sensitivity' must be at least the width of score_range {rng_} "
+                    f"(= {hi - lo:g}) under replace-one; got {self.sensitivity!r}. Narrow "
+                    "score_range (e.g. (0.0, 1.0) for Δ = 1) or raise sensitivity."
+                )
+        object.__setattr__(
+            self,
+            "sensitivity",
+            check_positive("sensitivity", self.sensitivity),  # type: ignore[arg-type]  # set above
+        )
 
     @property
     def noise_sigma(self) -> float:
-        """σ on every retrieval score for this account's queries."""
+        """σ on every retrieval score for this account's queries (calibrated with Δ)."""
         if self.sigma is not None:
             return float(self.sigma)
+        delta_score = float(self.sensitivity)  # type: ignore[arg-type]  # set in __post_init__
         if self.calibration == "paper":
-            return collusion_sigma(self.epsilon, self.delta, self.rate_limit, self.sensitivity)
+            return collusion_sigma(self.epsilon, self.delta, self.rate_limit, delta_score)
         return calibrate_account_sigma(
             self.epsilon,
             self.delta,
             self.rate_limit,
-            sensitivity=self.sensitivity,
+            sensitivity=delta_score,
             method=self.calibration,
         )
 
@@ -295,10 +350,11 @@ class MultiTenantRAG:
             raise ConfigError("Give one query hash per query vector.")
         self._charge(acc, q.shape[0])
         scores = kb.index.scores(q)
-        mech = GaussianNoisyTopK(
+        mech = GaussianNoisyTopK(  # clips to the policy's score_range (Δ = its width)
             sigma=acc.sigma,
             k=self.top_k,
             sensitivity=acc.policy.sensitivity,
+            score_range=acc.policy.score_range,
             simulation=self.simulation,
         )
         if self.simulation:
@@ -360,7 +416,13 @@ class MultiTenantRAG:
             "derived_noise": self.window_seed is not None,
             "tenants": {t: len(kb) for t, kb in sorted(self._tenants.items())},
             "accounts": {
-                a.id: {"tenant": a.tenant, "rate_limit": a.policy.rate_limit, "sigma": a.sigma}
+                a.id: {
+                    "tenant": a.tenant,
+                    "rate_limit": a.policy.rate_limit,
+                    "sigma": a.sigma,
+                    "score_range": a.policy.score_range,
+                    "sensitivity": a.policy.sensitivity,
+                }
                 for a in sorted(self._accounts.values(), key=lambda x: x.id)
             },
         }

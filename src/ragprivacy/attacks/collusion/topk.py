@@ -119,6 +119,11 @@ class TopKHarness:
         regime: ``same-tenant``, ``external-m4`` or ``external``.
         calibration: the :class:`~ragprivacy.rag.AccountPolicy` calibration.
         index_seed: seed of the index and probe (shared by both worlds and every trial).
+        score_range: the accounts' clipping range (Δ = its width). ``None`` (default) is
+            the paper's setting as printed: no clipping and Δ = 1, which is exact for
+            this experiment's neighbouring pair (the planted slot's score moves from 1 to
+            0) though not for every pair of indices; ``(0.0, 1.0)`` clips and keeps Δ = 1;
+            ``(-1.0, 1.0)`` is the service default (Δ = 2, twice the σ).
     """
 
     epsilon_acc: float
@@ -130,6 +135,7 @@ class TopKHarness:
     regime: str = "same-tenant"
     calibration: str = "paper"
     index_seed: int = 0
+    score_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         check_positive("epsilon_acc", self.epsilon_acc)
@@ -147,6 +153,8 @@ class TopKHarness:
             epsilon=self.epsilon_acc,
             delta=self.delta_acc,
             calibration=self.calibration,
+            score_range=self.score_range,
+            sensitivity=1.0 if self.score_range is None else None,
         )
 
     def _vectors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -201,6 +209,8 @@ class TopKHarness:
                 out.append(0.0)
                 continue
             scores = svc.knowledge_base("victim").index.scores(probe)[0]
+            if self.score_range is not None:  # the service clips before noise
+                scores = np.clip(scores, *self.score_range)
             out.append(hit_probability(scores, self.background, svc.sigma(accounts[0]), self.top_k))
         return out[0], out[1]
 

@@ -1,0 +1,71 @@
+"""The ``collusion`` experiment type: sweeps inside ``ragprivacy run`` configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ragprivacy.errors import ConfigError
+from ragprivacy.eval import run_config
+from ragprivacy.eval.config import ExperimentConfig, from_mapping
+from ragprivacy.eval.experiments import experiment_types
+from ragprivacy.eval.experiments.collusion import scalar_sweep
+
+_CONFIG = """
+name: collusion test
+seed: 5
+workers: 1
+corpora:
+  none: {synthetic: knowledge, n: 10}
+experiments:
+  - type: collusion
+    corpus: none
+    mechanism: scalar
+    seed: 3
+    eps_acc: [2, 4]
+    coalition_sizes: [1, 5, 20]
+    n: 10000
+    trials: 3000
+  - type: collusion
+    corpus: none
+    mechanism: topk
+    k: 5
+    eps_acc: [16]
+    coalition_sizes: [1, 20]
+    n: 200
+    trials: 500
+"""
+
+
+def _config(text: str = _CONFIG) -> ExperimentConfig:
+    return from_mapping(ExperimentConfig, yaml.safe_load(text), "config")
+
+
+def test_sweeps_run_as_an_experiment_type(tmp_path: Path) -> None:
+    assert "collusion" in experiment_types()
+    run_config(_config(), tmp_path, workers=1, progress=False)
+    report = (tmp_path / "report.md").read_text()
+    assert report.count("gate **P1**") == 2 and "eq. (3.10)/(3.11)" in report
+    assert (tmp_path / "collusion_0_scalar.png").stat().st_size > 1000
+    assert (tmp_path / "collusion_1_topk.png").exists()
+    # one cell per epsilon row, same numbers as one sweep with the same seed
+    direct = scalar_sweep(eps=[2.0, 4.0], ks=[1, 5, 20], n=10_000, trials=3000, seed=3)
+    for c in direct.cells:
+        assert f"| {c.eps_acc:g} | {c.k} | {c.auc:.4f} | {c.se:.4f} |" in report
+    # the top-K curve rises with k at eps = 16
+    rows = [ln for ln in report.splitlines() if ln.startswith("| 16 |")]
+    assert len(rows) == 2 and float(rows[1].split("|")[3]) > float(rows[0].split("|")[3]) + 0.1
+
+
+def test_options_are_validated() -> None:
+    bad = _CONFIG.replace("mechanism: topk", "mechanism: laplace")
+    from ragprivacy.eval.experiments import create_experiment
+
+    cfg = _config(bad)
+    with pytest.raises(ConfigError, match="mechanism"):
+        create_experiment(cfg.experiments[1], cfg, 1)
+    cfg = _config(_CONFIG.replace("coalition_sizes: [1, 20]", "coalition_sizes: [0, 20]"))
+    with pytest.raises(ConfigError):
+        create_experiment(cfg.experiments[1], cfg, 1)
