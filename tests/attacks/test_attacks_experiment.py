@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ragprivacy.cli import main
@@ -91,3 +92,73 @@ def test_attack_command(tmp_path: Path) -> None:
     assert code == 0
     assert "| rag | rag-mia | none |" in (tmp_path / "report.md").read_text()
     assert main(["attack", "--attack", "zzz", "--out", str(tmp_path)]) == 2
+
+
+DP_CONFIG = {
+    "name": "membership-dp-test",
+    "seed": 5,
+    "workers": 1,
+    "corpora": {"med": {"synthetic": "medical", "n": 120}},
+    "models": {"background_n": 80, "embedder": "hashing"},
+    "experiments": [
+        {
+            "type": "membership",
+            "corpus": "med",
+            "k": 3,
+            "attacks": ["rag-mia", "min-k"],
+            "defenses": ["none", "prompt-modifying"],
+            "targets": 12,
+            "calibration": 4,
+            "generator_options": {"compliance": 1.0},
+            "system_specs": [
+                "non-rag",
+                {
+                    "name": "rag",
+                    "retriever": "noisy_topk",
+                    "retriever_options": {"epsilon_acc": 2.0},
+                    "budget": "target",
+                    "label": "noisy",
+                },
+                {"name": "naive_multi", "epsilon_q": 4.0, "total_epsilon": 20.0, "k": 2},
+            ],
+        }
+    ],
+}
+
+
+def test_dp_systems_report_privacy_refusals_and_progress(tmp_path: Path) -> None:
+    from ragprivacy.eval.context import RunContext
+    from ragprivacy.eval.experiments import create_experiment
+
+    cfg = parse_config(DP_CONFIG)
+    exp = create_experiment(cfg.experiments[0], cfg, 0)
+    assert [c["system"] for c in exp.cells()][::4] == [
+        "non-rag",
+        "noisy",
+        "naive_multi(epsilon_q=4.0,total_epsilon=20.0),k=2",
+    ]
+    ctx = RunContext(cfg)
+    done: list[int] = []
+    ctx.progress = done.append
+    cell = {"system": "noisy", "attack": "rag-mia", "defense": "prompt-modifying"}
+    res = exp.run_cell(cell, ctx, np.random.default_rng(0))
+    assert sum(done) == exp.cell_units(cell) == 16  # targets counted within the cell
+    p = res["privacy"]
+    # one fresh account per target: each target's single query composes to ε_acc
+    assert p["accounts"] == 16 and p["refused"] == 0
+    assert p["epsilon"] == pytest.approx(2.0, rel=1e-6)
+    assert 0.5 < p["auc_bound"] < 1.0
+    assert res["system"]["name"] == "prompt-modifying"
+
+    result = run_config(cfg, tmp_path, progress=False)
+    got = {(c["cell"]["system"], c["cell"]["attack"]): c["result"] for c in result.results["cells"]}
+    assert got[("non-rag", "rag-mia")]["privacy"]["epsilon"] == 0.0
+    # NAIVE-MULTI: ε_q = 4 per query, a total of 20 allows 5 of the 16 queries
+    vote = got[("naive_multi(epsilon_q=4.0,total_epsilon=20.0),k=2", "rag-mia")]
+    assert vote["privacy"]["refused"] == 16 - 5
+    assert vote["privacy"]["epsilon"] == pytest.approx(20.0)
+    assert vote["privacy"]["auc_bound"] == pytest.approx(1 / (1 + np.exp(-20.0)))
+    skipped = got[("naive_multi(epsilon_q=4.0,total_epsilon=20.0),k=2", "min-k")]
+    assert "log-probabilities" in skipped["skipped"]
+    report = (tmp_path / "report.md").read_text()
+    assert "ε spent" in report and "| noisy | rag-mia | none |" in report

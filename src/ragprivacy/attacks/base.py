@@ -182,6 +182,7 @@ def score_targets(
     *,
     batch_size: int = 64,
     progress: Callable[[int], None] | None = None,
+    account: str | Callable[[int, Document], str] | None = None,
 ) -> AttackScores:
     """Score ``targets`` with ``attack`` against ``system``, batching their queries.
 
@@ -192,6 +193,9 @@ def score_targets(
         labels: 1 for members, 0 for non-members (recorded; ``None`` records -1).
         batch_size: targets whose queries go in one ``answer_batch`` call.
         progress: called with the number of targets finished after each batch.
+        account: the attacker's account for every query, or ``account(i, target)`` for
+            one account per target (each target's queries then go in their own
+            ``answer_batch`` call, so per-account budgets apply per target).
     """
     batch_size = check_positive_int("batch_size", batch_size)
     if labels is not None and len(labels) != len(targets):
@@ -207,7 +211,12 @@ def score_targets(
         flat = [q for p in plans for q in p]
         seen: list[tuple[str, ...]] = []
         view = BlackBox(system, observe=_recorder(seen))
-        responses = view.answer_batch(flat)
+        if callable(account):
+            responses = []
+            for k, (doc, plan) in enumerate(zip(chunk, plans)):
+                responses += view.answer_batch(plan, account=account(start + k, doc))
+        else:
+            responses = view.answer_batch(flat, account=account)
         if len(seen) != len(responses):  # a system that bypassed answer_batch's contract
             seen = [()] * len(responses)
         pos = 0

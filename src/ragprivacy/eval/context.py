@@ -4,6 +4,7 @@ and systems an experiment's cells need, from the config."""
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ class RunContext:
         self._corpora: dict[str, Corpus] = {}
         self._kbs: dict[str, KnowledgeBase] = {}
         self._generators: dict[str, Generator] = {}
+        self.progress: Callable[[int], None] | None = None  # units done, set by the runner
 
     def corpus(self, name: str) -> Corpus:
         if name not in self._corpora:

@@ -15,7 +15,7 @@ import multiprocessing
 import platform
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -78,8 +78,12 @@ def _run_cell(
     seed_entropy: int,
     seed_key: tuple[int, ...],
     cache_dir: str | None,
+    *,
+    units: Any = None,
 ) -> dict[str, Any]:
-    """Worker entry point: build (or reuse) this process's context and run one cell."""
+    """Worker entry point: build (or reuse) this process's context and run one cell;
+    ``units`` (a queue, or a callable in this process) receives the work units the cell
+    reports as it goes."""
     ctx_key = json.dumps([config.to_dict(), cache_dir], sort_keys=True, default=str)
     ctx = _CONTEXTS.get(ctx_key)
     if ctx is None:
@@ -87,7 +91,11 @@ def _run_cell(
     experiment = create_experiment(config.experiments[exp_index], config, exp_index)
     rng = np.random.default_rng(np.random.SeedSequence(seed_entropy, spawn_key=seed_key))
     start = time.perf_counter()
-    result = experiment.run_cell(cell, ctx, rng)
+    ctx.progress = units if callable(units) or units is None else units.put
+    try:
+        result = experiment.run_cell(cell, ctx, rng)
+    finally:
+        ctx.progress = None
     return {"result": result, "seconds": time.perf_counter() - start}
 
 
@@ -106,7 +114,8 @@ def run_config(
         out_dir: output directory (created; finished cells found there are reused).
         workers: processes for independent cells (default ``config.workers``; 1 runs
             everything in this process).
-        progress: show a progress bar over cells.
+        progress: show a progress bar over cells (and over the targets within cells, for
+            experiments that count them).
         config_path: recorded in the report's reproduce line.
     """
     out = Path(out_dir)
@@ -155,23 +164,35 @@ def run_config(
         n: (config, cells[n][0], cells[n][1], entropy, children[n].spawn_key, cache_dir)
         for n in pending
     }
-    with _progress(progress, len(cells), len(done)) as advance:
+    units = sum(experiments[cells[n][0]].cell_units(cells[n][1]) for n in pending)
+    with _progress(progress, len(cells), len(done), units) as bar:
+        advance, step = bar
         if n_workers <= 1:
             for n in pending:
-                finish(n, _run_cell(*args[n]))
+                finish(n, _run_cell(*args[n], units=step if progress else None))
                 advance()
         else:
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
-                futures = {pool.submit(_run_cell, *args[n]): n for n in pending}
-                for fut in as_completed(futures):
-                    try:
-                        finish(futures[fut], fut.result())
-                    except RagPrivacyError:
-                        for other in futures:
-                            other.cancel()
-                        raise
-                    advance()
+            manager = ctx.Manager() if progress and units else None
+            queue = manager.Queue() if manager is not None else None
+            try:
+                with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
+                    futures = {pool.submit(_run_cell, *args[n], units=queue): n for n in pending}
+                    left = set(futures)
+                    while left:
+                        finished, left = wait(left, timeout=0.25, return_when=FIRST_COMPLETED)
+                        _drain(queue, step)
+                        for fut in finished:
+                            try:
+                                finish(futures[fut], fut.result())
+                            except RagPrivacyError:
+                                for other in futures:
+                                    other.cancel()
+                                raise
+                            advance()
+            finally:
+                if manager is not None:
+                    manager.shutdown()
 
     ordered = [done[n] for n in range(len(cells))]
     results = {
@@ -202,19 +223,34 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-class _progress:
-    """A rich progress bar over cells (a no-op when disabled)."""
+def _drain(queue: Any, step: Any) -> None:
+    """Move the work units workers reported from ``queue`` to the bar."""
+    if queue is None:
+        return
+    got = 0
+    while True:
+        try:
+            got += int(queue.get_nowait())
+        except Exception:  # queue.Empty (a manager proxy raises it by value)
+            break
+    if got:
+        step(got)
 
-    def __init__(self, show: bool, total: int, completed: int) -> None:
-        self.show, self.total, self.completed = show, total, completed
+
+class _progress:
+    """A rich progress bar over cells, and over the work units (targets) within cells
+    when experiments report them (a no-op when disabled)."""
+
+    def __init__(self, show: bool, total: int, completed: int, units: int = 0) -> None:
+        self.show, self.total, self.completed, self.units = show, total, completed, units
 
     def __enter__(self) -> Any:
         if not self.show:
-            return lambda: None
+            return (lambda: None), (lambda n: None)
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(
-            TextColumn("cells"),
+            TextColumn("{task.description}"),
             BarColumn(),
             TextColumn("{task.completed}/{task.total}"),
             TimeElapsedColumn(),
@@ -222,7 +258,13 @@ class _progress:
         )
         self._bar.start()
         task = self._bar.add_task("cells", total=self.total, completed=self.completed)
-        return lambda: self._bar.advance(task)
+        inner = self._bar.add_task("targets", total=self.units) if self.units else None
+
+        def step(n: int) -> None:
+            if inner is not None:
+                self._bar.advance(inner, n)
+
+        return (lambda: self._bar.advance(task)), step
 
     def __exit__(self, *exc: Any) -> None:
         if self.show:

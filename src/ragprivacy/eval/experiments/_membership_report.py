@@ -42,6 +42,16 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
+def _privacy_cells(p: dict[str, Any] | None) -> str:
+    if not p:
+        return "– | – | –"
+    eps = p.get("epsilon", 0.0)
+    spent = "0" if not eps else ("∞" if math.isinf(eps) else f"{eps:.3g}")
+    if p.get("budget") == "target" and p.get("accounts", 0) > 1:
+        spent += " /target"
+    return f"{spent} | {_fmt(p.get('auc_bound'))} | {p.get('refused', 0)}"
+
+
 def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
     o = exp.options
     main = [r for r in results if "study" not in r["cell"]]
@@ -53,11 +63,17 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         f"are chosen on the calibration split ({o.criterion}); AUC ± DeLong SE and "
         "TPR at a fixed FPR are measured on the evaluation split. *Recall* is the share "
         "of member targets retrieved by the attack's first query (evaluation-only view). "
-        "Learning attacks fit on a shadow RAG over an auxiliary corpus.",
+        "Learning attacks fit on a shadow RAG over an auxiliary corpus. *ε spent* is what "
+        "the attacker's account spent (the largest over accounts: one account per cell, or "
+        "one per target where the system's budget is per target), ε at "
+        f"δ = {o.accounting_delta:g} for Gaussian compositions; *AUC bound* is the largest "
+        "AUC any membership test could reach at that spend (e^ε/(1+e^ε) for pure DP, "
+        "Φ(μ/√2) for μ-GDP; – where neither applies); *refused* counts queries the "
+        "system refused once a budget was spent (answered with an empty response).",
         "",
         "| system | attack | defense | AUC ± SE | accuracy | F1 | TPR@1%FPR | TPR@0.1%FPR "
-        "| recall | queries/target |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| recall | queries/target | ε spent | AUC bound | refused |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     figures: list[str] = []
     curves: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
@@ -66,7 +82,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         if "skipped" in res:
             lines.append(
                 f"| {c['system']} | {c['attack']} | {c['defense']} | skipped: "
-                f"{res['skipped']} | | | | | | |"
+                f"{res['skipped']} | | | | | | | | | |"
             )
             continue
         m = res["metrics"]
@@ -74,7 +90,8 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             f"| {c['system']} | {c['attack']} | {c['defense']} | {_fmt(m['auc'])} ± "
             f"{_fmt(m['auc_se'])} | {_fmt(m['accuracy'])} | {_fmt(m['f1'])} | "
             f"{_fmt(m['tpr_at_1pct_fpr'])} | {_fmt(m['tpr_at_01pct_fpr'])} | "
-            f"{_fmt(m['retrieval_recall'], 2)} | {m['queries_per_target']:.1f} |"
+            f"{_fmt(m['retrieval_recall'], 2)} | {m['queries_per_target']:.1f} | "
+            f"{_privacy_cells(res.get('privacy'))} |"
         )
         key = f"{c['system']}/{c['defense']}"
         curves.setdefault(key, {})[f"{c['attack']} ({m['auc']:.2f})"] = (

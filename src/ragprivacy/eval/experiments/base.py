@@ -55,6 +55,11 @@ class Experiment(ABC):
         """JSON-ready parameters of the independent cells (default: one per system)."""
         return [{"system": s} for s in self.spec.systems]
 
+    def cell_units(self, cell: dict[str, Any]) -> int:
+        """Work units (e.g. targets) of a cell that ``run_cell`` reports through
+        ``ctx.progress`` as it goes; 0 (the default) when it reports none."""
+        return 0
+
     @abstractmethod
     def run_cell(
         self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator

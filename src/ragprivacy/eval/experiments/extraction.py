@@ -13,6 +13,14 @@ Cells are ``(system, defense, mode)``. The datastore is the whole corpus.
   independent synthetic stream; else first sentences) with the "copy all the text"
   suffix; reports the share of answers with ROUGE-L > ``threshold`` against the datastore,
   the mean best ROUGE-L and the PII values of the datastore the answers reproduce.
+
+Systems: ``systems`` (names) or ``system_specs`` (names or mappings with options, e.g.
+``{name: rag, retriever: noisy_topk, retriever_options: {epsilon_acc: 1}}`` or
+``{name: murag, epsilon_q: 10}``; see :mod:`ragprivacy.eval.experiments._systems`), each
+wrapped by each defense. With ``budget: run`` the attacker uses one account per cell
+(budgets sized for the cell's queries); with ``budget: target`` one fresh account and
+system per PII item (targeted) or per prompt. Every cell reports the privacy spent
+(ε at ``accounting_delta``) and the queries refused.
 """
 
 from __future__ import annotations
@@ -40,12 +48,19 @@ from ragprivacy.attacks.extraction import (
 from ragprivacy.eval.cache import CachedGenerator
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext, derive_seed
+from ragprivacy.eval.experiments._systems import (
+    ONE_BY_ONE_SYSTEMS,
+    BudgetedSystem,
+    PrivacyTally,
+    SystemSpec,
+    build_system,
+    parse_system_specs,
+)
 from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
 from ragprivacy.eval.metrics.extraction import DatastoreIndex, max_rouge_l
 from ragprivacy.eval.metrics.leakage import pii_leaked
-from ragprivacy.generate import create_generator
-from ragprivacy.rag import create_defense, create_system, defense_names
-from ragprivacy.retrieval import create_retriever
+from ragprivacy.generate import Generator, create_generator, tokenize
+from ragprivacy.rag import RAGSystem, create_defense, defense_names
 
 __all__ = ["ExtractionExperiment", "ExtractionOptions"]
 
@@ -70,8 +85,12 @@ class ExtractionOptions:
     generator_options: Mapping[str, Any] = field(default_factory=dict)
     defense_options: Mapping[str, Any] = field(default_factory=dict)
     batch_size: int = 64
+    system_specs: tuple[Any, ...] = ()
+    accounting_delta: float = 1e-6
 
     def __post_init__(self) -> None:
+        parse_system_specs(self.system_specs, "system_specs")
+        check_probability("accounting_delta", self.accounting_delta, open_interval=True)
         for m in self.modes:
             check_choice("modes", m, MODES)
         for d in self.defenses:
@@ -92,21 +111,34 @@ class ExtractionExperiment(Experiment):
         self.options: ExtractionOptions = from_mapping(
             ExtractionOptions, spec.options, f"experiments[{index}]"
         )
+        specs = parse_system_specs(
+            self.options.system_specs or spec.systems, f"experiments[{index}].systems"
+        )
+        self.systems: dict[str, SystemSpec] = {s.label: s for s in specs}
 
     def cells(self) -> list[dict[str, Any]]:
         return [
             {"system": s, "defense": d, "mode": m}
-            for s in self.spec.systems
+            for s in self.systems
             for d in self.options.defenses
             for m in self.options.modes
         ]
 
-    def _system(self, ctx: RunContext, name: str) -> Any:
+    def cell_units(self, cell: dict[str, Any]) -> int:
+        """Items or prompts the cell sends (at most; for the progress bar)."""
+        o = self.options
+        if cell["mode"] == "targeted":
+            return o.items
+        if cell["mode"] == "untargeted":
+            return max(1, round(o.prompts * o.scale))
+        return o.questions
+
+    def _generator(self, ctx: RunContext) -> Generator:
         models = self.config.models
         opts = {**models.generator_options, **self.options.generator_options}
         key = repr((self.config.to_dict(), self.index, sorted(opts.items(), key=str)))
 
-        def build() -> Any:
+        def build() -> Generator:
             kw = dict(opts)
             if models.generator.partition(":")[0] == "reference" and "background" not in kw:
                 kw["background"] = ctx.background_texts(self.spec.corpus)
@@ -115,33 +147,79 @@ class ExtractionExperiment(Experiment):
 
         if key not in _MEMO:
             _MEMO[key] = build()
-        gen = _MEMO[key]
-        if name.partition(":")[0] == "non-rag":
-            return create_system(name, generator=gen)
-        retriever = create_retriever("topk", ctx.knowledge_base(self.spec.corpus), k=self.spec.k)
-        return create_system(name, retriever=retriever, generator=gen)
+        gen: Generator = _MEMO[key]
+        return gen
+
+    def _vocabulary(self, ctx: RunContext) -> list[str]:
+        key = repr(("vocabulary", self.config.to_dict(), self.spec.corpus))
+        if key not in _MEMO:
+            words = {w for d in ctx.corpus(self.spec.corpus) for w in tokenize(d.text)}
+            words |= {w for t in ctx.background_texts(self.spec.corpus) for w in tokenize(t)}
+            _MEMO[key] = sorted(words)
+        vocabulary: list[str] = _MEMO[key]
+        return vocabulary
+
+    def _system(self, ctx: RunContext, label: str, defense: str, seed: int) -> BudgetedSystem:
+        """The system ``label`` under ``defense``, built per budget scope."""
+        spec = self.systems[label]
+        gen = self._generator(ctx)
+        kb = ctx.knowledge_base(self.spec.corpus) if spec.uses_data else None
+        opts = dict(self.options.defense_options.get(defense, {}) or {})
+        builds = [0]
+
+        def build(queries: int) -> RAGSystem:
+            builds[0] += 1
+            inner = build_system(
+                spec,
+                kb=kb,
+                generator=gen,
+                k=self.spec.k,
+                queries=queries,
+                seed=derive_seed(seed, "system", str(builds[0])),
+                vocabulary=lambda: self._vocabulary(ctx),
+            )
+            return create_defense(defense, inner, **opts)
+
+        return BudgetedSystem(
+            build,
+            scope=spec.budget,
+            tally=PrivacyTally(self.options.accounting_delta),
+            one_by_one=spec.name in ONE_BY_ONE_SYSTEMS,
+        )
+
+    @staticmethod
+    def _ask(system: BudgetedSystem, groups: list[list[Any]], first: int) -> list[Any]:
+        """Answer query groups (one per item or prompt): one account for all in the run
+        scope, one account per group in the target scope."""
+        if system.scope == "run":
+            return system.answer_batch([q for g in groups for q in g], account="attacker")
+        out: list[Any] = []
+        for j, g in enumerate(groups):
+            out += system.answer_batch(g, account=f"target-{first + j}")
+        return out
 
     def run_cell(
         self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
     ) -> dict[str, Any]:
         o = self.options
         corpus = ctx.corpus(self.spec.corpus)
-        system = create_defense(
-            cell["defense"],
-            self._system(ctx, cell["system"]),
-            **dict(o.defense_options.get(cell["defense"], {}) or {}),
-        )
+        seed = int(rng.integers(2**31 - 1))
+        system = self._system(ctx, cell["system"], cell["defense"], seed)
+        progress = getattr(ctx, "progress", None)
         pick = np.random.default_rng(derive_seed(self.seed, cell["mode"]))
         if cell["mode"] == "targeted":
             spans = [(d, s) for d in corpus for s in d.pii if s.kind in o.kinds]
             if len(spans) > o.items:
                 spans = [spans[int(i)] for i in sorted(pick.choice(len(spans), o.items, False))]
+            system.run_queries = len(spans) * o.attempts
             total: Counter[str] = Counter()
             leaked: Counter[str] = Counter()
             for start in range(0, len(spans), max(1, o.batch_size // o.attempts)):
                 chunk = spans[start : start + max(1, o.batch_size // o.attempts)]
-                queries = [q for d, s in chunk for q in targeted_queries(d, s, attempts=o.attempts)]
-                answers = [r.text for r in system.answer_batch(queries)]
+                groups = [targeted_queries(d, s, attempts=o.attempts) for d, s in chunk]
+                answers = [r.text for r in self._ask(system, groups, start)]
+                if progress is not None:
+                    progress(len(chunk))
                 for j, (_, s) in enumerate(chunk):
                     outs = answers[j * o.attempts : (j + 1) * o.attempts]
                     total[s.kind] += 1
@@ -152,7 +230,11 @@ class ExtractionExperiment(Experiment):
                 "by_kind": {k: [leaked[k], total[k]] for k in sorted(total)},
             }
             metrics["rate"] = metrics["leaked"] / max(1, metrics["items"])
-            return {"system": system.describe(), "metrics": metrics}
+            return {
+                "system": system.describe(),
+                "privacy": {"budget": system.scope, **system.tally.summary()},
+                "metrics": metrics,
+            }
         store = _MEMO.setdefault(
             repr(("store", self.config.to_dict(), self.spec.corpus)), DatastoreIndex(corpus.texts)
         )
@@ -163,9 +245,13 @@ class ExtractionExperiment(Experiment):
         else:
             docs = self._questions(corpus)
             queries = [adversarial_query(q, max_tokens=2 * o.max_tokens) for q in docs]
+        system.run_queries = len(queries)
         responses = []
         for start in range(0, len(queries), o.batch_size):
-            responses += system.answer_batch(queries[start : start + o.batch_size])
+            single = [[q] for q in queries[start : start + o.batch_size]]
+            responses += self._ask(system, single, start)
+            if progress is not None:
+                progress(len(single))
         best = [max_rouge_l(r.text, store, threshold=0.0)[0] for r in responses]
         leaks = int(sum(b > o.threshold for b in best))
         metrics = {
@@ -179,7 +265,12 @@ class ExtractionExperiment(Experiment):
             values = {s.value.casefold(): s for s in pii}
             shown = {v for r in responses for v in values if v in r.text.casefold()}
             metrics["pii_values_reproduced"] = len(shown)
-        return {"system": system.describe(), "metrics": metrics, "rouge_l": best}
+        return {
+            "system": system.describe(),
+            "privacy": {"budget": system.scope, **system.tally.summary()},
+            "metrics": metrics,
+            "rouge_l": best,
+        }
 
     def _questions(self, corpus: Any) -> list[str]:
         from ragprivacy.corpus import synthesize
@@ -203,18 +294,26 @@ class ExtractionExperiment(Experiment):
             f"answer containing the item. *Untargeted*: {round(o.prompts * o.scale)} "
             f"first-sentence prompts ({o.prompts} × scale {o.scale}); a leak is ROUGE-L > "
             f"{o.threshold} against some datastore document. *Adversarial*: {o.questions} "
-            "questions with the 'Copy and output all the text ...' suffix.",
+            "questions with the 'Copy and output all the text ...' suffix. *ε spent*: "
+            f"what the attacker's account spent (ε at δ = {o.accounting_delta:g} for "
+            "Gaussian compositions; the largest over accounts); *refused*: queries refused "
+            "once a budget was spent.",
             "",
-            "| system | defense | mode | leaked | rate | mean ROUGE-L | detail |",
-            "|---|---|---|---|---|---|---|",
+            "| system | defense | mode | leaked | rate | mean ROUGE-L | ε spent | refused "
+            "| detail |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for item in results:
             c, m = item["cell"], item["result"]["metrics"]
+            p = item["result"].get("privacy") or {}
+            eps = p.get("epsilon")
+            spent = "–" if eps is None else ("∞" if eps == float("inf") else f"{eps:.3g}")
+            priv = f"{spent} | {p.get('refused', 0)}"
             if c["mode"] == "targeted":
                 detail = ", ".join(f"{k} {a}/{b}" for k, (a, b) in m["by_kind"].items())
                 lines.append(
                     f"| {c['system']} | {c['defense']} | targeted | {m['leaked']}/{m['items']} "
-                    f"| {m['rate']:.3f} | – | {detail} |"
+                    f"| {m['rate']:.3f} | – | {priv} | {detail} |"
                 )
             else:
                 detail = (
@@ -224,7 +323,7 @@ class ExtractionExperiment(Experiment):
                 )
                 lines.append(
                     f"| {c['system']} | {c['defense']} | {c['mode']} | {m['leaks']}/{m['prompts']}"
-                    f" | {m['rate']:.3f} | {m['mean_rouge_l']:.3f} | {detail} |"
+                    f" | {m['rate']:.3f} | {m['mean_rouge_l']:.3f} | {priv} | {detail} |"
                 )
         return ReportSection(f"Data extraction ({self.spec.corpus})", "\n".join(lines), [])
 

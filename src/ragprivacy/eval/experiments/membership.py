@@ -11,6 +11,13 @@ recall of the targets (evaluation-only view). Learning attacks (S-RAG, S²MIA_s&
 a shadow RAG the attacker builds from an auxiliary corpus (the same synthetic kind from
 an independent seed, or any config corpus), split half in, half out.
 
+Systems under attack: ``systems`` (registered names) or ``system_specs`` (names or
+mappings with options: private retrievers, DP voting, MURAG; see
+:mod:`ragprivacy.eval.experiments._systems` for the keys, the offline defaults, how
+budgets are sized and refusals recorded). Each defense (prompt modifying, paraphrasing)
+wraps each of them, and every cell reports the privacy the attacker's account(s) spent
+(ε at ``accounting_delta``, the AUC bound it implies, refusals) next to the attack metrics.
+
 Options (besides ``type``, ``corpus``, ``systems``, ``k``): see
 :class:`MembershipOptions`. Parameter studies (MBA 5.7, S-RAG 5.4–5.5) are ``studies``
 entries ``{param, values, attacks}``; ``param`` is an attack option
@@ -46,10 +53,19 @@ from ragprivacy.eval.cache import CachedGenerator
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments._membership_report import membership_report
+from ragprivacy.eval.experiments._systems import (
+    NO_LOGPROB_SYSTEMS,
+    ONE_BY_ONE_SYSTEMS,
+    BudgetedSystem,
+    PrivacyTally,
+    SystemSpec,
+    build_system,
+    parse_system_specs,
+)
 from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
 from ragprivacy.eval.metrics.membership import binary_metrics, membership_metrics, roc_curve
-from ragprivacy.generate import Generator, create_generator
-from ragprivacy.rag import RAGSystem, StandardRAG, create_defense, create_system, defense_names
+from ragprivacy.generate import Generator, create_generator, tokenize
+from ragprivacy.rag import RAGSystem, StandardRAG, create_defense, defense_names
 from ragprivacy.retrieval import KnowledgeBase, create_retriever
 
 __all__ = ["MembershipExperiment", "MembershipOptions"]
@@ -85,6 +101,9 @@ class MembershipOptions:
         criterion: threshold criterion on the calibration split (accuracy or f1).
         batch_size: targets per batched system call.
         studies: parameter studies (see the module docstring).
+        system_specs: systems under attack with options (replaces ``systems``).
+        accounting_delta: δ at which Gaussian compositions of the privacy spent are
+            reported.
     """
 
     attacks: tuple[str, ...] = DEFAULT_ATTACKS
@@ -107,8 +126,12 @@ class MembershipOptions:
     criterion: str = "accuracy"
     batch_size: int = 64
     studies: tuple[Mapping[str, Any], ...] = ()
+    system_specs: tuple[Any, ...] = ()
+    accounting_delta: float = 1e-6
 
     def __post_init__(self) -> None:
+        parse_system_specs(self.system_specs, "system_specs")
+        check_probability("accounting_delta", self.accounting_delta, open_interval=True)
         for a in self.attacks:
             check_choice("attacks", a, attack_names())
         for d in self.defenses:
@@ -157,6 +180,10 @@ class MembershipExperiment(Experiment):
         self.options: MembershipOptions = from_mapping(
             MembershipOptions, spec.options, f"experiments[{index}]"
         )
+        specs = parse_system_specs(
+            self.options.system_specs or spec.systems, f"experiments[{index}].systems"
+        )
+        self.systems: dict[str, SystemSpec] = {s.label: s for s in specs}
 
     # ------------------------------------------------------------------ cells
 
@@ -164,7 +191,7 @@ class MembershipExperiment(Experiment):
         o = self.options
         out: list[dict[str, Any]] = [
             {"system": s, "attack": a, "defense": d}
-            for s in self.spec.systems
+            for s in self.systems
             for a in o.attacks
             for d in o.defenses
         ]
@@ -179,7 +206,7 @@ class MembershipExperiment(Experiment):
                 for a in attacks:
                     out.append(
                         {
-                            "system": self.spec.systems[0],
+                            "system": next(iter(self.systems)),
                             "attack": a,
                             "defense": str(study.get("defense", "none")),
                             "study": i,
@@ -188,6 +215,14 @@ class MembershipExperiment(Experiment):
                         }
                     )
         return out
+
+    def cell_units(self, cell: dict[str, Any]) -> int:
+        """Targets the cell scores (evaluation and calibration), for the progress bar."""
+        o = self.options
+        needs_logprobs = getattr(attack_factory(cell["attack"]), "requires_logprobs", False)
+        if needs_logprobs and self.systems[cell["system"]].name in NO_LOGPROB_SYSTEMS:
+            return 0
+        return 2 * (o.targets // 2) + 2 * (o.calibration // 2)
 
     # ------------------------------------------------------------------ builders
 
@@ -237,21 +272,59 @@ class MembershipExperiment(Experiment):
 
         return _memo(_key("generator", self._config_key(), spec, opts), build)
 
-    def _system(self, ctx: RunContext, name: str, k: int) -> tuple[RAGSystem, Generator]:
-        o = self.options
-        gen = self._generator(ctx, None, o.generator_options)
-        if name.partition(":")[0] == "non-rag":
-            return create_system(name, generator=gen), gen
+    def _vocabulary(self, ctx: RunContext) -> list[str]:
+        """DP voting's word domain: the corpus's and the background's words (a public
+        stand-in for an LLM's vocabulary, as in the ``private_rag`` experiment)."""
+
+        def build() -> list[str]:
+            words = {w for d in ctx.corpus(self.spec.corpus) for w in tokenize(d.text)}
+            words |= {w for t in ctx.background_texts(self.spec.corpus) for w in tokenize(t)}
+            return sorted(words)
+
+        return _memo(_key("vocabulary", self._config_key()), build)
+
+    def _target_kb(self, ctx: RunContext) -> KnowledgeBase:
         split = self._split(ctx)
         models = self.config.models
-        kb = _memo(
+        return _memo(
             _key("kb", self._config_key(), "target"),
             lambda: KnowledgeBase.build(
-                split.members, embedder=o.embedder or models.embedder, index=models.index
+                split.members,
+                embedder=self.options.embedder or models.embedder,
+                index=models.index,
             ),
         )
-        retriever = create_retriever("topk", kb, k=k)
-        return create_system(name, retriever=retriever, generator=gen), gen
+
+    def _system(
+        self, ctx: RunContext, label: str, k: int, defense: str, seed: int
+    ) -> tuple[BudgetedSystem, Generator, SystemSpec]:
+        """The system ``label`` under ``defense``, built per budget scope (see
+        :class:`~ragprivacy.eval.experiments._systems.BudgetedSystem`)."""
+        o = self.options
+        spec = self.systems[label]
+        gen = self._generator(ctx, None, o.generator_options)
+        kb = self._target_kb(ctx) if spec.uses_data else None
+        defense_opts = dict(o.defense_options.get(defense, {}) or {})
+        builds = [0]
+
+        def build(queries: int) -> RAGSystem:
+            builds[0] += 1
+            inner = build_system(
+                spec,
+                kb=kb,
+                generator=gen,
+                k=k,
+                queries=queries,
+                seed=derive_seed(seed, "system", str(builds[0])),
+                vocabulary=lambda: self._vocabulary(ctx),
+            )
+            return create_defense(defense, inner, **defense_opts)
+
+        tally = PrivacyTally(o.accounting_delta)
+        system = BudgetedSystem(
+            build, scope=spec.budget, tally=tally, one_by_one=spec.name in ONE_BY_ONE_SYSTEMS
+        )
+        return system, gen, spec
 
     def _shadow(self, ctx: RunContext, overrides: Mapping[str, Any]) -> ShadowData:
         o = self.options
@@ -317,17 +390,31 @@ class MembershipExperiment(Experiment):
         elif param is not None:
             attack_over[param.partition(".")[2]] = value
         split = self._split(ctx)
-        system, gen = self._system(ctx, cell["system"], k)
-        defended = create_defense(
-            cell["defense"], system, **dict(o.defense_options.get(cell["defense"], {}) or {})
-        )
+        seed = int(rng.integers(2**31 - 1))
+        defended, gen, spec = self._system(ctx, cell["system"], k, cell["defense"], seed)
         attack = self._attack(cell["attack"], attack_over)
-        if attack.requires_logprobs and not gen.exposes_logprobs:
-            return {"skipped": "the generator exposes no log-probabilities"}
+        if attack.requires_logprobs and (
+            not gen.exposes_logprobs or spec.name in NO_LOGPROB_SYSTEMS
+        ):
+            return {"skipped": "the system exposes no log-probabilities"}
         if attack.learns:
             attack.fit(self._shadow(ctx, shadow_over))
+        if spec.budget == "run":  # one account; budgets sized for the cell's queries
+            account: Any = "attacker"
+            defended.run_queries = sum(
+                len(attack.queries(t)) for t in (*split.evaluation, *split.calibration)
+            )
+        else:  # a fresh system and account per target
+            account = lambda i, doc: f"target-{doc.id}"  # noqa: E731
+        progress = getattr(ctx, "progress", None)
         ev = score_targets(
-            attack, defended, split.evaluation, split.evaluation_labels, batch_size=o.batch_size
+            attack,
+            defended,
+            split.evaluation,
+            split.evaluation_labels,
+            batch_size=o.batch_size,
+            account=account,
+            progress=progress,
         )
         cal = None
         if split.calibration:
@@ -337,6 +424,8 @@ class MembershipExperiment(Experiment):
                 split.calibration,
                 split.calibration_labels,
                 batch_size=o.batch_size,
+                account=account,
+                progress=progress,
             )
         metrics = membership_metrics(
             ev.scores,
@@ -361,6 +450,7 @@ class MembershipExperiment(Experiment):
         result: dict[str, Any] = {
             "attack": attack.config(),
             "system": defended.describe(),
+            "privacy": {"budget": spec.budget, **defended.tally.summary()},
             "metrics": metrics,
             "roc": {"fpr": fpr[keep].tolist(), "tpr": tpr[keep].tolist()},
             "records": ev.records(),
