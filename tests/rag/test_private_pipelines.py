@@ -150,6 +150,30 @@ def test_murag_budgets_and_padding(kb: KnowledgeBase) -> None:
     assert second.privacy.cumulative_epsilon == pytest.approx(4.0)
 
 
+def test_murag_renyi_filter(kb: KnowledgeBase) -> None:
+    # Rényi accounting: the guarantee is the filter's (ε, δ) target, charges are the
+    # randomized-response curves of ε_q, and the reported per-document ε never exceeds it.
+    sys = MuRAG(
+        TopKRetriever(kb, k=6),
+        FakeLLM(),
+        tau=0.3,
+        epsilon_q=0.5,
+        max_retrievals=20,
+        accounting="renyi",
+        renyi_delta=1e-6,
+        epsilon_token=0.5,
+        simulation=True,
+        vocabulary=VOCAB,
+        rng=0,
+    )
+    assert sys.total_epsilon == 10.0 and sys.describe()["screening"]["accounting"] == "renyi"
+    spent = [
+        sys.answer("where is the secret alpha kept?").privacy.cumulative_epsilon for _ in range(5)
+    ]
+    assert 0 < spent[0] < spent[-1] <= 10.0
+    assert spent == sorted(spent)
+
+
 def test_murag_persists_budgets(kb: KnowledgeBase, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "b.sqlite"
     args = {

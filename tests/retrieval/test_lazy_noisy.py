@@ -2,8 +2,10 @@
 
 Two-sample χ² test of homogeneity on the ordered top-2 output (false-alarm rate
 α = 1e-4 per test, fixed seeds), against the full-noise reference
-(``GaussianNoisyTopK`` in simulation mode); a planted bug (candidates only, no
-exceedance draws — select-before-noise) must be rejected.
+(``GaussianNoisyTopK`` in simulation mode), with one global bound and with per-bucket
+bounds (one round, several rounds, and the fallback). Planted bugs must be rejected:
+noising only the candidates (select before noise) and a per-bucket bound that is not
+certified (below some member's score).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import pytest
 from scipy.stats import chi2_contingency
 
 from ragprivacy.dp import GaussianNoisyTopK
-from ragprivacy.retrieval import lazy_noisy_topk
+from ragprivacy.errors import ConfigError
+from ragprivacy.retrieval import BucketBounds, lazy_noisy_topk
 
 N, K, C = 40, 2, 6
 SCORES = np.sort(np.random.default_rng(11).uniform(0.0, 0.8, N))[::-1].copy()
@@ -23,8 +26,32 @@ SCORES[:3] = [0.95, 0.9, 0.88]
 CAND = np.arange(C)  # the exact top-C (noise-independent)
 BOUND = float(SCORES[C])  # certified: every non-candidate scores at most this
 
+# Four buckets of interleaved positions (any noise-independent partition is valid).
+_LAB = np.arange(N) % 4
+_ORDER = np.argsort(_LAB, kind="stable")
+_INV = np.empty(N, dtype=np.int64)
+_INV[_ORDER] = np.arange(N)
+BUCKETS = BucketBounds(
+    centroids=np.zeros((4, 1)),
+    radii=np.zeros(4),
+    order=_ORDER,
+    starts=np.concatenate([[0], np.cumsum(np.bincount(_LAB))]),
+    inverse=_INV,
+)
+# Tight certified per-bucket bounds on the non-candidates: very different per bucket.
+UB = np.array([SCORES[(np.arange(N) >= C) & np.equal(_LAB, b)].max() for b in range(4)])
 
-def _lazy(draws: int, sigma: float, *, seed: int, planted: bool = False) -> list[tuple[int, ...]]:
+
+def _lazy(
+    draws: int,
+    sigma: float,
+    *,
+    seed: int,
+    buckets: bool = False,
+    bound: np.ndarray | float | None = None,
+    planted: bool = False,
+    **kw: float,
+) -> list[tuple[int, ...]]:
     gen = np.random.default_rng(seed)
     out = []
     for _ in range(draws):
@@ -32,15 +59,25 @@ def _lazy(draws: int, sigma: float, *, seed: int, planted: bool = False) -> list
             noisy = SCORES[CAND] + gen.normal(0, sigma, C)
             out.append(tuple(CAND[np.argsort(-noisy)[:K]].tolist()))
             continue
+        b = bound if bound is not None else (UB if buckets else BOUND)
         sel = lazy_noisy_topk(
-            CAND, SCORES[CAND], N, K, sigma, score_of=SCORES, bound=BOUND, rng=gen
+            CAND,
+            SCORES[CAND],
+            N,
+            K,
+            sigma,
+            score_of=SCORES,
+            bound=b,
+            buckets=BUCKETS if buckets else None,
+            rng=gen,
+            **kw,  # type: ignore[arg-type]
         )
         out.append(tuple(sel.indices.tolist()))
     return out
 
 
 def _full(draws: int, sigma: float, *, seed: int) -> list[tuple[int, ...]]:
-    mech = GaussianNoisyTopK(sigma=sigma, k=K, simulation=True)
+    mech = GaussianNoisyTopK(sigma=sigma, k=K, simulation=True, sensitivity=1.0)
     sel = mech.select(np.tile(SCORES, (draws, 1)), rng=seed)
     return [tuple(row) for row in sel.indices.tolist()]
 
@@ -61,22 +98,25 @@ def _pvalue(a: list[tuple[int, ...]], b: list[tuple[int, ...]]) -> float:
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("sigma", [0.05, 0.3])
-def test_lazy_matches_full_noise(sigma: float) -> None:
-    draws = 20_000
-    lazy = _lazy(draws, sigma, seed=1)
-    full = _full(draws, sigma, seed=2)
-    assert _pvalue(lazy, full) > 1e-4
+@pytest.mark.parametrize(
+    ("sigma", "buckets", "frac"), [(0.3, False, 0.1), (0.1, True, 0.1), (2.0, True, 1.0)]
+)
+def test_lazy_matches_full_noise(sigma: float, buckets: bool, frac: float) -> None:
+    # frac = 1.0 lets the rounds run (about half the draws take 2–3 rounds at σ = 2);
+    # frac = 0.1 at n = 40 sends about half the draws to the fallback.
+    draws = 8000
+    lazy = _lazy(draws, sigma, seed=1, buckets=buckets, max_reveal_fraction=frac)
+    assert _pvalue(lazy, _full(draws, sigma, seed=2)) > 1e-4
 
 
 @pytest.mark.statistical
 def test_fallback_path_matches_full_noise() -> None:
-    # σ large: many non-candidates can exceed τ, so the fallback (full noise for the
-    # non-candidates, candidates' noise kept) runs; the law must still be exact.
+    # A tiny reveal budget: the rounds give up and noise every remaining non-candidate
+    # (truncated below the levels already passed); the law must still be exact.
     gen = np.random.default_rng(5)
     fell = 0
     out = []
-    for _ in range(8000):
+    for _ in range(4000):
         sel = lazy_noisy_topk(
             CAND,
             SCORES[CAND],
@@ -84,33 +124,79 @@ def test_fallback_path_matches_full_noise() -> None:
             K,
             3.0,
             score_of=SCORES,
-            bound=BOUND,
-            max_exceed_fraction=0.05,
+            bound=UB,
+            buckets=BUCKETS,
+            max_reveal_fraction=0.05,
             rng=gen,
         )
         fell += sel.fell_back
         out.append(tuple(sel.indices.tolist()))
-    assert fell > 4000
-    assert _pvalue(out, _full(8000, 3.0, seed=6)) > 1e-4
+    assert fell > 2000
+    assert _pvalue(out, _full(4000, 3.0, seed=6)) > 1e-4
 
 
 @pytest.mark.statistical
-def test_planted_bug_is_caught() -> None:
-    assert _pvalue(_lazy(20_000, 0.3, seed=3, planted=True), _full(20_000, 0.3, seed=4)) < 1e-4
+def test_planted_bugs_are_caught() -> None:
+    full = _full(8000, 0.3, seed=4)
+    assert _pvalue(_lazy(8000, 0.3, seed=3, planted=True), full) < 1e-4
+    # A bound that is not certified (0.15 below the true per-bucket maxima).
+    assert _pvalue(_lazy(8000, 0.3, seed=3, buckets=True, bound=UB - 0.15), full) < 1e-4
+
+
+def test_rounds_reveal_few_documents_at_large_sigma() -> None:
+    # At large σ one threshold at the K-th noisy candidate would noise ~N·K/C documents;
+    # the intermediate levels raise τ first and reveal far fewer.
+    n, c = 100_000, 64
+    scores = np.random.default_rng(0).uniform(0.0, 0.5, n)
+    cand = np.argsort(-scores)[:c]
+    sel = [
+        lazy_noisy_topk(
+            cand, scores[cand], n, 5, 50.0, score_of=scores, bound=0.5, rng=np.random.default_rng(s)
+        )
+        for s in range(20)
+    ]
+    assert max(s.revealed for s in sel) < 200 < n * 5 / c
+    assert all(not s.fell_back for s in sel) and max(s.rounds for s in sel) > 1
+
+
+def test_bucket_bounds_are_certified() -> None:
+    gen = np.random.default_rng(3)
+    x = gen.standard_normal((3000, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    bb = BucketBounds.build(x, buckets=20, rng=1)
+    assert bb.n == 3000 and bb.count == 20 and bb.sizes.sum() == 3000
+    assert np.array_equal(np.sort(bb.order), np.arange(3000))
+    assert np.array_equal(bb.order[bb.inverse], np.arange(3000))
+    lab = bb.bucket_of(np.arange(3000))
+    for q in gen.standard_normal((20, 16)):
+        assert np.all(x @ q.astype(np.float32) <= bb.bounds(q)[lab])
+    with pytest.raises(ConfigError, match="dimensions"):
+        bb.bounds(np.ones(3))
+
+
+def test_lazy_checks_its_inputs() -> None:
+    with pytest.raises(ConfigError, match="at least k"):
+        lazy_noisy_topk(CAND[:1], SCORES[:1], N, K, 0.1, score_of=SCORES, bound=1.0, rng=0)
+    with pytest.raises(ConfigError, match="one finite bound per bucket"):
+        lazy_noisy_topk(CAND, SCORES[CAND], N, K, 0.1, score_of=SCORES, bound=1.0, buckets=BUCKETS)
+    sel = lazy_noisy_topk(CAND, SCORES[CAND], N, K, 1e-4, score_of=SCORES, bound=BOUND, rng=0)
+    assert sel.indices.tolist() == [0, 1] and sel.revealed == 0 and sel.rounds == 1
 
 
 @pytest.mark.slow
 @pytest.mark.statistical
-@pytest.mark.parametrize("sigma", [0.05, 0.3, 1.0])
-def test_lazy_matches_full_noise_1e5(sigma: float) -> None:
+@pytest.mark.parametrize(
+    ("sigma", "buckets", "frac"),
+    [
+        (0.05, False, 0.1),
+        (0.3, False, 1.0),
+        (1.0, False, 0.1),
+        (0.05, True, 0.1),
+        (0.3, True, 1.0),
+        (3.0, True, 1.0),
+    ],
+)
+def test_lazy_matches_full_noise_1e5(sigma: float, buckets: bool, frac: float) -> None:
     draws = 100_000
-    assert _pvalue(_lazy(draws, sigma, seed=7), _full(draws, sigma, seed=8)) > 1e-4
-
-
-def test_lazy_checks_its_inputs() -> None:
-    from ragprivacy.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="at least k"):
-        lazy_noisy_topk(CAND[:1], SCORES[:1], N, K, 0.1, score_of=SCORES, bound=1.0, rng=0)
-    sel = lazy_noisy_topk(CAND, SCORES[CAND], N, K, 1e-4, score_of=SCORES, bound=BOUND, rng=0)
-    assert sel.indices.tolist() == [0, 1] and sel.exceedances == 0
+    lazy = _lazy(draws, sigma, seed=7, buckets=buckets, max_reveal_fraction=frac)
+    assert _pvalue(lazy, _full(draws, sigma, seed=8)) > 1e-4

@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from ragprivacy.corpus import Corpus
-from ragprivacy.dp import SqliteBudgetStore, account_sigma_exact, collusion_sigma
+from ragprivacy.dp import (
+    SqliteBudgetStore,
+    account_sigma_exact,
+    collusion_sigma,
+    gaussian_epsilon,
+)
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.retrieval import (
     AccountQueryCounter,
@@ -57,9 +62,76 @@ def test_calibration_paper_and_exact(kb: KnowledgeBase) -> None:
     exact = NoisyTopKRetriever(
         kb, epsilon_acc=1.0, delta_acc=1e-6, queries_per_account=10_000, calibration="exact"
     )
-    assert paper.sigma == pytest.approx(collusion_sigma(1.0, 1e-6, 10_000))
-    assert exact.sigma == pytest.approx(account_sigma_exact(1.0, 1e-6, 10_000))
+    # Secure mode charges Δ = 1 + one 2^-20 grid unit; σ is calibrated with it.
+    assert paper.sigma == pytest.approx(collusion_sigma(1.0, 1e-6, 10_000), rel=2e-6)
+    assert exact.sigma == pytest.approx(account_sigma_exact(1.0, 1e-6, 10_000), rel=2e-6)
     assert paper.sigma / exact.sigma == pytest.approx(8.48, abs=0.05)
+
+
+def test_score_range_sets_sensitivity_and_sigma(kb: KnowledgeBase) -> None:
+    # Default: scores clipped into (0, 1), Δ = 1 (the paper's value, made true by clipping).
+    unit = NoisyTopKRetriever(kb, queries_per_account=100, simulation=True, rng=0)
+    assert unit.score_range == (0.0, 1.0) and unit.sensitivity == 1.0
+    assert unit.config()["sensitivity_source"] == "score_range"
+    assert unit.sigma == pytest.approx(collusion_sigma(1.0, 1e-6, 100, 1.0), rel=1e-12)
+    # Raw cosine range (−1, 1): Δ = 2, and σ doubles for the same budget.
+    wide = NoisyTopKRetriever(
+        kb, queries_per_account=100, score_range=(-1.0, 1.0), simulation=True, rng=0
+    )
+    assert wide.sensitivity == 2.0 and wide.sigma == pytest.approx(2 * unit.sigma, rel=1e-12)
+    # No clipping: Δ taken on trust, and said so.
+    trusted = NoisyTopKRetriever(
+        kb, score_range=None, sensitivity=1.0, queries_per_account=100, simulation=True, rng=0
+    )
+    assert trusted.mechanism.score_range is None
+    assert trusted.config()["sensitivity_source"] == "trusted"
+    with pytest.raises(ConfigError, match="got neither"):
+        NoisyTopKRetriever(kb, score_range=None)
+    with pytest.raises(ConfigError, match="at least the width"):
+        NoisyTopKRetriever(kb, score_range=(-1.0, 1.0), sensitivity=1.0)
+    # Secure mode: σ is calibrated with the Δ of the event charged (one grid unit more).
+    secure = NoisyTopKRetriever(kb, queries_per_account=100, calibration="exact")
+    delta_event = secure.mechanism.event.sensitivity
+    assert delta_event > 1.0 and secure.sigma == pytest.approx(
+        account_sigma_exact(1.0, 1e-6, 100, delta_event), rel=1e-12
+    )
+    mu = math.sqrt(100) * delta_event / secure.sigma  # n queries compose to one Gaussian
+    assert gaussian_epsilon(mu, 1e-6) == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_scores_are_clipped_into_the_range(kb: KnowledgeBase, lazy: bool) -> None:
+    # "green pears autumn" scores d5 at about −0.03 (hashing embeddings).
+    raw = kb.index.scores(kb.embedder.encode(["green pears autumn"]))[0]
+    assert raw[5] < -0.01
+
+    def noisy_d5(score_range: tuple[float, float]) -> float:
+        r = NoisyTopKRetriever(
+            kb, k=6, sigma=1e-7, simulation=True, rng=0, score_range=score_range, lazy=lazy
+        ).retrieve("green pears autumn")
+        return dict(zip(r.ids, r.scores))["d5"]
+
+    assert noisy_d5((0.0, 1.0)) == pytest.approx(0.0, abs=1e-5)
+    assert noisy_d5((-1.0, 1.0)) == pytest.approx(float(raw[5]), abs=1e-5)
+
+
+def test_lazy_retriever_with_buckets(kb: KnowledgeBase) -> None:
+    from ragprivacy.retrieval import BucketBounds
+
+    bb = BucketBounds.build(kb.index.vectors(), buckets=3, rng=0)  # type: ignore[attr-defined]
+    exact = set(TopKRetriever(kb, k=2).retrieve("green pears autumn").ids)
+    r = NoisyTopKRetriever(
+        kb, k=2, sigma=1e-3, simulation=True, lazy=True, candidates=2, buckets=bb, rng=0
+    )
+    assert set(r.retrieve("green pears autumn").ids) == exact
+    assert r.config()["buckets"] == bb.count
+    with pytest.raises(ConfigError, match="cover"):
+        NoisyTopKRetriever(
+            kb,
+            simulation=True,
+            lazy=True,
+            buckets=BucketBounds.build(np.eye(4, dtype=np.float32), buckets=2, rng=0),
+        )
 
 
 def test_account_counter_refuses_before_anything(kb: KnowledgeBase) -> None:
@@ -269,3 +341,26 @@ def test_top1_flip_bound_against_simulation() -> None:
     assert top1_flip_bound(0.0, 0.8, 16) == pytest.approx(0.5)
     with pytest.raises(ConfigError):
         top1_flip_bound(0.1, 0.8, 3)
+
+
+def test_threshold_renyi_filter_admits_more_small_charges(kb: KnowledgeBase) -> None:
+    # ε_q = 0.1, M = 100: the pure filter admits exactly M = 100 retrievals of a document
+    # (budget 10). A Rényi filter with the same (ε = 10, δ = 1e-6) target composes the
+    # randomized-response curves of the charges and admits more, never exceeding ε.
+    def retrievals(accounting: str) -> tuple[int, float]:
+        r = ThresholdRetriever(
+            kb, k=1, tau=-1.0, epsilon_q=0.1, max_retrievals=100, accounting=accounting
+        )
+        scores = np.full(len(kb), -2.0)
+        scores[0] = 0.9  # only d0 passes the threshold
+        count = 0
+        while r.screen(scores).charged:
+            count += 1
+        return count, float(r.document_epsilon(["d0"])[0])
+
+    pure, eps_pure = retrievals("pure")
+    renyi, eps_renyi = retrievals("renyi")
+    assert pure == 100 and eps_pure == pytest.approx(10.0)
+    assert renyi > 150 and eps_renyi <= 10.0 + 1e-9
+    with pytest.raises(ConfigError, match="accounting"):
+        ThresholdRetriever(kb, accounting="zcdp")

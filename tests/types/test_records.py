@@ -6,7 +6,9 @@ from ragprivacy.types import Completion, Document, PIISpan, PrivacyCost, Respons
 
 
 def test_document_round_trip_and_validation() -> None:
-    doc = Document("d1", "Call Ann at 555-123-4567.", {"kind": "x"}, (PIISpan(5, 8, "name", "Ann"),))
+    doc = Document(
+        "d1", "Call Ann at 555-123-4567.", {"kind": "x"}, (PIISpan(5, 8, "name", "Ann"),)
+    )
     assert Document.from_dict(doc.to_dict()) == doc
     with pytest.raises(ValueError, match="past the end"):
         Document("d2", "short", pii=(PIISpan(0, 99, "name", "x"),))

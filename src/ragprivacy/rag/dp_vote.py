@@ -179,25 +179,41 @@ def dp_vote_generate(
         pos_of[normalize(EOS)] = len(vocab)
         vocab.append(EOS)
 
+    eos_j = pos_of[normalize(EOS)]
+    # Each voter's greedy answer as vocabulary positions (−1: outside V, counted for none).
+    answer_pos = [[pos_of.get(normalize(t), -1) for t in v.answer] for v in voters]
+    weights_f = weights.astype(np.float64)
+    order: list[int] = []  # the voters that called the generator last time, in call order
     out: list[str] = []
     for _t in range(config.max_tokens):
         votes = [""] * len(voters)
+        vote_pos = np.full(len(voters), -1, dtype=np.int64)
         need = []
+        step = len(out)
         for i, v in enumerate(voters):
-            if tuple(out) == v.answer[: len(out)]:
-                votes[i] = v.answer[len(out)] if len(v.answer) > len(out) else EOS
+            if tuple(out) == v.answer[:step]:
+                if len(v.answer) > step:
+                    votes[i], vote_pos[i] = v.answer[step], answer_pos[i][step]
+                else:
+                    votes[i], vote_pos[i] = EOS, eos_j
             else:
                 need.append(i)
         if need:
+            # Call in the reverse of the last call order: the contexts used most recently
+            # come first, so a generator's LRU cache of per-context indices keeps hitting
+            # even when the distinct contexts outnumber it (m = 50 voters).
+            rank = {i: r for r, i in enumerate(reversed(order))}
+            need.sort(key=lambda i: rank.get(i, -1))
             dists = _distributions(generator, [voters[i].prompt for i in need], out)
             calls += 1
+            order = need
             for i, d in zip(need, dists):
                 votes[i] = _argmax_token(d)
-        hist = np.zeros(len(vocab), dtype=np.int64)  # Alg. 8
-        for i, tok in enumerate(votes):
-            j = pos_of.get(normalize(tok))
-            if j is not None:
-                hist[j] += weights[i]
+                vote_pos[i] = pos_of.get(normalize(votes[i]), -1)
+        counted = vote_pos >= 0
+        hist: Any = np.bincount(  # Alg. 8: weighted votes per vocabulary token
+            vote_pos[counted], weights=weights_f[counted], minlength=len(vocab)
+        ).astype(np.int64)
         non_rag = votes[0]
         j0 = pos_of.get(normalize(non_rag))
         count = int(hist[j0]) if j0 is not None else 0

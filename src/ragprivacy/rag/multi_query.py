@@ -244,6 +244,9 @@ class MuRAG(_Voting):
         epsilon_q: the per-query budget.
         max_retrievals: M (each document's budget is M·ε_q; the guarantee).
         store: the budget store (default in memory; ``SqliteBudgetStore`` persists).
+        accounting: ``"pure"`` (Private-RAG's filter, M·ε_q per document) or ``"renyi"``
+            (a Rényi filter with target (``renyi_epsilon``, ``renyi_delta``); see
+            :class:`~ragprivacy.retrieval.ThresholdRetriever`).
         screening_simulation: simulate the threshold noise (MURAG-ADA) with ``rng``.
         other keywords: voting settings (``docs_per_voter``, ``epsilon_token``, ``theta``,
             ``max_tokens``, ``simulation``, ``vocabulary``, ``reuse_answers``, ``rng``).
@@ -263,6 +266,9 @@ class MuRAG(_Voting):
         max_retrievals: int = 1,
         bin_size: float = 0.02,
         store: BudgetStore | None = None,
+        accounting: str = "pure",
+        renyi_epsilon: float | None = None,
+        renyi_delta: float = 1e-6,
         rng: RngLike = None,
         simulation: bool = False,
         **kw: Any,
@@ -279,6 +285,9 @@ class MuRAG(_Voting):
             max_retrievals=max_retrievals,
             bin_size=bin_size,
             store=store,
+            accounting=accounting,
+            renyi_epsilon=renyi_epsilon,
+            renyi_delta=renyi_delta,
             simulation=simulation,
             rng=gen,
         )
@@ -287,8 +296,9 @@ class MuRAG(_Voting):
 
     @property
     def total_epsilon(self) -> float:
-        """The guarantee every document ends with: M·ε_q (Thm 1–2)."""
-        return self.screener.max_retrievals * self.screener.epsilon_q
+        """The guarantee every document ends with: M·ε_q (Thm 1–2) with the pure filter;
+        the Rényi filter's target ε (at δ = ``renyi_delta``) with ``accounting="renyi"``."""
+        return self.screener.target_epsilon
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
         q = Query.of(query)
@@ -296,7 +306,7 @@ class MuRAG(_Voting):
             screening = self.screener.screen_batch([q.search_text])[0]  # charges first
             charged = list(screening.charged)
             if charged:
-                spent = float(np.max(self.screener.filter.spent(charged)))
+                spent = float(np.max(self.screener.document_epsilon(charged)))
                 self._max_spent = max(self._max_spent, spent)
             result, _ = self._answer_with(
                 q, self.screener.kb.texts(screening.retrieval.indices), self.screener.epsilon_rag

@@ -9,6 +9,7 @@ from ragprivacy.retrieval.base import (
     register_retriever,
     retriever_names,
 )
+from ragprivacy.retrieval.bucket_bounds import BucketBounds
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
 from ragprivacy.retrieval.lazy_noisy import LazySelection, lazy_noisy_topk
 from ragprivacy.retrieval.noisy_topk import AccountQueryCounter, NoisyTopKRetriever
@@ -36,6 +37,7 @@ from ragprivacy.retrieval.threshold import (
 __all__ = [
     "AccountQueryCounter",
     "AdaptiveScreen",
+    "BucketBounds",
     "DPProjectionRetriever",
     "KnowledgeBase",
     "LazySelection",

@@ -11,10 +11,21 @@ a query *before* anything is embedded or scored, and refuses with
 :class:`~ragprivacy.errors.BudgetExhaustedError` once the n are spent (nothing is
 reserved then).
 
-Neighbouring relation: add/remove one document. Sensitivity: the L2 change of the score
-vector, ≤ 1 for unit-norm embeddings (§2.2). Guarantee: each query is a Gaussian
-mechanism (event ``GaussianEvent(σ, Δ)``), so one account's n queries are
-(ε_acc, δ_acc)-DP under the chosen calibration; the top-K indices are post-processing.
+Neighbouring relation: **replace the document held by one slot** of the index (the score
+vector is indexed by slot; see docs/dp.md "Neighbouring relations"). Under add/remove the
+mechanism is DP only if the index is padded to a public size with dummy documents that
+score the low end of ``score_range``. Sensitivity: replacing one document moves one
+coordinate of the score vector by at most the width of the interval the scores live in.
+Scores are clipped to the public ``score_range`` first (per-coordinate post-processing of
+each document's own score), so Δ = hi − lo holds for any input: the default
+``score_range=(0, 1)`` gives the collusion paper's Δ = 1 (§2.2) *honestly* (negative
+cosine scores are clipped to 0); ``(−1, 1)`` keeps raw cosine scores and gives Δ = 2.
+``score_range=None`` with an explicit ``sensitivity`` skips clipping and takes Δ on trust
+(reported as ``sensitivity_source="trusted"``). σ is calibrated with the Δ of the event
+actually charged (in secure mode the grid adds one grid unit), so the event, the budget
+and σ agree. Guarantee: each query is a Gaussian mechanism (event ``GaussianEvent(σ, Δ)``),
+so one account's n queries are (ε_acc, δ_acc)-DP under the chosen calibration; the top-K
+indices are post-processing.
 
 Modes: secure (default) — exact discrete Gaussian on a fixed-point grid
 (:class:`~ragprivacy.dp.GaussianNoisyTopK`); ``simulation=True`` — numpy float noise from
@@ -35,6 +46,7 @@ from ragprivacy._validation import check_choice, check_positive, check_positive_
 from ragprivacy.dp import GaussianNoisyTopK, calibrate_account_sigma
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.retrieval.base import Retriever, register_retriever
+from ragprivacy.retrieval.bucket_bounds import BucketBounds
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
 from ragprivacy.retrieval.lazy_noisy import lazy_noisy_topk
 from ragprivacy.types import Retrieval
@@ -96,12 +108,19 @@ class NoisyTopKRetriever(Retriever):
         calibration: ``"paper"`` (eq. 3.1 + 3.4), ``"exact"`` (GDP, tight), or
             ``"analytic"``/``"rdp"`` (see :func:`ragprivacy.dp.calibrate_account_sigma`).
         sigma: use this σ instead of calibrating (the budget is then only the counter).
-        sensitivity: L2 sensitivity of the score vector.
+        score_range: public (low, high) the scores are clipped into; Δ = high − low.
+            Default (0, 1): the paper's Δ = 1 with clipping. ``None``: no clipping, and
+            ``sensitivity`` must be given (taken on trust).
+        sensitivity: L2 sensitivity Δ; with ``score_range`` it must be at least the
+            range's width (default: the width); without it, Δ is the caller's claim.
         simulation: float noise from ``rng`` instead of the secure sampler.
         lazy: the exact lazy variant over the index's top ``candidates`` (simulation only).
         candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``).
         score_bound: certified upper bound on every score for ``lazy`` (1 for unit
-            vectors; a small margin covers float rounding).
+            vectors; a small margin covers float rounding); clipped to ``score_range``.
+        buckets: per-bucket certified bounds for ``lazy``
+            (:class:`~ragprivacy.retrieval.BucketBounds`, built once offline from the
+            index's vectors); ``None`` uses the single bound ``score_bound``.
         counter: a shared :class:`AccountQueryCounter` (default: a new one).
         rng: simulation stream.
 
@@ -126,11 +145,13 @@ class NoisyTopKRetriever(Retriever):
         queries_per_account: int = 10_000,
         calibration: str = "paper",
         sigma: float | None = None,
-        sensitivity: float = 1.0,
+        score_range: tuple[float, float] | None = (0.0, 1.0),
+        sensitivity: float | None = None,
         simulation: bool = False,
         lazy: bool = False,
         candidates: int | None = None,
         score_bound: float = 1.0 + 1e-5,
+        buckets: BucketBounds | None = None,
         counter: AccountQueryCounter | None = None,
         rng: RngLike = None,
     ) -> None:
@@ -141,17 +162,32 @@ class NoisyTopKRetriever(Retriever):
         self.calibration = check_choice(
             "calibration", calibration, ("paper", "exact", "analytic", "rdp")
         )
-        self.sensitivity = check_positive("sensitivity", sensitivity)
+        if score_range is None and sensitivity is None:
+            raise ConfigError(
+                "Give 'score_range' (scores are clipped into it and Δ is its width) or, "
+                "without clipping, an explicit 'sensitivity' taken on trust; got neither."
+            )
+        self.simulation = bool(simulation)
+        # Resolve Δ (and validate score_range) once; the event's Δ does not depend on σ.
+        probe = GaussianNoisyTopK(
+            sigma=1.0,
+            k=self.k,
+            sensitivity=sensitivity,
+            score_range=score_range,
+            simulation=self.simulation,
+        )
+        self.score_range: tuple[float, float] | None = probe.score_range
+        self.sensitivity = float(probe.sensitivity)  # type: ignore[arg-type]
+        self.sensitivity_source = "score_range" if self.score_range is not None else "trusted"
         if sigma is None:
             sigma = calibrate_account_sigma(
                 self.epsilon_acc,
                 self.delta_acc,
                 self.queries_per_account,
-                sensitivity=self.sensitivity,
+                sensitivity=probe.event.sensitivity,  # Δ of the event charged per query
                 method=self.calibration,
             )
         self.sigma = check_positive("sigma", sigma)
-        self.simulation = bool(simulation)
         self.lazy = bool(lazy)
         if self.lazy and not self.simulation:
             raise ConfigError(
@@ -165,8 +201,20 @@ class NoisyTopKRetriever(Retriever):
             )
         self.candidates = check_positive_int("candidates", candidates or max(64, 8 * self.k))
         self.score_bound = float(score_bound)
+        if buckets is not None and not isinstance(buckets, BucketBounds):
+            raise ConfigError(f"The 'buckets' parameter must be a BucketBounds; got {buckets!r}.")
+        if buckets is not None and buckets.n != len(kb):
+            raise ConfigError(
+                f"The bucket bounds cover {buckets.n} documents but the index holds {len(kb)}; "
+                f"rebuild them with BucketBounds.build(index vectors)."
+            )
+        self.buckets = buckets
         self.mechanism = GaussianNoisyTopK(
-            sigma=self.sigma, k=self.k, sensitivity=self.sensitivity, simulation=self.simulation
+            sigma=self.sigma,
+            k=self.k,
+            sensitivity=sensitivity,
+            score_range=self.score_range,
+            simulation=self.simulation,
         )
         self.counter = (
             counter if counter is not None else AccountQueryCounter(self.queries_per_account)
@@ -207,6 +255,11 @@ class NoisyTopKRetriever(Retriever):
             self._rows = stored() if callable(stored) else index.vectors()  # type: ignore[attr-defined]
         return self._rows
 
+    def _clip(self, values: np.ndarray) -> np.ndarray:
+        if self.score_range is None:
+            return values
+        return np.clip(values, self.score_range[0], self.score_range[1])
+
     def _lazy_one(self, vector: np.ndarray) -> Retrieval:
         n = len(self.kb)
         found = self.kb.index.search(vector[None, :], min(self.candidates, n))
@@ -214,14 +267,22 @@ class NoisyTopKRetriever(Retriever):
         cand = found.indices[0][keep]
         rows = self._stored_rows()
         v = np.asarray(vector, dtype=np.float32)
+        # Clipping is monotone, so clip(u) bounds the clipped scores wherever u bounds them.
+        if self.buckets is None:
+            bound: float | np.ndarray = float(self._clip(np.array([self.score_bound]))[0])
+        else:
+            bound = self._clip(self.buckets.bounds(v))
         sel = lazy_noisy_topk(
             cand,
-            found.scores[0][keep],
+            self._clip(np.asarray(found.scores[0][keep], dtype=np.float64)),
             n,
             self.k,
             self.sigma,
-            score_of=lambda pos: rows[pos] @ v,
-            bound=self.score_bound,
+            score_of=lambda pos: self._clip(
+                np.asarray((rows @ v)[pos] if pos.size > n // 8 else rows[pos] @ v, np.float64)
+            ),
+            bound=bound,
+            buckets=self.buckets,
             sensitivity=self.sensitivity,
             rng=self._rng,
         )
@@ -230,7 +291,7 @@ class NoisyTopKRetriever(Retriever):
             ids=tuple(ids[int(p)] for p in sel.indices),
             indices=tuple(int(p) for p in sel.indices),
             scores=tuple(float(s) for s in sel.noisy_scores),
-            event=sel.event,
+            event=self.mechanism.event,
         )
 
     def config(self) -> dict[str, Any]:
@@ -242,8 +303,12 @@ class NoisyTopKRetriever(Retriever):
             "queries_per_account": self.queries_per_account,
             "calibration": self.calibration,
             "sigma": self.sigma,
+            "score_range": list(self.score_range) if self.score_range is not None else None,
+            "sensitivity": self.sensitivity,
+            "sensitivity_source": self.sensitivity_source,
             "simulation": self.simulation,
             "lazy": self.lazy,
+            "buckets": None if self.buckets is None else self.buckets.count,
         }
 
 

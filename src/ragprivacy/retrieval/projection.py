@@ -82,6 +82,7 @@ def projection_matrix(
     check_choice("kind", kind, KINDS)
     v = 1.0 / k if variance is None else check_positive("variance", variance)
     gen = make_rng(rng)
+    r: Any
     if kind == "gaussian":
         r = gen.standard_normal((k, dim)) * math.sqrt(v)
     else:
@@ -250,10 +251,11 @@ class DPProjectionRetriever(ProjectionRetriever):
 
     def _noisy(self) -> np.ndarray:
         shape = self.clipped.shape
+        z: Any
         if self.simulation:
             z = gaussian_noise_float(self.sigma, shape, rng=self._gen)
             return self.clipped + z
-        units = self._grid.to_units(self.clipped)
+        units: Any = self._grid.to_units(self.clipped)
         z = discrete_gaussian(self._grid.scale_units(self.sigma), shape)
         return self._grid.from_units(units + z)
 

@@ -37,7 +37,13 @@ import numpy as np
 from ragprivacy._random import RngLike, make_rng
 from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
-from ragprivacy.dp import BudgetStore, PureDpFilter, noisy_prefix_threshold
+from ragprivacy.dp import (
+    BudgetStore,
+    PureDpEvent,
+    PureDpFilter,
+    RenyiFilter,
+    noisy_prefix_threshold,
+)
 from ragprivacy.errors import ConfigError
 from ragprivacy.retrieval.base import Retriever, register_retriever
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
@@ -185,6 +191,15 @@ class ThresholdRetriever(Retriever):
         bin_size: bin width of the adaptive threshold.
         bin_range: (top, bottom) of the bins.
         store: where budgets live (default in memory; ``SqliteBudgetStore`` to persist).
+            With ``accounting="renyi"`` its capacity must be the filter's budgets.
+        accounting: ``"pure"`` — Private-RAG's pure-DP filter, budget M·ε_q per document
+            (Alg. 1/2; F&Z 2021 Cor. 3.3); ``"renyi"`` — a Rényi filter
+            (:meth:`ragprivacy.dp.RenyiFilter.for_target`) with per-document target
+            (``renyi_epsilon``, ``renyi_delta``): each charge is the Rényi curve of a pure
+            ε-DP event (randomized-response curve), and a document stays eligible while
+            every kept order fits (F&Z 2021 Thm 3.1).
+        renyi_epsilon: the (ε, δ) target's ε (default M·ε_q, the pure filter's guarantee).
+        renyi_delta: the target's δ.
         simulation: float Laplace noise from ``rng``; else the exact secure sampler.
         rng: simulation stream.
     """
@@ -204,11 +219,15 @@ class ThresholdRetriever(Retriever):
         bin_size: float = 0.02,
         bin_range: tuple[float, float] = (1.0, -1.0),
         store: BudgetStore | None = None,
+        accounting: str = "pure",
+        renyi_epsilon: float | None = None,
+        renyi_delta: float = 1e-6,
         simulation: bool = False,
         rng: RngLike = None,
     ) -> None:
         super().__init__(kb, k=k)
         self.mode = check_choice("mode", mode, ("fixed", "adaptive"))
+        self.accounting = check_choice("accounting", accounting, ("pure", "renyi"))
         self.tau = float(tau)
         self.epsilon_q = check_positive("epsilon_q", epsilon_q)
         self.epsilon_thr = check_positive("epsilon_thr", epsilon_thr)
@@ -220,7 +239,24 @@ class ThresholdRetriever(Retriever):
         self.max_retrievals = check_positive_int("max_retrievals", max_retrievals)
         self.bin_size = check_positive("bin_size", bin_size)
         self.edges = score_bins(self.bin_size, top=bin_range[0], bottom=bin_range[1])
-        self.filter = PureDpFilter.for_murag(self.epsilon_q, self.max_retrievals, store)
+        self.renyi_delta = float(renyi_delta)
+        self.filter: PureDpFilter | RenyiFilter
+        if self.accounting == "pure":
+            self.filter = PureDpFilter.for_murag(self.epsilon_q, self.max_retrievals, store)
+            self.target_epsilon = self.max_retrievals * self.epsilon_q
+        else:
+            self.target_epsilon = check_positive(
+                "renyi_epsilon",
+                renyi_epsilon
+                if renyi_epsilon is not None
+                else self.max_retrievals * self.epsilon_q,
+            )
+            self.filter = RenyiFilter.for_target(
+                self.target_epsilon,
+                self.renyi_delta,
+                store=store,
+                expected_event=PureDpEvent(self.epsilon_q),
+            )
         self.simulation = bool(simulation)
         if not self.simulation and rng is not None:
             raise ConfigError("Secure mode refuses 'rng'; set simulation=True to simulate.")
@@ -231,11 +267,27 @@ class ThresholdRetriever(Retriever):
         """The budget the single-query DP-RAG gets: ε_q (fixed) or ε_q − ε_thr (adaptive)."""
         return self.epsilon_q if self.mode == "fixed" else self.epsilon_q - self.epsilon_thr
 
+    def _amount(self, epsilon: float) -> Any:
+        """What a pure ε-DP charge costs in the filter's store (ε, or its Rényi curve)."""
+        if isinstance(self.filter, RenyiFilter):
+            return self.filter.curve(PureDpEvent(epsilon))
+        return epsilon
+
+    def _charge(self, ids: list[str], epsilon: float) -> None:
+        self.filter.store.charge(ids, self._amount(epsilon))
+
     def _can_pay(self, positions: np.ndarray, amount: float) -> np.ndarray:
         ids = [self.kb.index.id_at(int(p)) for p in positions]
         if not ids:
             return np.zeros(0, dtype=bool)
-        return self.filter.store.can_afford(ids, amount)
+        return self.filter.store.can_afford(ids, self._amount(amount))
+
+    def document_epsilon(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """The ε each document has spent so far (pure: the sum of its charges; Rényi: the
+        (ε, ``renyi_delta``) conversion of its spent curve)."""
+        if isinstance(self.filter, RenyiFilter):
+            return self.filter.epsilon(doc_ids, self.renyi_delta)
+        return np.asarray(self.filter.spent(doc_ids), dtype=np.float64)
 
     def screen(self, scores: FloatArray) -> Screening:
         """Screen one query's full score vector, charge the filters, return the top K."""
@@ -246,7 +298,7 @@ class ThresholdRetriever(Retriever):
             chosen = above[self._can_pay(above, self.epsilon_q)]
             ids = [self.kb.index.id_at(int(p)) for p in chosen]
             if ids:
-                self.filter.charge(ids, self.epsilon_q)  # Alg. 1 lines 4-5
+                self._charge(ids, self.epsilon_q)  # Alg. 1 lines 4-5
                 charged = dict.fromkeys(ids, self.epsilon_q)
             tau = self.tau
         else:
@@ -270,9 +322,9 @@ class ThresholdRetriever(Retriever):
             ids_both = [self.kb.index.id_at(int(p)) for p in both]
             ids_thr = [self.kb.index.id_at(int(p)) for p in only_thr]
             if ids_both:
-                self.filter.charge(ids_both, self.epsilon_thr + self.epsilon_rag)
+                self._charge(ids_both, self.epsilon_thr + self.epsilon_rag)
             if ids_thr:
-                self.filter.charge(ids_thr, self.epsilon_thr)
+                self._charge(ids_thr, self.epsilon_thr)
             charged = dict.fromkeys(ids_thr, self.epsilon_thr)
             charged.update(dict.fromkeys(ids_both, self.epsilon_q))
             chosen, tau = both, step1.tau
@@ -310,6 +362,8 @@ class ThresholdRetriever(Retriever):
             "epsilon_thr": self.epsilon_thr,
             "max_retrievals": self.max_retrievals,
             "bin_size": self.bin_size,
+            "accounting": self.accounting,
+            "target_epsilon": self.target_epsilon,
         }
 
 

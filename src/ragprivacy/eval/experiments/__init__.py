@@ -9,13 +9,20 @@ from ragprivacy.eval.experiments.base import (
     experiment_types,
     register_experiment,
 )
+from ragprivacy.eval.experiments.collusion_experiment import (
+    CollusionExperiment,
+    CollusionOptions,
+)
 from ragprivacy.eval.experiments.extraction import ExtractionExperiment, ExtractionOptions
 from ragprivacy.eval.experiments.leakage import LeakageExperiment, LeakageOptions
 from ragprivacy.eval.experiments.membership import MembershipExperiment, MembershipOptions
 from ragprivacy.eval.experiments.private_rag import PrivateRAGExperiment, PrivateRAGOptions
+from ragprivacy.eval.experiments.private_rag_medical import PrivateRAGMedicalExperiment
 from ragprivacy.eval.experiments.qa import QAExperiment, QAOptions
 
 __all__ = [
+    "CollusionExperiment",
+    "CollusionOptions",
     "Experiment",
     "ExtractionExperiment",
     "ExtractionOptions",
@@ -24,6 +31,7 @@ __all__ = [
     "MembershipExperiment",
     "MembershipOptions",
     "PrivateRAGExperiment",
+    "PrivateRAGMedicalExperiment",
     "PrivateRAGOptions",
     "QAExperiment",
     "QAOptions",

@@ -28,12 +28,18 @@ Ablations (``ablation:``): ``bin_size`` (Private-RAG F.3: |τ̂ − τ| of the a
 threshold against the true K-th score, per bin size and ε_thr), ``tau`` (F.4: MURAG
 accuracy per τ), ``rp_dim`` (RP §4.3 / Table 1 and App. H: RP retrieval precision and
 accuracy per projection dimension, variance and matrix kind), ``clip_only`` (RP Tables
-16–17: DP-RP-G with clipping only, per clipping bound).
+16–17: DP-RP-G with clipping only, per clipping bound), ``multihop`` (RP Table 11:
+answer/support/joint EM and F1 and retrieved-vs-reference cosine on the multi-hop chains,
+per system and ε; see :mod:`ragprivacy.eval.experiments.private_rag_multihop`).
+
+``passages: true`` splits every document into its sentences (one fact each) before the
+copies are made, the way the papers' Wikipedia corpus is split into short passages.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +68,7 @@ from ragprivacy.retrieval import (
     KnowledgeBase,
     NoisyTopKRetriever,
     ProjectionRetriever,
+    Retriever,
     TopKRetriever,
     adaptive_screen,
     score_bins,
@@ -72,7 +79,7 @@ __all__ = ["PrivateRAGExperiment", "PrivateRAGOptions"]
 
 DP_SYSTEMS = ("naive_multi", "murag", "murag_ada", "dp_vote", "noisy_topk", "dp_projection")
 SYSTEMS = (*DP_SYSTEMS, "non-rag", "rag", "projection")
-ABLATIONS = ("none", "bin_size", "tau", "rp_dim", "clip_only")
+ABLATIONS = ("none", "bin_size", "tau", "rp_dim", "clip_only", "multihop")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +89,7 @@ class PrivateRAGOptions:
     question_set: str = "independent"
     questions: int = 40
     copies: int = 20
+    passages: bool = False
     epsilons: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0, 40.0)
     tau: float = 0.5
     epsilon_thr: float = 1.0
@@ -114,11 +122,38 @@ class PrivateRAGOptions:
 
 
 _KB_CACHE: dict[tuple[Any, ...], tuple[KnowledgeBase, Corpus]] = {}
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def redundant_kb(ctx: RunContext, corpus_name: str, copies: int) -> tuple[KnowledgeBase, Corpus]:
-    """The knowledge base with ``copies`` documents per source document (cached)."""
-    key = (id(ctx), corpus_name, copies)
+def redundant_kb(
+    ctx: RunContext, corpus_name: str, copies: int, passages: bool = False
+) -> tuple[KnowledgeBase, Corpus]:
+    """The knowledge base with ``copies`` documents per source document (cached).
+
+    With ``passages`` every document is first split into its sentences (one fact each,
+    each naming its entity), the way the papers' Wikipedia corpus is split into short
+    passages: the facts of one entity are then separate documents that all score
+    moderately for any question about that entity.
+    """
+    key = (id(ctx), corpus_name, copies, passages)
+    if passages and key not in _KB_CACHE:
+        base = ctx.knowledge_base(corpus_name)
+        corpus = ctx.corpus(corpus_name)
+        pieces = [
+            (f"{d.id}#{i}", text, d)
+            for d in corpus
+            for i, text in enumerate(t for t in _SENTENCE_END.split(d.text.strip()) if t)
+        ]
+        docs = [
+            Document(f"{pid}~{j}", text, {"source": d.id, "entity": d.metadata.get("entity")})
+            for pid, text, d in pieces
+            for j in range(copies)
+        ]
+        big = Corpus(docs, name=f"{corpus.name}-passages-x{copies}")
+        vectors = base.embedder.encode([text for _, text, _ in pieces])
+        index = create_index("exact", dim=base.embedder.dim)
+        index.add(np.repeat(np.asarray(vectors, dtype=np.float32), copies, axis=0), big.ids)
+        _KB_CACHE[key] = (KnowledgeBase(big, base.embedder, index), big)
     if key not in _KB_CACHE:
         base = ctx.knowledge_base(corpus_name)
         corpus = ctx.corpus(corpus_name)
@@ -198,7 +233,7 @@ class PrivateRAGExperiment(Experiment):
         if o.ablation == "tau":
             return [{"system": "murag", "tau": t, "epsilon": e} for t in o.taus for e in o.epsilons]
         if o.ablation == "rp_dim":
-            out = [
+            out: list[dict[str, Any]] = [
                 {"system": "projection", "dim": d, "kind": kd, "variance": None}
                 for d in o.rp_dims
                 for kd in o.rp_kinds
@@ -217,6 +252,8 @@ class PrivateRAGExperiment(Experiment):
                 cells += [{"system": s, "epsilon": e} for e in o.epsilons]
             else:
                 cells.append({"system": s})
+        if o.ablation == "multihop":
+            return [{**c, "ablation": "multihop"} for c in cells]
         return cells
 
     # ------------------------------------------------------------------ systems
@@ -240,6 +277,7 @@ class PrivateRAGExperiment(Experiment):
             return NonRAG(gen), 0.0
         if name == "rag":
             return StandardRAG(TopKRetriever(kb, k=o.rag_k), gen), math.inf
+        r: Retriever
         if name == "projection":
             r = ProjectionRetriever(
                 kb,
@@ -302,11 +340,24 @@ class PrivateRAGExperiment(Experiment):
         self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
     ) -> dict[str, Any]:
         o = self.options
-        kb, _ = redundant_kb(ctx, self.spec.corpus, o.copies)
+        kb, _ = redundant_kb(ctx, self.spec.corpus, o.copies, o.passages)
         corpus = ctx.corpus(self.spec.corpus)
         questions = question_sample(corpus, o.question_set, o.questions, self.seed)
         if cell.get("ablation") == "bin_size":
             return self._bin_size(kb, questions, rng)
+        if cell.get("ablation") == "multihop":
+            from ragprivacy.eval.experiments.private_rag_multihop import (
+                multihop_questions,
+                multihop_scores,
+            )
+
+            chains = multihop_questions(corpus, o.questions, self.seed)
+            system, total = self._system(cell, ctx, kb, len(chains), rng)
+            return {
+                "n": len(chains),
+                "total_epsilon": total,
+                "multihop": multihop_scores(system, kb, chains, "evaluator"),
+            }
         system, total = self._system(cell, ctx, kb, len(questions), rng)
         vectors = kb.embedder.encode([q.question for q in questions])
         true_top = [
@@ -384,6 +435,16 @@ class PrivateRAGExperiment(Experiment):
                 lines.append(f"| {e} | {b} | {err:.3f} |")
             lines += ["", f"![threshold error vs bin size]({fig})"]
             return ReportSection(f"{title}: MURAG-ADA bin size", "\n".join(lines), [fig])
+        if o.ablation == "multihop":
+            from ragprivacy.eval.experiments.private_rag_multihop import multihop_table
+
+            head = [
+                f"{results[0]['result']['n']} multi-hop questions (RP paper Table 11; "
+                f"percent, cosine as is). Generator: {self.config.models.generator}.",
+                "",
+            ]
+            body = "\n".join(head + multihop_table(results))
+            return ReportSection(f"{title}: multi-hop", body, [])
         lines = [
             f"{results[0]['result']['n']} questions answered in order by one account; "
             f"{o.copies} copies of each document; K = {self.spec.k} slots, "

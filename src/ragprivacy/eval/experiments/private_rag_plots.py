@@ -19,8 +19,10 @@ def privacy_utility_plot(
     flat: Mapping[str, float],
     *,
     title: str,
+    ylabel: str = "match accuracy",
 ) -> Path:
-    """Accuracy against total ε (log scale) per DP system; non-DP systems as lines."""
+    """Utility (accuracy by default) against total ε (log scale) per DP system; non-DP
+    systems as lines."""
     fig, ax = plt.subplots(figsize=(6.8, 4.0), dpi=110)
     for name, points in series.items():
         pts = sorted(p for p in points if p[0] > 0)
@@ -31,7 +33,7 @@ def privacy_utility_plot(
         ax.axhline(acc, linestyle=styles[i % len(styles)], color=f"C{(i + 6) % 10}", label=name)
     ax.set_xscale("log")
     ax.set_xlabel("total ε")
-    ax.set_ylabel("match accuracy")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

@@ -1,0 +1,124 @@
+"""Multi-hop utility of the defenses (RP paper App. G.1, Table 11), on the knowledge
+corpus's chains (questions with ``hops > 1`` and their ``support_ids``).
+
+Per question, as HotpotQA scores it (Yang et al. 2018):
+
+* **Ans** — exact match and token F1 (precision = matching tokens / generated tokens,
+  recall = matching tokens / gold tokens) of the answer against the gold answers.
+* **Sup** — the retrieved supporting documents against the gold support: the first |S|
+  distinct source documents of the retrieval (|S| the number of gold supports; copies of a
+  document count once); EM when the two sets are equal, F1 over the sets.
+* **Joint** — EM when both are exact; F1 from precision P_ans·P_sup and recall
+  R_ans·R_sup.
+* **Cos** — cosine between the mean embedding of the retrieved documents and the mean
+  embedding of the gold support documents (original embedding space, whatever the
+  retriever searched in), "retrieved vs reference" of Table 11.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ragprivacy.corpus import Corpus, QAItem
+from ragprivacy.eval.metrics import normalize_answer
+from ragprivacy.rag import RAGSystem
+from ragprivacy.retrieval import KnowledgeBase
+
+__all__ = ["answer_prf", "multihop_questions", "multihop_scores", "multihop_table"]
+
+METRICS = ("ans_em", "ans_f1", "sup_em", "sup_f1", "joint_em", "joint_f1", "cos")
+
+
+def multihop_questions(corpus: Corpus, count: int, seed: int) -> list[QAItem]:
+    """Up to ``count`` questions with more than one hop (a seeded sample, in id order)."""
+    pool = [q for q in corpus.questions if q.hops > 1 and q.support_ids]
+    if len(pool) <= count:
+        return pool
+    pick = np.random.default_rng(seed).choice(len(pool), count, replace=False)
+    return [pool[i] for i in sorted(pick.tolist())]
+
+
+def answer_prf(prediction: str, answers: Sequence[str]) -> tuple[float, float, float]:
+    """(precision, recall, F1) of the prediction's tokens against the best gold answer."""
+    pred = normalize_answer(prediction).split()
+    best = (0.0, 0.0, 0.0)
+    for answer in answers:
+        gold = normalize_answer(answer).split()
+        common = sum((Counter(pred) & Counter(gold)).values())
+        if not pred or not gold or common == 0:
+            continue
+        p, r = common / len(pred), common / len(gold)
+        f = 2 * p * r / (p + r)
+        if f > best[2]:
+            best = (p, r, f)
+    return best
+
+
+def _source(doc_id: str) -> str:
+    """The source document of a (copied or split) knowledge-base document id."""
+    return doc_id.split("~", 1)[0].split("#", 1)[0]
+
+
+def multihop_scores(
+    system: RAGSystem, kb: KnowledgeBase, questions: Sequence[QAItem], account: str
+) -> dict[str, float]:
+    """Mean Ans/Sup/Joint EM and F1 and the retrieved-vs-reference cosine (module doc)."""
+    ids = kb.index.ids
+    first_pos: dict[str, int] = {}
+    for pos, doc_id in enumerate(ids):
+        first_pos.setdefault(_source(doc_id), pos)
+    vectors = kb.index.vectors()  # type: ignore[attr-defined]
+    rows: dict[str, list[float]] = {m: [] for m in METRICS}
+    for q in questions:
+        r = system.answer(q.question, account=account)
+        gold = set(q.support_ids)
+        pa, ra, fa = answer_prf(r.text, q.answers)
+        em_a = float(normalize_answer(r.text) in {normalize_answer(a) for a in q.answers})
+        got: list[str] = []
+        positions: list[int] = []
+        if r.retrieval is not None:
+            for p in r.retrieval.indices:
+                positions.append(int(p))
+                src = _source(ids[int(p)])
+                if src not in got:
+                    got.append(src)
+        pred = set(got[: len(gold)])
+        common = len(pred & gold)
+        ps = common / len(pred) if pred else 0.0
+        rs = common / len(gold)
+        fs = 2 * ps * rs / (ps + rs) if common else 0.0
+        em_s = float(pred == gold)
+        pj, rj = pa * ps, ra * rs
+        rows["ans_em"].append(em_a)
+        rows["ans_f1"].append(fa)
+        rows["sup_em"].append(em_s)
+        rows["sup_f1"].append(fs)
+        rows["joint_em"].append(em_a * em_s)
+        rows["joint_f1"].append(2 * pj * rj / (pj + rj) if pj + rj > 0 else 0.0)
+        ref = [first_pos[s] for s in gold if s in first_pos]
+        if positions and ref:
+            a = np.asarray(vectors[positions], dtype=np.float64).mean(axis=0)
+            b = np.asarray(vectors[ref], dtype=np.float64).mean(axis=0)
+            rows["cos"].append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12)))
+    return {m: float(np.mean(v)) if v else float("nan") for m, v in rows.items()}
+
+
+def multihop_table(results: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows of Table 11 (percent, cosine as is)."""
+    lines = [
+        "| system | ε | Ans EM | Ans F1 | Sup EM | Sup F1 | Joint EM | Joint F1 | Cos |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for item in results:
+        cell, res = item["cell"], item["result"]["multihop"]
+        eps = cell.get("epsilon")
+        vals = " | ".join(f"{100 * res[m]:.1f}" for m in METRICS[:-1])
+        lines.append(
+            f"| {cell['system']} | {'–' if eps is None else f'{eps:g}'} | {vals} | "
+            f"{res['cos']:.2f} |"
+        )
+    return lines

@@ -1,0 +1,118 @@
+"""The private_rag extras: fact passages, the multi-hop ablation (RP Table 11) and the
+free-text medical experiment (Private-RAG's ChatDoctor setting)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragprivacy.corpus import Corpus, QAItem
+from ragprivacy.eval import parse_config, run_config
+from ragprivacy.eval.experiments.private_rag_multihop import answer_prf, multihop_scores
+from ragprivacy.generate import create_generator
+from ragprivacy.rag import StandardRAG
+from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
+from ragprivacy.types import Document
+
+
+def _config(experiment: dict, corpus: str = "knowledge", n: int = 60) -> dict:
+    return {
+        "name": "private-rag-extras",
+        "seed": 5,
+        "workers": 1,
+        "corpora": {"c": {"synthetic": corpus, "n": n}},
+        "models": {"background_n": 60},
+        "experiments": [{"corpus": "c", **experiment}],
+    }
+
+
+def test_answer_prf() -> None:
+    assert answer_prf("born in Velmora", ["Velmora"]) == pytest.approx((1 / 3, 1.0, 0.5))
+    assert answer_prf("nothing", ["Velmora"]) == (0.0, 0.0, 0.0)
+
+
+def test_multihop_scores_pin_support_and_joint() -> None:
+    docs = [
+        Document("a", "Marc Bush was born in Velmora."),
+        Document("b", "The population of Velmora is 511,549."),
+        Document("c", "Ann Lee works as a baker in Trosk."),
+    ]
+    kb = KnowledgeBase.build(Corpus(docs), embedder="hashing")
+    q = QAItem(
+        id="q",
+        question="What is the population of the place where Marc Bush was born?",
+        answers=("511,549",),
+        support_ids=("a", "b"),
+        hops=2,
+    )
+    gen = create_generator("reference", background=["a plain background sentence ."])
+    scores = multihop_scores(StandardRAG(TopKRetriever(kb, k=2), gen), kb, [q], "t")
+    assert set(scores) == {"ans_em", "ans_f1", "sup_em", "sup_f1", "joint_em", "joint_f1", "cos"}
+    retrieved = {d for d in TopKRetriever(kb, k=2).retrieve(q.question).ids}
+    want = 1.0 if retrieved == {"a", "b"} else 0.0
+    assert scores["sup_em"] == want
+    assert scores["joint_em"] <= min(scores["ans_em"], scores["sup_em"])
+    assert -1.0 <= scores["cos"] <= 1.0 + 1e-9
+
+
+def test_multihop_ablation_and_passages_run(tmp_path: Path) -> None:
+    cfg = parse_config(
+        _config(
+            {
+                "type": "private_rag",
+                "systems": ["rag", "dp_projection"],
+                "k": 4,
+                "copies": 1,
+                "ablation": "multihop",
+                "questions": 5,
+                "epsilons": [10],
+            },
+            n=120,
+        )
+    )
+    res = run_config(cfg, tmp_path / "mh", workers=1, progress=False)
+    cells = res.results["cells"]
+    assert {c["cell"]["system"] for c in cells} == {"rag", "dp_projection"}
+    assert all(0.0 <= c["result"]["multihop"]["sup_f1"] <= 1.0 for c in cells)
+    assert "Joint EM" in (tmp_path / "mh" / "report.md").read_text()
+    cfg = parse_config(
+        _config(
+            {
+                "type": "private_rag",
+                "systems": ["rag", "murag_ada"],
+                "k": 4,
+                "copies": 4,
+                "passages": True,
+                "questions": 6,
+                "epsilons": [10],
+            }
+        )
+    )
+    res = run_config(cfg, tmp_path / "ps", workers=1, progress=False)
+    rag = next(c for c in res.results["cells"] if c["cell"]["system"] == "rag")
+    assert rag["result"]["precision_top50"] == pytest.approx(1.0)
+
+
+def test_medical_free_text_run(tmp_path: Path) -> None:
+    cfg = parse_config(
+        _config(
+            {
+                "type": "private_rag_medical",
+                "systems": ["non-rag", "rag", "dp_vote"],
+                "k": 6,
+                "copies": 2,
+                "questions": 3,
+                "epsilons": [10],
+                "max_tokens": 8,
+            },
+            corpus="medical",
+        )
+    )
+    res = run_config(cfg, tmp_path, workers=1, progress=False)
+    by = {c["cell"]["system"]: c["result"] for c in res.results["cells"]}
+    assert by["rag"]["n"] == 3 and 0.0 <= by["rag"]["rouge_l"] <= 1.0
+    assert np.isfinite(by["rag"]["perplexity"]) and by["rag"]["perplexity"] >= 1.0
+    assert np.isnan(by["dp_vote"]["perplexity"])  # no likelihood for a DP answer
+    assert "ROUGE-L" in (tmp_path / "report.md").read_text()
