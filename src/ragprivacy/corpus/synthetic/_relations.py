@@ -150,7 +150,11 @@ RELATIONS: tuple[Relation, ...] = (
         literal="year_org",
     ),
     _rel(
-        "ceo", ORGANIZATION, PERSON, "The chief executive of {s} is {o}.", "chief executive",
+        "chief_executive",
+        ORGANIZATION,
+        PERSON,
+        "The chief executive of {s} is {o}.",
+        "chief executive",
         "Who is the chief executive of {s}? | Which person is the chief executive of {s}?"
         " | Name the chief executive of {s}.",
         "the chief executive of {s}",

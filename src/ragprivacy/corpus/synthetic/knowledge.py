@@ -71,7 +71,7 @@ _PII_KIND = {PERSON: "name", ORGANIZATION: "organization", PLACE: "location"}
 # relations a document states first when they are possible (they make chains possible)
 _PREFERRED = {
     PERSON: (("birthplace", 1.0), ("employer", 0.9)),
-    ORGANIZATION: (("headquarters", 1.0), ("ceo", 0.9)),
+    ORGANIZATION: (("headquarters", 1.0), ("chief_executive", 0.9)),
     PLACE: (("mayor", 0.8),),
 }
 
@@ -179,7 +179,7 @@ class _World:
 
     def _object(self, r: Relation, subject: _Entity, rng: np.random.Generator) -> int:
         pool = self._pool(r)
-        if r.name == "ceo":  # prefer someone employed there
+        if r.name == "chief_executive":  # prefer someone employed there
             pool = self._staff.get(subject.index) or pool
         elif r.name == "mayor":  # prefer someone with a home there
             pool = self._residents.get(subject.index) or pool
