@@ -7,10 +7,11 @@ is passed to the factory as its first positional argument.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ragprivacy.errors import UnknownBackendError
+from ragprivacy.errors import ConfigError, UnknownBackendError
 
 __all__ = ["Registry"]
 
@@ -61,4 +62,28 @@ class Registry(Generic[T]):
             )
         name, _, arg = spec.partition(":")
         factory = self.factory(name)
-        return factory(*args, arg, **kwargs) if arg else factory(*args, **kwargs)
+        call_args = (*args, arg) if arg else args
+        _check_options(self.kind, name, factory, call_args, kwargs)
+        return factory(*call_args, **kwargs)
+
+
+def _check_options(
+    kind: str, name: str, factory: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
+) -> None:
+    """Refuse options the factory does not take, naming the ones it does (a config's typo
+    should not surface as a ``TypeError`` from deep inside a constructor)."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        return
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        takes = [
+            p.name
+            for p in sig.parameters.values()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in ("self",)
+        ]
+        raise ConfigError(
+            f"Bad options for {kind} {name!r}: {exc}. It takes: {', '.join(takes) or 'none'}."
+        ) from None

@@ -332,6 +332,26 @@ def test_generate_score_and_distribution_agree(background: BackgroundModel, inde
             assert math.exp(out.logprobs[i]) == pytest.approx(best, rel=1e-12)
 
 
+@pytest.mark.parametrize("index", range(7))
+def test_next_token_is_the_distributions_first_maximum(
+    background: BackgroundModel, index: int
+) -> None:
+    """The fast greedy path names the same token as the full distribution, on the
+    greedy path and after prefixes that leave it (diverged voters in DP voting)."""
+    from ragprivacy.generate import Generator
+
+    reader = ReferenceReader(background, compliance=1.0)
+    prompt = _prompts()[index]
+    out = list(reader.generate(prompt).tokens)
+    prefixes = [out[:i] for i in range(min(len(out), 8))]
+    prefixes += [["the"], [*out[:2], "zyxwort"], ["Anna", "Lind"], ["cough", "for"]]
+    for prefix in prefixes:
+        expected = Generator.next_token(reader, prompt, prefix)  # argmax of the distribution
+        assert reader.next_token(prompt, prefix) == expected
+    ctx = ("Zyxwort qlamber vostrel.",)
+    assert reader.next_token(Prompt(Task.CONTINUE, "zyxwort", ctx)) == "qlamber"
+
+
 def test_distribution_support_and_unknown_tokens(reader: ReferenceReader) -> None:
     ctx = ("Zyxwort qlamber vostrel.",)  # words the background never saw
     prompt = Prompt(Task.CONTINUE, "zyxwort", ctx)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ragprivacy.corpus import background_texts, synthesize
-from ragprivacy.errors import UnknownBackendError
+from ragprivacy.errors import ConfigError, UnknownBackendError
 from ragprivacy.eval.metrics import longest_verbatim_run, match
 from ragprivacy.generate import Task, create_generator, tokenize
 from ragprivacy.rag import NonRAG, Query, StandardRAG, create_system
@@ -69,6 +69,15 @@ def test_system_registry(world) -> None:
     )
     with pytest.raises(UnknownBackendError, match="non-rag"):
         create_system("nope", generator=reader)
+
+
+def test_factory_options_are_checked_before_building(world) -> None:
+    """A misspelt option is a ConfigError that lists the accepted ones, not a TypeError."""
+    _corpus, kb, reader = world
+    with pytest.raises(ConfigError, match=r"rag.*retriever, generator"):
+        create_system("rag", retriever=TopKRetriever(kb), generator=reader, topk=3)
+    with pytest.raises(ConfigError, match="epsilon_q"):
+        create_system("naive_multi", retriever=TopKRetriever(kb), generator=reader, epsilon=5)
 
 
 def test_query_validation() -> None:

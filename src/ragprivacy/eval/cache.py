@@ -129,6 +129,15 @@ class CachedGenerator(Generator):
         self.cache.put_many({key: {"tokens": list(dist.tokens), "probs": list(dist.probs)}})
         return dist
 
+    def next_token(self, prompt: Prompt, prefix: Sequence[str] | str = ()) -> str:
+        key = self._key("next-token", prompt, prefix if isinstance(prefix, str) else list(prefix))
+        found = self.cache.get_many([key])
+        if key in found:
+            return str(found[key])
+        token = self.inner.next_token(prompt, prefix)
+        self.cache.put_many({key: token})
+        return token
+
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         key = self._key("score", prompt, continuation)
         found = self.cache.get_many([key])

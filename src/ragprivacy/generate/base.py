@@ -74,6 +74,16 @@ class Generator(ABC):
     ) -> TokenDistribution:
         """The distribution of the next token after ``prompt`` and ``prefix`` tokens."""
 
+    def next_token(self, prompt: Prompt, prefix: Sequence[str] | str = ()) -> str:
+        """The most probable next token (the first maximum of
+        :meth:`next_token_distribution`); backends override it when they can answer
+        without the whole distribution. An empty distribution reads as end of text
+        (``"</s>"``)."""
+        dist = self.next_token_distribution(prompt, prefix)
+        if not dist.probs:
+            return "</s>"
+        return dist.tokens[max(range(len(dist.probs)), key=dist.probs.__getitem__)]
+
     @abstractmethod
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         """Log-probabilities of ``continuation``'s tokens given ``prompt`` (teacher

@@ -623,15 +623,10 @@ class ReferenceReader(Generator):
         logprobs = self._score(index, tokenize(prompt.text), tokens, self.complies(prompt))
         return Completion(text, tuple(tokens), tuple(logprobs))
 
-    def next_token_distribution(
-        self, prompt: Prompt, prefix: Sequence[str] | str = ()
-    ) -> TokenDistribution:
-        """The whole next-token distribution after the prompt's text and ``prefix``.
-
-        Tokens are the background vocabulary's forms (the context's form where the context
-        holds the token), ``"</s>"`` (end of text), ``"<unk>"`` (every unseen word), and
-        context tokens the background never saw.
-        """
+    def _next_mixture(
+        self, prompt: Prompt, prefix: Sequence[str] | str
+    ) -> tuple[ContextIndex, _State, FloatArray | None, FloatArray, IntArray, FloatArray]:
+        """Index, state, copy distribution and mixture after the prompt and ``prefix``."""
         index = self._index(prompt.context)
         capped = self.complies(prompt)
         extra = tokenize(prefix) if isinstance(prefix, str) else list(prefix)
@@ -641,6 +636,18 @@ class ReferenceReader(Generator):
             self._advance(index, state, tok, pc)
         lam, pc = self._step(index, state, capped)
         mix, extra_ids, extra_p = self._mixture(index, state, lam, pc)
+        return index, state, pc, mix, extra_ids, extra_p
+
+    def next_token_distribution(
+        self, prompt: Prompt, prefix: Sequence[str] | str = ()
+    ) -> TokenDistribution:
+        """The whole next-token distribution after the prompt's text and ``prefix``.
+
+        Tokens are the background vocabulary's forms (the context's form where the context
+        holds the token), ``"</s>"`` (end of text), ``"<unk>"`` (every unseen word), and
+        context tokens the background never saw.
+        """
+        index, state, pc, mix, extra_ids, extra_p = self._next_mixture(prompt, prefix)
         names = list(self.background.surfaces)
         for b, disp in index.bg_display.items():
             names[b] = disp
@@ -658,6 +665,26 @@ class ReferenceReader(Generator):
         names.extend(extra_names[int(k)] for k in extra_ids)
         probs.extend(extra_p.tolist())
         return TokenDistribution(tuple(names), tuple(probs))
+
+    def next_token(self, prompt: Prompt, prefix: Sequence[str] | str = ()) -> str:
+        """The most probable next token, exactly as the first maximum of
+        :meth:`next_token_distribution` (same order, same written form) without building
+        the dense distribution's names: DP voting asks this once per voter and token."""
+        index, state, pc, mix, extra_ids, extra_p = self._next_mixture(prompt, prefix)
+        mix[BOS_ID] = -np.inf
+        b = int(np.argmax(mix))
+        if extra_p.size and float(extra_p.max()) > float(mix[b]):
+            k = int(extra_ids[int(np.argmax(extra_p))])
+            form = index.copy_surface(state.match, k) if pc is not None else None
+            return form if form is not None else index.display[k]
+        name = index.bg_display[b] if b in index.bg_display else self.background.surfaces[b]
+        if pc is not None:
+            ks = np.flatnonzero(pc)
+            for k in ks[index.bg_ids[ks] == b].tolist():  # the last copy form wins, as above
+                form = index.copy_surface(state.match, k)
+                if form is not None:
+                    name = form
+        return name
 
 
 register_generator("reference", ReferenceReader)

@@ -85,6 +85,9 @@ class DefendedGenerator(Generator):
     ) -> TokenDistribution:
         return self.inner.next_token_distribution(self.defend(prompt), prefix)
 
+    def next_token(self, prompt: Prompt, prefix: Sequence[str] | str = ()) -> str:
+        return self.inner.next_token(self.defend(prompt), prefix)
+
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         return self.inner.score(self.defend(prompt), continuation)
 

@@ -21,8 +21,9 @@ answered once (``generate_batch`` over all voters and the non-RAG prompt in one 
 while the shared prefix agrees with a voter's own greedy answer its vote is that answer's
 next token (or ⟨EOS⟩ at its end) — for an autoregressive greedy model this *is* the
 argmax of its next-token distribution, so no further call is needed. Only voters whose
-answer disagrees with the prefix call ``next_token_distribution`` (once per distinct
-context and token, through ``next_token_distribution_batch`` when the backend has it).
+answer disagrees with the prefix ask the generator for their greedy next token (its
+``next_token``, once per distinct context and token, or ``next_token_distribution_batch``
+when the backend has it).
 Voters with identical contexts — in particular all-padding voters, which equal the
 non-RAG prompt — share their calls. For the reference reader, whose ANSWER rule is not
 autoregressive, this rule *defines* its conditional continuation.
@@ -38,6 +39,8 @@ document) plus ⟨EOS⟩.
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -105,16 +108,53 @@ class _Voter:
         self.answer = tuple(answer)
 
 
-def _distributions(generator: Generator, prompts: list[Prompt], prefix: list[str]) -> list[Any]:
+def _next_tokens(generator: Generator, prompts: list[Prompt], prefix: list[str]) -> list[str]:
+    """Each prompt's greedy next token after ``prefix``: through the backend's batched
+    distributions when it has them, else its ``next_token``."""
     batch = getattr(generator, "next_token_distribution_batch", None)
     if callable(batch):
-        return list(batch(prompts, prefix))
-    return [generator.next_token_distribution(p, prefix) for p in prompts]
+        return [_argmax_token(d) for d in batch(prompts, prefix)]
+    return [generator.next_token(p, prefix) for p in prompts]
 
 
 def _argmax_token(dist: Any) -> str:
     probs = np.asarray(dist.probs)
     return str(dist.tokens[int(np.argmax(probs))]) if probs.size else EOS
+
+
+class _Vocab:
+    """The exponential mechanism's domain V with ⟨EOS⟩, and each normalised token's
+    position (built once per vocabulary object: normalising V costs more than a vote)."""
+
+    __slots__ = ("eos", "pos_of", "source", "tokens")
+
+    def __init__(self, vocabulary: Sequence[str]) -> None:
+        self.source = vocabulary  # held so the id used as the cache key stays this object's
+        self.tokens = list(dict.fromkeys(vocabulary))
+        self.pos_of = {normalize(tok): i for i, tok in enumerate(self.tokens)}
+        if normalize(EOS) not in self.pos_of:
+            self.pos_of[normalize(EOS)] = len(self.tokens)
+            self.tokens.append(EOS)
+        self.eos = self.pos_of[normalize(EOS)]
+
+
+_VOCABS: OrderedDict[int, _Vocab] = OrderedDict()
+_VOCABS_LOCK = threading.Lock()
+
+
+def _vocab(vocabulary: Sequence[str]) -> _Vocab:
+    with _VOCABS_LOCK:
+        hit = _VOCABS.get(id(vocabulary))
+        if hit is not None and hit.source is vocabulary and len(hit.source) == len(vocabulary):
+            _VOCABS.move_to_end(id(vocabulary))
+            return hit
+    built = _Vocab(vocabulary)
+    if isinstance(vocabulary, tuple | list):  # other sequences may change under the same id
+        with _VOCABS_LOCK:
+            _VOCABS[id(vocabulary)] = built
+            while len(_VOCABS) > 8:
+                _VOCABS.popitem(last=False)
+    return built
 
 
 def dp_vote_generate(
@@ -173,13 +213,8 @@ def dp_vote_generate(
         first = generator.next_token_distribution(prompts[0], [])
         calls += 1
         vocabulary = [*first.tokens, EOS]
-    vocab = list(dict.fromkeys(vocabulary))
-    pos_of = {normalize(tok): i for i, tok in enumerate(vocab)}
-    if normalize(EOS) not in pos_of:
-        pos_of[normalize(EOS)] = len(vocab)
-        vocab.append(EOS)
-
-    eos_j = pos_of[normalize(EOS)]
+    domain = _vocab(vocabulary)
+    vocab, pos_of, eos_j = domain.tokens, domain.pos_of, domain.eos
     # Each voter's greedy answer as vocabulary positions (−1: outside V, counted for none).
     answer_pos = [[pos_of.get(normalize(t), -1) for t in v.answer] for v in voters]
     weights_f = weights.astype(np.float64)
@@ -204,12 +239,12 @@ def dp_vote_generate(
             # even when the distinct contexts outnumber it (m = 50 voters).
             rank = {i: r for r, i in enumerate(reversed(order))}
             need.sort(key=lambda i: rank.get(i, -1))
-            dists = _distributions(generator, [voters[i].prompt for i in need], out)
+            tokens = _next_tokens(generator, [voters[i].prompt for i in need], out)
             calls += 1
             order = need
-            for i, d in zip(need, dists):
-                votes[i] = _argmax_token(d)
-                vote_pos[i] = pos_of.get(normalize(votes[i]), -1)
+            for i, tok in zip(need, tokens):
+                votes[i] = tok
+                vote_pos[i] = pos_of.get(normalize(tok), -1)
         counted = vote_pos >= 0
         hist: Any = np.bincount(  # Alg. 8: weighted votes per vocabulary token
             vote_pos[counted], weights=weights_f[counted], minlength=len(vocab)

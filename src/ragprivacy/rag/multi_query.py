@@ -198,6 +198,11 @@ class NaiveMultiRAG(DPVoteRAG):
         total_epsilon: float | None = None,
         **kw: Any,
     ) -> None:
+        if "epsilon" in kw:
+            raise ConfigError(
+                "naive_multi takes 'epsilon_q' (each query's budget) and 'total_epsilon' "
+                "(the account's cap), not 'epsilon'."
+            )
         super().__init__(retriever, generator, epsilon=epsilon_q, **kw)
         self.total_epsilon = (
             None if total_epsilon is None else check_positive("total_epsilon", total_epsilon)

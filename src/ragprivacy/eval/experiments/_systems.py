@@ -188,6 +188,9 @@ class GenerationsOnlyCache(Generator):
     ) -> TokenDistribution:
         return self.inner.next_token_distribution(prompt, prefix)
 
+    def next_token(self, prompt: Prompt, prefix: Sequence[str] | str = ()) -> str:
+        return self.inner.next_token(prompt, prefix)
+
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         return self.cached.score(prompt, continuation)
 
