@@ -45,27 +45,20 @@ from ragprivacy.attacks.extraction import (
     targeted_queries,
     untargeted_query,
 )
-from ragprivacy.eval.cache import CachedGenerator
-from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext, derive_seed
+from ragprivacy.eval.experiments._attacked import AttackedSystemsExperiment, memo, memo_key
 from ragprivacy.eval.experiments._systems import (
-    ONE_BY_ONE_SYSTEMS,
     BudgetedSystem,
-    PrivacyTally,
-    SystemSpec,
-    build_system,
     parse_system_specs,
 )
-from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
+from ragprivacy.eval.experiments.base import ReportSection, register_experiment
 from ragprivacy.eval.metrics.extraction import DatastoreIndex, max_rouge_l
 from ragprivacy.eval.metrics.leakage import pii_leaked
-from ragprivacy.generate import Generator, create_generator, tokenize
-from ragprivacy.rag import RAGSystem, create_defense, defense_names
+from ragprivacy.rag import defense_names
 
 __all__ = ["ExtractionExperiment", "ExtractionOptions"]
 
 MODES = ("adversarial", "targeted", "untargeted")
-_MEMO: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,20 +94,12 @@ class ExtractionOptions:
         check_positive("scale", self.scale)
 
 
-class ExtractionExperiment(Experiment):
+class ExtractionExperiment(AttackedSystemsExperiment):
     """Extraction attacks × defenses (see the module docstring)."""
 
     type = "extraction"
-
-    def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
-        super().__init__(spec, config, index)
-        self.options: ExtractionOptions = from_mapping(
-            ExtractionOptions, spec.options, f"experiments[{index}]"
-        )
-        specs = parse_system_specs(
-            self.options.system_specs or spec.systems, f"experiments[{index}].systems"
-        )
-        self.systems: dict[str, SystemSpec] = {s.label: s for s in specs}
+    options_type = ExtractionOptions
+    options: ExtractionOptions
 
     def cells(self) -> list[dict[str, Any]]:
         return [
@@ -133,59 +118,10 @@ class ExtractionExperiment(Experiment):
             return max(1, round(o.prompts * o.scale))
         return o.questions
 
-    def _generator(self, ctx: RunContext) -> Generator:
-        models = self.config.models
-        opts = {**models.generator_options, **self.options.generator_options}
-        key = repr((self.config.to_dict(), self.index, sorted(opts.items(), key=str)))
-
-        def build() -> Generator:
-            kw = dict(opts)
-            if models.generator.partition(":")[0] == "reference" and "background" not in kw:
-                kw["background"] = ctx.background_texts(self.spec.corpus)
-            gen = create_generator(models.generator, **kw)
-            return CachedGenerator(gen, ctx.cache) if ctx.cache is not None else gen
-
-        if key not in _MEMO:
-            _MEMO[key] = build()
-        gen: Generator = _MEMO[key]
-        return gen
-
-    def _vocabulary(self, ctx: RunContext) -> list[str]:
-        key = repr(("vocabulary", self.config.to_dict(), self.spec.corpus))
-        if key not in _MEMO:
-            words = {w for d in ctx.corpus(self.spec.corpus) for w in tokenize(d.text)}
-            words |= {w for t in ctx.background_texts(self.spec.corpus) for w in tokenize(t)}
-            _MEMO[key] = sorted(words)
-        vocabulary: list[str] = _MEMO[key]
-        return vocabulary
-
     def _system(self, ctx: RunContext, label: str, defense: str, seed: int) -> BudgetedSystem:
-        """The system ``label`` under ``defense``, built per budget scope."""
-        spec = self.systems[label]
-        gen = self._generator(ctx)
-        kb = ctx.knowledge_base(self.spec.corpus) if spec.uses_data else None
-        opts = dict(self.options.defense_options.get(defense, {}) or {})
-        builds = [0]
-
-        def build(queries: int) -> RAGSystem:
-            builds[0] += 1
-            inner = build_system(
-                spec,
-                kb=kb,
-                generator=gen,
-                k=self.spec.k,
-                queries=queries,
-                seed=derive_seed(seed, "system", str(builds[0])),
-                vocabulary=lambda: self._vocabulary(ctx),
-            )
-            return create_defense(defense, inner, **opts)
-
-        return BudgetedSystem(
-            build,
-            scope=spec.budget,
-            tally=PrivacyTally(self.options.accounting_delta),
-            one_by_one=spec.name in ONE_BY_ONE_SYSTEMS,
-        )
+        """The system ``label`` under ``defense`` over the whole corpus."""
+        kb = ctx.knowledge_base(self.spec.corpus) if self.systems[label].uses_data else None
+        return self._budgeted(ctx, label, defense, seed, k=self.spec.k, kb=kb)
 
     @staticmethod
     def _ask(system: BudgetedSystem, groups: list[list[Any]], first: int) -> list[Any]:
@@ -235,8 +171,9 @@ class ExtractionExperiment(Experiment):
                 "privacy": {"budget": system.scope, **system.tally.summary()},
                 "metrics": metrics,
             }
-        store = _MEMO.setdefault(
-            repr(("store", self.config.to_dict(), self.spec.corpus)), DatastoreIndex(corpus.texts)
+        store = memo(
+            memo_key("store", self.config.to_dict(), self.spec.corpus),
+            lambda: DatastoreIndex(corpus.texts),
         )
         if cell["mode"] == "untargeted":
             n = min(len(corpus), max(1, round(o.prompts * o.scale)))

@@ -29,7 +29,6 @@ entries ``{param, values, attacks}``; ``param`` is an attack option
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,30 +48,25 @@ from ragprivacy.attacks import (
     split_membership,
 )
 from ragprivacy.errors import ConfigError
-from ragprivacy.eval.cache import CachedGenerator
-from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext, derive_seed
+from ragprivacy.eval.experiments._attacked import AttackedSystemsExperiment, memo, memo_key
 from ragprivacy.eval.experiments._membership_report import membership_report
 from ragprivacy.eval.experiments._systems import (
     NO_LOGPROB_SYSTEMS,
-    ONE_BY_ONE_SYSTEMS,
     BudgetedSystem,
-    PrivacyTally,
     SystemSpec,
-    build_system,
     parse_system_specs,
 )
-from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
+from ragprivacy.eval.experiments.base import ReportSection, register_experiment
 from ragprivacy.eval.metrics.membership import binary_metrics, membership_metrics, roc_curve
-from ragprivacy.generate import Generator, create_generator, tokenize
-from ragprivacy.rag import RAGSystem, StandardRAG, create_defense, defense_names
+from ragprivacy.generate import Generator
+from ragprivacy.rag import StandardRAG, defense_names
 from ragprivacy.retrieval import KnowledgeBase, create_retriever
 
 __all__ = ["MembershipExperiment", "MembershipOptions"]
 
 DEFAULT_ATTACKS = ("mba", "srag", "rag-mia", "s2mia-s", "s2mia-sp", "min-k", "interrogation")
 _STUDY_KEYS = ("k", "shadow_kind", "shadow_embedder")
-_MEMO: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,30 +154,12 @@ class MembershipOptions:
                 )
 
 
-def _key(*parts: Any) -> str:
-    return json.dumps(parts, sort_keys=True, default=str)
-
-
-def _memo(key: str, build: Any) -> Any:
-    if key not in _MEMO:
-        _MEMO[key] = build()
-    return _MEMO[key]
-
-
-class MembershipExperiment(Experiment):
+class MembershipExperiment(AttackedSystemsExperiment):
     """Membership attacks × defenses (see the module docstring)."""
 
     type = "membership"
-
-    def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
-        super().__init__(spec, config, index)
-        self.options: MembershipOptions = from_mapping(
-            MembershipOptions, spec.options, f"experiments[{index}]"
-        )
-        specs = parse_system_specs(
-            self.options.system_specs or spec.systems, f"experiments[{index}].systems"
-        )
-        self.systems: dict[str, SystemSpec] = {s.label: s for s in specs}
+    options_type = MembershipOptions
+    options: MembershipOptions
 
     # ------------------------------------------------------------------ cells
 
@@ -226,13 +202,10 @@ class MembershipExperiment(Experiment):
 
     # ------------------------------------------------------------------ builders
 
-    def _config_key(self) -> str:
-        return _key(self.config.to_dict(), self.index)
-
     def _split(self, ctx: RunContext) -> Any:
         o = self.options
-        return _memo(
-            _key("split", self._config_key()),
+        return memo(
+            memo_key("split", self._config_key()),
             lambda: split_membership(
                 ctx.corpus(self.spec.corpus),
                 targets=o.targets,
@@ -251,43 +224,16 @@ class MembershipExperiment(Experiment):
 
         seed = derive_seed(self.config.seed, label, self.spec.corpus)
         n = self.config.models.background_n
-        return _memo(
-            _key("texts", label, self._kind(), n, seed),
+        return memo(
+            memo_key("texts", label, self._kind(), n, seed),
             lambda: background_texts(self._kind(), n, seed=seed),
         )
-
-    def _generator(
-        self, ctx: RunContext, spec: str | None, options: Mapping[str, Any]
-    ) -> Generator:
-        models = self.config.models
-        spec = spec or models.generator
-        opts = {**models.generator_options, **options}
-
-        def build() -> Generator:
-            kw = dict(opts)
-            if spec.partition(":")[0] == "reference" and "background" not in kw:
-                kw["background"] = ctx.background_texts(self.spec.corpus)
-            gen = create_generator(spec, **kw)
-            return CachedGenerator(gen, ctx.cache) if ctx.cache is not None else gen
-
-        return _memo(_key("generator", self._config_key(), spec, opts), build)
-
-    def _vocabulary(self, ctx: RunContext) -> list[str]:
-        """DP voting's word domain: the corpus's and the background's words (a public
-        stand-in for an LLM's vocabulary, as in the ``private_rag`` experiment)."""
-
-        def build() -> list[str]:
-            words = {w for d in ctx.corpus(self.spec.corpus) for w in tokenize(d.text)}
-            words |= {w for t in ctx.background_texts(self.spec.corpus) for w in tokenize(t)}
-            return sorted(words)
-
-        return _memo(_key("vocabulary", self._config_key()), build)
 
     def _target_kb(self, ctx: RunContext) -> KnowledgeBase:
         split = self._split(ctx)
         models = self.config.models
-        return _memo(
-            _key("kb", self._config_key(), "target"),
+        return memo(
+            memo_key("kb", self._config_key(), "target"),
             lambda: KnowledgeBase.build(
                 split.members,
                 embedder=self.options.embedder or models.embedder,
@@ -298,33 +244,12 @@ class MembershipExperiment(Experiment):
     def _system(
         self, ctx: RunContext, label: str, k: int, defense: str, seed: int
     ) -> tuple[BudgetedSystem, Generator, SystemSpec]:
-        """The system ``label`` under ``defense``, built per budget scope (see
-        :class:`~ragprivacy.eval.experiments._systems.BudgetedSystem`)."""
-        o = self.options
+        """The system ``label`` under ``defense`` over the members, built per budget
+        scope."""
         spec = self.systems[label]
-        gen = self._generator(ctx, None, o.generator_options)
         kb = self._target_kb(ctx) if spec.uses_data else None
-        defense_opts = dict(o.defense_options.get(defense, {}) or {})
-        builds = [0]
-
-        def build(queries: int) -> RAGSystem:
-            builds[0] += 1
-            inner = build_system(
-                spec,
-                kb=kb,
-                generator=gen,
-                k=k,
-                queries=queries,
-                seed=derive_seed(seed, "system", str(builds[0])),
-                vocabulary=lambda: self._vocabulary(ctx),
-            )
-            return create_defense(defense, inner, **defense_opts)
-
-        tally = PrivacyTally(o.accounting_delta)
-        system = BudgetedSystem(
-            build, scope=spec.budget, tally=tally, one_by_one=spec.name in ONE_BY_ONE_SYSTEMS
-        )
-        return system, gen, spec
+        system = self._budgeted(ctx, label, defense, seed, k=k, kb=kb)
+        return system, self._generator(ctx), spec
 
     def _shadow(self, ctx: RunContext, overrides: Mapping[str, Any]) -> ShadowData:
         o = self.options
@@ -350,7 +275,7 @@ class MembershipExperiment(Experiment):
             n = min(o.shadow_targets, len(inside), len(outside))
             return ShadowData(system, tuple(inside)[:n], tuple(outside)[:n])
 
-        return _memo(_key("shadow", self._config_key(), kind, embedder, gen_opts), build)
+        return memo(memo_key("shadow", self._config_key(), kind, embedder, gen_opts), build)
 
     def _attack(self, name: str, overrides: Mapping[str, Any]) -> MembershipAttack:
         o = self.options
@@ -362,8 +287,8 @@ class MembershipExperiment(Experiment):
         if "proxy" in params and "proxy" not in opts:
             if o.proxy == "ngram":
                 texts = self._texts("attacker-background")
-                opts["proxy"] = _memo(
-                    _key("proxy", texts[:3], len(texts)), lambda: NGramProxy(texts)
+                opts["proxy"] = memo(
+                    memo_key("proxy", texts[:3], len(texts)), lambda: NGramProxy(texts)
                 )
             else:
                 opts["proxy"] = o.proxy

@@ -1,0 +1,141 @@
+"""What the experiments that attack configured systems share (``membership``,
+``extraction``): the systems parsed from ``systems`` / ``system_specs``, the target's
+generator behind the run's call cache, DP voting's word domain, and each system built
+under a defense and a budget scope.
+
+Builds are memoised per process (:func:`memo`): the cells a worker runs share one corpus
+split, knowledge base and generator instead of rebuilding them cell by cell.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+from ragprivacy.eval.cache import CachedGenerator
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
+from ragprivacy.eval.context import RunContext, derive_seed
+from ragprivacy.eval.experiments._systems import (
+    ONE_BY_ONE_SYSTEMS,
+    BudgetedSystem,
+    PrivacyTally,
+    SystemSpec,
+    build_system,
+    parse_system_specs,
+)
+from ragprivacy.eval.experiments.base import Experiment
+from ragprivacy.generate import Generator, create_generator, tokenize
+from ragprivacy.rag import RAGSystem, create_defense
+from ragprivacy.retrieval import KnowledgeBase
+
+__all__ = ["AttackedSystemsExperiment", "memo", "memo_key"]
+
+T = TypeVar("T")
+_MEMO: dict[str, Any] = {}
+
+
+def memo_key(*parts: Any) -> str:
+    """A memo key from JSON-able parts (configs, labels, option mappings)."""
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def memo(key: str, build: Callable[[], T]) -> T:
+    """``build()`` once per process and ``key``."""
+    if key not in _MEMO:
+        _MEMO[key] = build()
+    value: T = _MEMO[key]
+    return value
+
+
+class AttackedSystemsExperiment(Experiment):
+    """An experiment whose cells attack the systems of ``systems`` / ``system_specs``.
+
+    Subclasses set :attr:`options_type`, a frozen dataclass with ``system_specs``,
+    ``generator_options``, ``defense_options`` and ``accounting_delta`` fields.
+    """
+
+    options_type: ClassVar[type]
+    options: Any
+
+    def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
+        super().__init__(spec, config, index)
+        self.options = from_mapping(self.options_type, spec.options, f"experiments[{index}]")
+        specs = parse_system_specs(
+            self.options.system_specs or spec.systems, f"experiments[{index}].systems"
+        )
+        self.systems: dict[str, SystemSpec] = {s.label: s for s in specs}
+
+    def _config_key(self) -> str:
+        return memo_key(self.config.to_dict(), self.index)
+
+    def _generator(
+        self,
+        ctx: RunContext,
+        spec: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Generator:
+        """The generator ``spec`` (default: the config's) with the config's options under
+        ``options`` (default: the experiment's ``generator_options``), behind the run's
+        call cache when it has one."""
+        models = self.config.models
+        name = spec or models.generator
+        extra = self.options.generator_options if options is None else options
+        opts = {**models.generator_options, **extra}
+
+        def build() -> Generator:
+            kw = dict(opts)
+            if name.partition(":")[0] == "reference" and "background" not in kw:
+                kw["background"] = ctx.background_texts(self.spec.corpus)
+            gen = create_generator(name, **kw)
+            return CachedGenerator(gen, ctx.cache) if ctx.cache is not None else gen
+
+        return memo(memo_key("generator", self._config_key(), name, opts), build)
+
+    def _vocabulary(self, ctx: RunContext) -> list[str]:
+        """DP voting's word domain: the corpus's and the background's words (a public
+        stand-in for an LLM's vocabulary, as in the ``private_rag`` experiment)."""
+
+        def build() -> list[str]:
+            words = {w for d in ctx.corpus(self.spec.corpus) for w in tokenize(d.text)}
+            words |= {w for t in ctx.background_texts(self.spec.corpus) for w in tokenize(t)}
+            return sorted(words)
+
+        return memo(memo_key("vocabulary", self.config.to_dict(), self.spec.corpus), build)
+
+    def _budgeted(
+        self,
+        ctx: RunContext,
+        label: str,
+        defense: str,
+        seed: int,
+        *,
+        k: int,
+        kb: KnowledgeBase | None,
+    ) -> BudgetedSystem:
+        """The system ``label`` under ``defense`` over ``kb``, rebuilt per budget scope
+        (see :class:`~ragprivacy.eval.experiments._systems.BudgetedSystem`)."""
+        spec = self.systems[label]
+        gen = self._generator(ctx)
+        defense_opts = dict(self.options.defense_options.get(defense, {}) or {})
+        builds = [0]
+
+        def build(queries: int) -> RAGSystem:
+            builds[0] += 1
+            inner = build_system(
+                spec,
+                kb=kb if spec.uses_data else None,
+                generator=gen,
+                k=k,
+                queries=queries,
+                seed=derive_seed(seed, "system", str(builds[0])),
+                vocabulary=lambda: self._vocabulary(ctx),
+            )
+            return create_defense(defense, inner, **defense_opts)
+
+        return BudgetedSystem(
+            build,
+            scope=spec.budget,
+            tally=PrivacyTally(self.options.accounting_delta),
+            one_by_one=spec.name in ONE_BY_ONE_SYSTEMS,
+        )
