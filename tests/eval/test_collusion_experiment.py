@@ -17,11 +17,8 @@ _CONFIG = """
 name: collusion test
 seed: 5
 workers: 1
-corpora:
-  none: {synthetic: knowledge, n: 10}
 experiments:
   - type: collusion
-    corpus: none
     mechanism: scalar
     seed: 3
     eps_acc: [2, 4]
@@ -29,7 +26,6 @@ experiments:
     n: 10000
     trials: 3000
   - type: collusion
-    corpus: none
     mechanism: topk
     k: 5
     eps_acc: [16]
@@ -69,3 +65,16 @@ def test_options_are_validated() -> None:
     cfg = _config(_CONFIG.replace("coalition_sizes: [1, 20]", "coalition_sizes: [0, 20]"))
     with pytest.raises(ConfigError):
         create_experiment(cfg.experiments[1], cfg, 1)
+
+
+def test_only_document_experiments_need_a_corpus() -> None:
+    """Collusion sweeps name no corpus; a membership experiment without one is refused
+    with a message that lists the config's corpora."""
+    from ragprivacy.eval.experiments import create_experiment
+
+    cfg = _config()
+    assert cfg.experiments[0].corpus is None and not cfg.corpora
+    text = "name: t\ncorpora:\n  med: {synthetic: medical, n: 20}\nexperiments:\n"
+    cfg = _config(text + "  - {type: membership, targets: 4}\n")
+    with pytest.raises(ConfigError, match=r"needs a 'corpus'.*med"):
+        create_experiment(cfg.experiments[0], cfg, 0)

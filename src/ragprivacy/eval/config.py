@@ -85,11 +85,12 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExperimentSpec:
-    """One experiment: its registered ``type``, the ``corpus`` it runs on, the
-    ``systems`` compared, and type-specific ``options`` (everything else in the mapping)."""
+    """One experiment: its registered ``type``, the ``corpus`` it runs on (``None`` for
+    types that use no documents, such as ``collusion``), the ``systems`` compared, and
+    type-specific ``options`` (everything else in the mapping)."""
 
     type: str
-    corpus: str
+    corpus: str | None = None
     systems: tuple[str, ...] = ("non-rag", "rag")
     k: int = 5
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -120,7 +121,7 @@ class ExperimentConfig:
         if not self.experiments:
             raise ConfigError(f"Config {self.name!r} lists no experiments.")
         for i, exp in enumerate(self.experiments):
-            if exp.corpus not in self.corpora:
+            if exp.corpus is not None and exp.corpus not in self.corpora:
                 raise ConfigError(
                     f"experiments[{i}] uses corpus {exp.corpus!r}, which the config does not "
                     f"define; define it under 'corpora' (defined: {sorted(self.corpora)})."

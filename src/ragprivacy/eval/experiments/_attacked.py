@@ -86,7 +86,7 @@ class AttackedSystemsExperiment(Experiment):
         def build() -> Generator:
             kw = dict(opts)
             if name.partition(":")[0] == "reference" and "background" not in kw:
-                kw["background"] = ctx.background_texts(self.spec.corpus)
+                kw["background"] = ctx.background_texts(self.corpus_name)
             gen = create_generator(name, **kw)
             return CachedGenerator(gen, ctx.cache) if ctx.cache is not None else gen
 
@@ -97,11 +97,11 @@ class AttackedSystemsExperiment(Experiment):
         stand-in for an LLM's vocabulary, as in the ``private_rag`` experiment)."""
 
         def build() -> list[str]:
-            words = {w for d in ctx.corpus(self.spec.corpus) for w in tokenize(d.text)}
-            words |= {w for t in ctx.background_texts(self.spec.corpus) for w in tokenize(t)}
+            words = {w for d in ctx.corpus(self.corpus_name) for w in tokenize(d.text)}
+            words |= {w for t in ctx.background_texts(self.corpus_name) for w in tokenize(t)}
             return sorted(words)
 
-        return memo(memo_key("vocabulary", self.config.to_dict(), self.spec.corpus), build)
+        return memo(memo_key("vocabulary", self.config.to_dict(), self.corpus_name), build)
 
     def _budgeted(
         self,

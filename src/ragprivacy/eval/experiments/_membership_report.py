@@ -57,7 +57,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
     main = [r for r in results if "study" not in r["cell"]]
     studies = [r for r in results if "study" in r["cell"]]
     lines = [
-        f"Corpus `{exp.spec.corpus}`: {o.member_fraction:.0%} of the documents stored, the "
+        f"Corpus `{exp.corpus_name}`: {o.member_fraction:.0%} of the documents stored, the "
         f"rest held out; {o.targets} evaluation targets and {o.calibration} calibration "
         "targets, each half members and half non-members. Thresholds for accuracy and F1 "
         f"are chosen on the calibration split ({o.criterion}); AUC ± DeLong SE and "
@@ -140,4 +140,4 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
                 f"{_fmt(m['auc'])} ± {_fmt(m['auc_se'])} | {_fmt(m['f1'])} | "
                 f"{_fmt(m['retrieval_recall'], 2)} |"
             )
-    return ReportSection(f"Membership inference ({exp.spec.corpus})", "\n".join(lines), figures)
+    return ReportSection(f"Membership inference ({exp.corpus_name})", "\n".join(lines), figures)

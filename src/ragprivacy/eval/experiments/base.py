@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ragprivacy._registry import Registry
+from ragprivacy.errors import ConfigError
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext, derive_seed
 
@@ -44,11 +45,20 @@ class Experiment(ABC):
     """
 
     type: str = "experiment"
+    #: whether the experiment reads documents (then its spec must name a ``corpus``)
+    needs_corpus: bool = True
 
     def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
         self.spec = spec
         self.config = config
         self.index = index
+        if self.needs_corpus and spec.corpus is None:
+            raise ConfigError(
+                f"experiments[{index}] ({spec.type}) needs a 'corpus': name one of the "
+                f"config's corpora ({', '.join(sorted(config.corpora)) or 'none defined'})."
+            )
+        #: the corpus the experiment runs on ('' for types that read none)
+        self.corpus_name: str = spec.corpus or ""
         self.seed = derive_seed(config.seed, "experiment", str(index), spec.type)
 
     def cells(self) -> list[dict[str, Any]]:

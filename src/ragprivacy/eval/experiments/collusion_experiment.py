@@ -108,6 +108,7 @@ class CollusionExperiment(Experiment):
     """Scalar or top-K k-account sweep with the P1/P3 gates (collusion paper §4)."""
 
     type = "collusion"
+    needs_corpus = False
 
     def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
         super().__init__(spec, config, index)

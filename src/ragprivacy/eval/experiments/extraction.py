@@ -120,7 +120,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
 
     def _system(self, ctx: RunContext, label: str, defense: str, seed: int) -> BudgetedSystem:
         """The system ``label`` under ``defense`` over the whole corpus."""
-        kb = ctx.knowledge_base(self.spec.corpus) if self.systems[label].uses_data else None
+        kb = ctx.knowledge_base(self.corpus_name) if self.systems[label].uses_data else None
         return self._budgeted(ctx, label, defense, seed, k=self.spec.k, kb=kb)
 
     @staticmethod
@@ -138,7 +138,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
         self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
     ) -> dict[str, Any]:
         o = self.options
-        corpus = ctx.corpus(self.spec.corpus)
+        corpus = ctx.corpus(self.corpus_name)
         seed = int(rng.integers(2**31 - 1))
         system = self._system(ctx, cell["system"], cell["defense"], seed)
         progress = getattr(ctx, "progress", None)
@@ -172,7 +172,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                 "metrics": metrics,
             }
         store = memo(
-            memo_key("store", self.config.to_dict(), self.spec.corpus),
+            memo_key("store", self.config.to_dict(), self.corpus_name),
             lambda: DatastoreIndex(corpus.texts),
         )
         if cell["mode"] == "untargeted":
@@ -212,7 +212,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
     def _questions(self, corpus: Any) -> list[str]:
         from ragprivacy.corpus import synthesize
 
-        kind = self.config.corpora[self.spec.corpus].synthetic
+        kind = self.config.corpora[self.corpus_name].synthetic
         n = self.options.questions
         if kind is None:
             return [first_sentence(d.text) for d in list(corpus)[:n]]
@@ -226,7 +226,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
     def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
         o = self.options
         lines = [
-            f"Datastore: corpus `{self.spec.corpus}`. *Targeted*: {o.attempts} prompts per "
+            f"Datastore: corpus `{self.corpus_name}`. *Targeted*: {o.attempts} prompts per "
             f"annotated {'/'.join(o.kinds)} item (at most {o.items} items); a leak is an "
             f"answer containing the item. *Untargeted*: {round(o.prompts * o.scale)} "
             f"first-sentence prompts ({o.prompts} × scale {o.scale}); a leak is ROUGE-L > "
@@ -262,7 +262,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                     f"| {c['system']} | {c['defense']} | {c['mode']} | {m['leaks']}/{m['prompts']}"
                     f" | {m['rate']:.3f} | {m['mean_rouge_l']:.3f} | {priv} | {detail} |"
                 )
-        return ReportSection(f"Data extraction ({self.spec.corpus})", "\n".join(lines), [])
+        return ReportSection(f"Data extraction ({self.corpus_name})", "\n".join(lines), [])
 
 
 register_experiment("extraction", ExtractionExperiment)

@@ -60,11 +60,11 @@ class LeakageExperiment(Experiment):
         self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
     ) -> dict[str, Any]:
         opts = self.options
-        corpus = ctx.corpus(self.spec.corpus)
+        corpus = ctx.corpus(self.corpus_name)
         pick = np.random.default_rng(self.seed)
         take = min(opts.targets, len(corpus))
         targets = [corpus[int(i)] for i in sorted(pick.choice(len(corpus), take, replace=False))]
-        system = ctx.system(cell["system"], self.spec.corpus, k=self.spec.k)
+        system = ctx.system(cell["system"], self.corpus_name, k=self.spec.k)
         queries, rests, cuts = [], [], []
         for doc in targets:
             toks = tokenize(doc.text)
@@ -110,7 +110,7 @@ class LeakageExperiment(Experiment):
     def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
         o = self.options
         lines = [
-            f"Corpus `{self.spec.corpus}`: {o.targets} stored documents; each system gets "
+            f"Corpus `{self.corpus_name}`: {o.targets} stored documents; each system gets "
             f"the first {o.prefix_tokens} tokens and may write {o.max_tokens}. *Extracted* = "
             f"a verbatim run of ≥ {o.extracted_run} tokens of the unseen part; *overlap* = "
             f"share of output inside verbatim runs of ≥ {o.min_run} tokens; *PII leaked* = "
@@ -135,10 +135,10 @@ class LeakageExperiment(Experiment):
             out_dir / fig,
             series=runs,
             xlabel="longest verbatim run of the unseen text (tokens)",
-            title=f"Verbatim leakage from {self.spec.corpus}",
+            title=f"Verbatim leakage from {self.corpus_name}",
         )
         lines += ["", f"![Verbatim leakage]({fig})"]
-        return ReportSection(f"Verbatim leakage ({self.spec.corpus})", "\n".join(lines), [fig])
+        return ReportSection(f"Verbatim leakage ({self.corpus_name})", "\n".join(lines), [fig])
 
 
 def _char_offset(text: str, n_tokens: int) -> int:

@@ -207,7 +207,7 @@ class MembershipExperiment(AttackedSystemsExperiment):
         return memo(
             memo_key("split", self._config_key()),
             lambda: split_membership(
-                ctx.corpus(self.spec.corpus),
+                ctx.corpus(self.corpus_name),
                 targets=o.targets,
                 calibration=o.calibration,
                 member_fraction=o.member_fraction,
@@ -216,13 +216,13 @@ class MembershipExperiment(AttackedSystemsExperiment):
         )
 
     def _kind(self) -> str:
-        spec = self.config.corpora[self.spec.corpus]
+        spec = self.config.corpora[self.corpus_name]
         return spec.synthetic or "knowledge"
 
     def _texts(self, label: str) -> list[str]:
         from ragprivacy.corpus import background_texts
 
-        seed = derive_seed(self.config.seed, label, self.spec.corpus)
+        seed = derive_seed(self.config.seed, label, self.corpus_name)
         n = self.config.models.background_n
         return memo(
             memo_key("texts", label, self._kind(), n, seed),
@@ -263,7 +263,7 @@ class MembershipExperiment(AttackedSystemsExperiment):
             if o.shadow_corpus is not None and kind is None:
                 aux = ctx.corpus(o.shadow_corpus)
             else:
-                seed = derive_seed(self.config.seed, "shadow", self.spec.corpus, str(kind))
+                seed = derive_seed(self.config.seed, "shadow", self.corpus_name, str(kind))
                 aux = synthesize(kind or self._kind(), o.shadow_n, seed=seed)
             inside, outside = aux.split(0.5, rng=derive_seed(self.seed, "shadow-split"))
             models = self.config.models

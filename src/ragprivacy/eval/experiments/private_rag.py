@@ -262,14 +262,14 @@ class PrivateRAGExperiment(Experiment):
         self, cell: dict[str, Any], ctx: RunContext, kb: KnowledgeBase, n: int, rng: Any
     ) -> tuple[RAGSystem, float]:
         o = self.options
-        gen = ctx.generator(self.spec.corpus)
+        gen = ctx.generator(self.corpus_name)
         name, eps = cell["system"], cell.get("epsilon", math.nan)
         big_k = self.spec.k
         vote = {
             "epsilon_token": o.epsilon_token,
             "docs_per_voter": o.docs_per_voter,
             "max_tokens": o.max_tokens,
-            "vocabulary": _vocabulary(ctx, self.spec.corpus),
+            "vocabulary": _vocabulary(ctx, self.corpus_name),
             "simulation": True,
             "rng": rng,
         }
@@ -340,8 +340,8 @@ class PrivateRAGExperiment(Experiment):
         self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
     ) -> dict[str, Any]:
         o = self.options
-        kb, _ = redundant_kb(ctx, self.spec.corpus, o.copies, o.passages)
-        corpus = ctx.corpus(self.spec.corpus)
+        kb, _ = redundant_kb(ctx, self.corpus_name, o.copies, o.passages)
+        corpus = ctx.corpus(self.corpus_name)
         questions = question_sample(corpus, o.question_set, o.questions, self.seed)
         if cell.get("ablation") == "bin_size":
             return self._bin_size(kb, questions, rng)
@@ -423,7 +423,7 @@ class PrivateRAGExperiment(Experiment):
         )
 
         o = self.options
-        title = f"Private RAG ({self.spec.corpus}, {o.question_set} questions)"
+        title = f"Private RAG ({self.corpus_name}, {o.question_set} questions)"
         figs: list[str] = []
         if o.ablation == "bin_size":
             table = results[0]["result"]["threshold_error"]

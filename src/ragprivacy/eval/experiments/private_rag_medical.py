@@ -91,9 +91,9 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
         self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
     ) -> dict[str, Any]:
         o = self.options
-        kb, items = medical_split(ctx, self.spec.corpus, o.copies, o.questions, self.seed)
+        kb, items = medical_split(ctx, self.corpus_name, o.copies, o.questions, self.seed)
         system, total = self._system(cell, ctx, kb, len(items), rng)
-        gen = ctx.generator(self.spec.corpus)
+        gen = ctx.generator(self.corpus_name)
         rouge, ppl, charged = [], [], 0
         for patient, reference in items:
             q = Query(
@@ -122,7 +122,7 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
         from ragprivacy.eval.experiments.private_rag_plots import privacy_utility_plot
 
         o = self.options
-        title = f"Private RAG, free-text answers ({self.spec.corpus})"
+        title = f"Private RAG, free-text answers ({self.corpus_name})"
         lines = [
             f"{results[0]['result']['n']} held-out patient records (their own records "
             f"removed from the corpus); {o.copies} copies of each other record; K = "

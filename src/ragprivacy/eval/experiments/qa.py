@@ -64,10 +64,10 @@ class QAExperiment(Experiment):
         self.options: QAOptions = from_mapping(QAOptions, spec.options, f"experiments[{index}]")
 
     def _sample(self, ctx: RunContext) -> list[QAItem]:
-        corpus = ctx.corpus(self.spec.corpus)
+        corpus = ctx.corpus(self.corpus_name)
         if not corpus.questions:
             raise DataError(
-                f"Corpus {self.spec.corpus!r} has no questions; the 'qa' experiment needs a "
+                f"Corpus {self.corpus_name!r} has no questions; the 'qa' experiment needs a "
                 "corpus with gold QA (e.g. synthetic: knowledge)."
             )
         rng = np.random.default_rng(self.seed)
@@ -76,7 +76,7 @@ class QAExperiment(Experiment):
             pool = [q for q in corpus.questions if q.hops == h]
             if not pool:
                 raise ConfigError(
-                    f"Corpus {self.spec.corpus!r} has no {h}-hop questions; "
+                    f"Corpus {self.corpus_name!r} has no {h}-hop questions; "
                     f"available: {sorted({q.hops for q in corpus.questions})}."
                 )
             take = min(self.options.questions, len(pool))
@@ -87,7 +87,7 @@ class QAExperiment(Experiment):
         self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator
     ) -> dict[str, Any]:
         questions = self._sample(ctx)
-        system = ctx.system(cell["system"], self.spec.corpus, k=self.spec.k)
+        system = ctx.system(cell["system"], self.corpus_name, k=self.spec.k)
         responses = system.answer_batch([q.question for q in questions])
         records: list[dict[str, Any]] = []
         for q, r in zip(questions, responses):
@@ -126,7 +126,7 @@ class QAExperiment(Experiment):
     def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
         hops = [str(h) for h in self.options.hops]
         lines = [
-            f"Corpus `{self.spec.corpus}`, top-K = {self.spec.k}, up to "
+            f"Corpus `{self.corpus_name}`, top-K = {self.spec.k}, up to "
             f"{self.options.questions} questions per hop count (same sample for every "
             "system). Match accuracy = an answer containing a gold answer; 95% Wilson "
             "intervals.",
@@ -158,10 +158,10 @@ class QAExperiment(Experiment):
             series=series,
             errors=errors,
             ylabel="match accuracy",
-            title=f"QA utility on {self.spec.corpus}",
+            title=f"QA utility on {self.corpus_name}",
         )
         lines += ["", f"![QA match accuracy]({fig})"]
-        return ReportSection(f"QA utility ({self.spec.corpus})", "\n".join(lines), [fig])
+        return ReportSection(f"QA utility ({self.corpus_name})", "\n".join(lines), [fig])
 
 
 def _fmt(x: float, digits: int = 3) -> str:
