@@ -162,3 +162,32 @@ def test_dp_systems_report_privacy_refusals_and_progress(tmp_path: Path) -> None
     assert "log-probabilities" in skipped["skipped"]
     report = (tmp_path / "report.md").read_text()
     assert "ε spent" in report and "| noisy | rag-mia | none |" in report
+
+
+def test_overview_matrix_spans_every_membership_experiment(tmp_path: Path) -> None:
+    """The run-level matrix has one column per system and defense of every membership
+    experiment, n/a where an attack was skipped, and a heatmap; a single experiment gets
+    none (its own table already is the matrix)."""
+    from types import SimpleNamespace
+
+    from ragprivacy.eval.experiments._membership_report import membership_overview
+
+    def cell(system: str, attack: str, defense: str, auc: float | None) -> dict:
+        res = {"skipped": "no log-probabilities"} if auc is None else {"metrics": {"auc": auc}}
+        res["privacy"] = {"epsilon": 2.0, "budget": "target", "accounts": 3}
+        return {"cell": {"system": system, "attack": attack, "defense": defense}, "result": res}
+
+    exp = SimpleNamespace(corpus_name="medical")
+    first = [cell("rag", "mba", "none", 0.97), cell("rag", "mba", "paraphrasing", 0.81)]
+    second = [cell("dp", "mba", "none", 0.52), cell("dp", "min-k", "none", None)]
+    study = cell("rag", "min-k", "none", 0.99)
+    study["cell"]["study"] = 0  # parameter studies stay out of the matrix
+    section = membership_overview([(exp, [*first, study]), (exp, second)], tmp_path)
+    assert section is not None
+    text = section.markdown
+    assert "| attack | rag | rag + paraphrasing | dp |" in text
+    assert "| mba | 0.970 | 0.810 | 0.520 |" in text
+    assert "| min-k | – | – | n/a |" in text  # not run for rag; skipped for dp
+    assert "| *ε/target* | 2 | 2 | 2 |" in text
+    assert (tmp_path / section.figures[0]).stat().st_size > 1000
+    assert membership_overview([(exp, first)], tmp_path) is None

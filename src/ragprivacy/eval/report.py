@@ -1,5 +1,6 @@
-"""``report.md``: a header with what produced the results, one section per experiment,
-and the settings needed to reproduce them."""
+"""``report.md``: a header with what produced the results, an overview per experiment
+type that has one (e.g. the attacks × defenses matrix over every membership experiment),
+one section per experiment, and the settings needed to reproduce them."""
 
 from __future__ import annotations
 
@@ -46,8 +47,18 @@ def write_report(experiments: list[Experiment], results: dict[str, Any], out_dir
         + ", ".join(f"{k} {v}" for k, v in results["versions"].items() if k != "platform"),
         "",
     ]
-    for i, exp in enumerate(experiments):
-        cells = [c for c in results["cells"] if c["experiment"] == i]
+    parts = [
+        (exp, [c for c in results["cells"] if c["experiment"] == i])
+        for i, exp in enumerate(experiments)
+    ]
+    by_type: dict[type[Experiment], list[tuple[Experiment, list[dict[str, Any]]]]] = {}
+    for exp, cells in parts:
+        by_type.setdefault(type(exp), []).append((exp, cells))
+    for cls, group in by_type.items():
+        overview = cls.overview(group, out_dir)
+        if overview is not None:
+            lines += [f"## {overview.title}", "", overview.markdown, ""]
+    for exp, cells in parts:
         section = exp.report(cells, out_dir)
         lines += [f"## {section.title}", "", section.markdown, ""]
     lines += [

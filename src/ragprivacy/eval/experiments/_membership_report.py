@@ -1,5 +1,6 @@
-"""The report section of the ``membership`` experiment: the attacks × defenses table,
-ROC curves per defense, MBA's γ study and the parameter studies."""
+"""The report of the ``membership`` experiment: per experiment the attacks × defenses
+table, ROC curves per defense, MBA's γ study and the parameter studies; over a run's
+membership experiments the AUC matrix of every attack against every system and defense."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import matplotlib.pyplot as plt
 
 from ragprivacy.eval.experiments.base import ReportSection
 
-__all__ = ["membership_report", "roc_plot"]
+__all__ = ["membership_overview", "membership_report", "roc_plot"]
 
 
 def roc_plot(path: Path, curves: dict[str, tuple[list[float], list[float]]], title: str) -> Path:
@@ -141,3 +142,104 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
                 f"{_fmt(m['retrieval_recall'], 2)} |"
             )
     return ReportSection(f"Membership inference ({exp.corpus_name})", "\n".join(lines), figures)
+
+
+def _column(cell: dict[str, Any]) -> str:
+    system, defense = str(cell["system"]), str(cell["defense"])
+    return system if defense == "none" else f"{system} + {defense}"
+
+
+_SKIPPED = "n/a"
+
+
+def auc_heatmap(
+    path: Path, attacks: list[str], columns: list[str], auc: list[list[float | str | None]]
+) -> Path:
+    """Attacks (rows) × systems and defenses (columns), coloured from 0.5 (chance) to 1;
+    ``"n/a"`` marks a skipped cell and ``None`` a pair the run did not have."""
+    import numpy as np
+
+    data = np.array(
+        [[v if isinstance(v, float) else np.nan for v in row] for row in auc], dtype=float
+    )
+    width = max(5.0, 1.0 + 0.85 * len(columns))
+    fig, ax = plt.subplots(figsize=(width, 1.2 + 0.45 * len(attacks)), dpi=110)
+    img = ax.imshow(np.clip(data, 0.5, 1.0), cmap="RdYlGn_r", vmin=0.5, vmax=1.0, aspect="auto")
+    for i in range(len(attacks)):
+        for j in range(len(columns)):
+            v = data[i, j]
+            dark = not np.isnan(v) and (v >= 0.9 or v <= 0.56)  # the colour map's ends
+            ax.text(
+                j,
+                i,
+                f"{v:.2f}" if not np.isnan(v) else str(auc[i][j] or "–"),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if dark else "black",
+            )
+    ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=7)
+    ax.set_yticks(range(len(attacks)), attacks, fontsize=8)
+    ax.set_title("membership AUC (0.5 = chance)", fontsize=9)
+    fig.colorbar(img, ax=ax, fraction=0.03, pad=0.02)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def membership_overview(
+    parts: list[tuple[Any, list[dict[str, Any]]]], out_dir: Path
+) -> ReportSection | None:
+    """One AUC matrix per corpus over every membership experiment of the run (its main
+    cells, not the parameter studies); ``None`` when the run has a single experiment,
+    whose own table already is the matrix."""
+    if len(parts) < 2:
+        return None
+    lines: list[str] = []
+    figures: list[str] = []
+    corpora = list(dict.fromkeys(exp.corpus_name for exp, _ in parts))
+    for corpus in corpora:
+        attacks: list[str] = []
+        columns: list[str] = []
+        auc: dict[tuple[str, str], float | str] = {}
+        spent: dict[str, str] = {}
+        for exp, cells in parts:
+            if exp.corpus_name != corpus:
+                continue
+            for item in cells:
+                c, res = item["cell"], item["result"]
+                if "study" in c:
+                    continue
+                col = _column(c)
+                attacks += [c["attack"]] if c["attack"] not in attacks else []
+                columns += [col] if col not in columns else []
+                auc[(c["attack"], col)] = (
+                    _SKIPPED if "skipped" in res else float(res["metrics"]["auc"])
+                )
+                if "privacy" in res and col not in spent:
+                    spent[col] = _privacy_cells(res["privacy"]).split(" | ")[0].split(" ")[0]
+        grid = [[auc.get((a, col)) for col in columns] for a in attacks]
+        fig = f"membership_overview_{len(figures)}.png"
+        auc_heatmap(out_dir / fig, attacks, columns, grid)
+        figures.append(fig)
+        lines += [
+            f"Corpus `{corpus}`: the AUC of every attack (rows) against every system and "
+            "defense (columns) of the run, on each experiment's evaluation targets (their "
+            "counts, the ε each test spent and the other metrics are in the sections "
+            "below; *n/a*: the system exposes no log-probabilities; –: not run). "
+            "*ε/target* is the "
+            "first attack's spend, as a scale.",
+            "",
+            "| attack | " + " | ".join(columns) + " |",
+            "|---|" + "---|" * len(columns),
+            "| *ε/target* | " + " | ".join(spent.get(col, "–") for col in columns) + " |",
+        ]
+        for a, row in zip(attacks, grid):
+            lines.append(
+                f"| {a} | "
+                + " | ".join(_fmt(v) if isinstance(v, float) else (v or "–") for v in row)
+                + " |"
+            )
+        lines += ["", f"![membership AUC, {corpus}]({fig})", ""]
+    return ReportSection("Attacks × defenses (membership AUC)", "\n".join(lines), figures)

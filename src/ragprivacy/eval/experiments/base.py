@@ -80,6 +80,14 @@ class Experiment(ABC):
     def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
         """The report section from every cell's ``{"cell": ..., "result": ...}``."""
 
+    @classmethod
+    def overview(
+        cls, parts: list[tuple[Experiment, list[dict[str, Any]]]], out_dir: Path
+    ) -> ReportSection | None:
+        """A section over every experiment of this type in the run (each with its cells),
+        placed before the per-experiment sections; ``None`` (the default) for none."""
+        return None
+
 
 _REGISTRY: Registry[Experiment] = Registry("experiment type")
 

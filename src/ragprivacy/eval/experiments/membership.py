@@ -50,14 +50,17 @@ from ragprivacy.attacks import (
 from ragprivacy.errors import ConfigError
 from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments._attacked import AttackedSystemsExperiment, memo, memo_key
-from ragprivacy.eval.experiments._membership_report import membership_report
+from ragprivacy.eval.experiments._membership_report import (
+    membership_overview,
+    membership_report,
+)
 from ragprivacy.eval.experiments._systems import (
     NO_LOGPROB_SYSTEMS,
     BudgetedSystem,
     SystemSpec,
     parse_system_specs,
 )
-from ragprivacy.eval.experiments.base import ReportSection, register_experiment
+from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
 from ragprivacy.eval.metrics.membership import binary_metrics, membership_metrics, roc_curve
 from ragprivacy.generate import Generator
 from ragprivacy.rag import StandardRAG, defense_names
@@ -389,6 +392,12 @@ class MembershipExperiment(AttackedSystemsExperiment):
 
     def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
         return membership_report(self, results, out_dir)
+
+    @classmethod
+    def overview(
+        cls, parts: list[tuple[Experiment, list[dict[str, Any]]]], out_dir: Path
+    ) -> ReportSection | None:
+        return membership_overview(parts, out_dir)
 
 
 register_experiment("membership", MembershipExperiment)
