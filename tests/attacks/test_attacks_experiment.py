@@ -177,17 +177,23 @@ def test_overview_matrix_spans_every_membership_experiment(tmp_path: Path) -> No
         res["privacy"] = {"epsilon": 2.0, "budget": "target", "accounts": 3}
         return {"cell": {"system": system, "attack": attack, "defense": defense}, "result": res}
 
-    exp = SimpleNamespace(corpus_name="medical")
+    exp0 = SimpleNamespace(corpus_name="medical", index=0)
+    exp1 = SimpleNamespace(corpus_name="medical", index=1)
     first = [cell("rag", "mba", "none", 0.97), cell("rag", "mba", "paraphrasing", 0.81)]
     second = [cell("dp", "mba", "none", 0.52), cell("dp", "min-k", "none", None)]
     study = cell("rag", "min-k", "none", 0.99)
     study["cell"]["study"] = 0  # parameter studies stay out of the matrix
-    section = membership_overview([(exp, [*first, study]), (exp, second)], tmp_path)
+    section = membership_overview([(exp0, [*first, study]), (exp1, second)], tmp_path)
     assert section is not None
     text = section.markdown
     assert "| attack | rag | rag + paraphrasing | dp |" in text
     assert "| mba | 0.970 | 0.810 | 0.520 |" in text
     assert "| min-k | – | – | n/a |" in text  # not run for rag; skipped for dp
-    assert "| *ε/target* | 2 | 2 | 2 |" in text
+    assert "| *ε spent* | 2 /target | 2 /target | 2 /target |" in text
     assert (tmp_path / section.figures[0]).stat().st_size > 1000
-    assert membership_overview([(exp, first)], tmp_path) is None
+    assert membership_overview([(exp0, first)], tmp_path) is None
+    # the same system label in two experiments keeps both columns apart
+    again = [cell("rag", "mba", "none", 0.60)]
+    text = membership_overview([(exp0, first), (exp1, again)], tmp_path).markdown
+    assert "| attack | rag | rag + paraphrasing | rag (exp. 1) |" in text
+    assert "| mba | 0.970 | 0.810 | 0.600 |" in text

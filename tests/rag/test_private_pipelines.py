@@ -238,3 +238,17 @@ def test_knnlm_copies_datastore_with_any_retriever() -> None:
     out = sys.answer("the vault code")
     assert out.tokens[:2] == ("is", "seven")
     assert out.metadata["retrievals"] == len(out.tokens) + (len(out.tokens) < 4)
+
+
+def test_vote_domain_is_cached_for_tuples_only() -> None:
+    """The normalised vocabulary index is reused for one tuple, rebuilt for a list (a list
+    may change in place under the same id)."""
+    from ragprivacy.rag.dp_vote import EOS, _vocab
+
+    frozen = ("Alpha", "beta", "alpha")
+    assert _vocab(frozen) is _vocab(frozen)
+    assert _vocab(frozen).tokens == ["Alpha", "beta", "alpha", EOS]
+    words = ["a", "b"]
+    first = _vocab(words)
+    words.append("c")
+    assert _vocab(words) is not first and _vocab(words).tokens == ["a", "b", "c", EOS]

@@ -124,7 +124,7 @@ def _argmax_token(dist: Any) -> str:
 
 class _Vocab:
     """The exponential mechanism's domain V with ⟨EOS⟩, and each normalised token's
-    position (built once per vocabulary object: normalising V costs more than a vote)."""
+    position (built once per vocabulary tuple: normalising V costs more than a vote)."""
 
     __slots__ = ("eos", "pos_of", "source", "tokens")
 
@@ -143,17 +143,20 @@ _VOCABS_LOCK = threading.Lock()
 
 
 def _vocab(vocabulary: Sequence[str]) -> _Vocab:
+    """The domain of ``vocabulary``, cached for tuples only (a list may change in place
+    under the same id; ``DPVoteRAG`` keeps its vocabulary as a tuple)."""
+    if not isinstance(vocabulary, tuple):
+        return _Vocab(vocabulary)
     with _VOCABS_LOCK:
         hit = _VOCABS.get(id(vocabulary))
-        if hit is not None and hit.source is vocabulary and len(hit.source) == len(vocabulary):
+        if hit is not None and hit.source is vocabulary:
             _VOCABS.move_to_end(id(vocabulary))
             return hit
     built = _Vocab(vocabulary)
-    if isinstance(vocabulary, tuple | list):  # other sequences may change under the same id
-        with _VOCABS_LOCK:
-            _VOCABS[id(vocabulary)] = built
-            while len(_VOCABS) > 8:
-                _VOCABS.popitem(last=False)
+    with _VOCABS_LOCK:
+        _VOCABS[id(vocabulary)] = built
+        while len(_VOCABS) > 8:
+            _VOCABS.popitem(last=False)
     return built
 
 

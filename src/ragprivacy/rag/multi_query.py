@@ -86,7 +86,7 @@ class _Voting(RAGSystem):
         self.vote = DPVoteConfig(
             epsilon_token=epsilon_token, theta=theta, max_tokens=max_tokens, simulation=simulation
         )
-        self.vocabulary = list(vocabulary) if vocabulary is not None else None
+        self.vocabulary = tuple(vocabulary) if vocabulary is not None else None
         self.instruction = instruction
         self.reuse_answers = bool(reuse_answers)
         self._memory: list[tuple[str, str]] = []

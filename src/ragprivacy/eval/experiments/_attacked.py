@@ -92,14 +92,14 @@ class AttackedSystemsExperiment(Experiment):
 
         return memo(memo_key("generator", self._config_key(), name, opts), build)
 
-    def _vocabulary(self, ctx: RunContext) -> list[str]:
+    def _vocabulary(self, ctx: RunContext) -> tuple[str, ...]:
         """DP voting's word domain: the corpus's and the background's words (a public
         stand-in for an LLM's vocabulary, as in the ``private_rag`` experiment)."""
 
-        def build() -> list[str]:
+        def build() -> tuple[str, ...]:
             words = {w for d in ctx.corpus(self.corpus_name) for w in tokenize(d.text)}
             words |= {w for t in ctx.background_texts(self.corpus_name) for w in tokenize(t)}
-            return sorted(words)
+            return tuple(sorted(words))
 
         return memo(memo_key("vocabulary", self.config.to_dict(), self.corpus_name), build)
 

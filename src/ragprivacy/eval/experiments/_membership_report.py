@@ -152,6 +152,11 @@ def _column(cell: dict[str, Any]) -> str:
 _SKIPPED = "n/a"
 
 
+def _label(value: Any) -> str:
+    """A matrix entry without an AUC: ``"n/a"`` (skipped) as is, else "–"."""
+    return value if isinstance(value, str) else "–"
+
+
 def auc_heatmap(
     path: Path, attacks: list[str], columns: list[str], auc: list[list[float | str | None]]
 ) -> Path:
@@ -172,7 +177,7 @@ def auc_heatmap(
             ax.text(
                 j,
                 i,
-                f"{v:.2f}" if not np.isnan(v) else str(auc[i][j] or "–"),
+                f"{v:.2f}" if not np.isnan(v) else _label(auc[i][j]),
                 ha="center",
                 va="center",
                 fontsize=7,
@@ -202,6 +207,7 @@ def membership_overview(
     for corpus in corpora:
         attacks: list[str] = []
         columns: list[str] = []
+        owner: dict[str, int] = {}  # column label → the experiment it came from
         auc: dict[tuple[str, str], float | str] = {}
         spent: dict[str, str] = {}
         for exp, cells in parts:
@@ -212,13 +218,15 @@ def membership_overview(
                 if "study" in c:
                     continue
                 col = _column(c)
+                if owner.setdefault(col, exp.index) != exp.index:  # same label elsewhere
+                    col = f"{col} (exp. {exp.index})"
+                    owner.setdefault(col, exp.index)
                 attacks += [c["attack"]] if c["attack"] not in attacks else []
                 columns += [col] if col not in columns else []
-                auc[(c["attack"], col)] = (
-                    _SKIPPED if "skipped" in res else float(res["metrics"]["auc"])
-                )
+                value = float("nan") if "skipped" in res else float(res["metrics"]["auc"])
+                auc[(c["attack"], col)] = _SKIPPED if "skipped" in res else value
                 if "privacy" in res and col not in spent:
-                    spent[col] = _privacy_cells(res["privacy"]).split(" | ")[0].split(" ")[0]
+                    spent[col] = _privacy_cells(res["privacy"]).split(" | ")[0]
         grid = [[auc.get((a, col)) for col in columns] for a in attacks]
         fig = f"membership_overview_{len(figures)}.png"
         auc_heatmap(out_dir / fig, attacks, columns, grid)
@@ -228,12 +236,12 @@ def membership_overview(
             "defense (columns) of the run, on each experiment's evaluation targets (their "
             "counts, the ε each test spent and the other metrics are in the sections "
             "below; *n/a*: the system exposes no log-probabilities; –: not run). "
-            "*ε/target* is the "
-            "first attack's spend, as a scale.",
+            "*ε spent* is the first attack's spend (per target where each target meets a "
+            "fresh budget), as a scale.",
             "",
             "| attack | " + " | ".join(columns) + " |",
             "|---|" + "---|" * len(columns),
-            "| *ε/target* | " + " | ".join(spent.get(col, "–") for col in columns) + " |",
+            "| *ε spent* | " + " | ".join(spent.get(col, "–") for col in columns) + " |",
         ]
         for a, row in zip(attacks, grid):
             lines.append(

@@ -248,7 +248,7 @@ def build_system(
         sopts.setdefault("simulation", True)
         sopts.setdefault("rng", seed + 1)
         if vocabulary is not None and "vocabulary" not in sopts:
-            sopts["vocabulary"] = list(vocabulary())
+            sopts["vocabulary"] = tuple(vocabulary())  # one tuple: DP voting caches its index
         if spec.name == "murag_ada" and "epsilon_token" not in sopts:
             eps_q = float(sopts.get("epsilon_q", 10.0))
             thr = float(sopts.get("epsilon_thr", 1.0))

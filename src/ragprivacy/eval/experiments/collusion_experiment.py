@@ -5,7 +5,6 @@ A config entry (collusion paper §4.2–§4.4; the options are those of
 :func:`~ragprivacy.eval.experiments.collusion.topk_sweep`)::
 
     - type: collusion
-      corpus: knowledge          # required by the config schema; not used (no documents)
       mechanism: scalar          # scalar (M*, eq. 3.3-3.4) or topk (the service harness)
       eps_acc: [1, 2, 4]
       coalition_sizes: [1, 2, 5, 10, 20]

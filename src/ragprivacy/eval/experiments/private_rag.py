@@ -199,17 +199,17 @@ def question_sample(corpus: Corpus, which: str, count: int, seed: int) -> list[Q
     return out[:count]
 
 
-_VOCAB_CACHE: dict[tuple[int, str], list[str]] = {}
+_VOCAB_CACHE: dict[tuple[int, str], tuple[str, ...]] = {}
 
 
-def _vocabulary(ctx: RunContext, corpus_name: str) -> list[str]:
+def _vocabulary(ctx: RunContext, corpus_name: str) -> tuple[str, ...]:
     """The exponential mechanism's word domain: the world's words and the background's
     (the stand-in for an LLM's fixed tokenizer vocabulary; see ``rag.dp_vote``)."""
     key = (id(ctx), corpus_name)
     if key not in _VOCAB_CACHE:
         words = {w for d in ctx.corpus(corpus_name) for w in tokenize(d.text)}
         words |= {w for t in ctx.background_texts(corpus_name) for w in tokenize(t)}
-        _VOCAB_CACHE[key] = sorted(words)
+        _VOCAB_CACHE[key] = tuple(sorted(words))
     return _VOCAB_CACHE[key]
 
 
