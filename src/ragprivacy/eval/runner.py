@@ -66,8 +66,21 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def _cell_key(config: dict[str, Any], exp_index: int, cell: dict[str, Any]) -> str:
-    blob = json.dumps([config, exp_index, cell], sort_keys=True, default=str)
+def _cell_key(config: dict[str, Any], exp_index: int, cell: dict[str, Any], spawn_key: Any) -> str:
+    """A finished cell's checkpoint name: what its result depends on — the root seed,
+    corpora, models, its own experiment's spec, its position and its seed — and nothing
+    else, so editing one experiment (or ``workers``, or the run's name) keeps the others'
+    finished cells."""
+    parts = [
+        config["seed"],
+        config["corpora"],
+        config["models"],
+        config["experiments"][exp_index],
+        exp_index,
+        cell,
+        list(spawn_key),
+    ]
+    blob = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -137,7 +150,7 @@ def run_config(
     done: dict[int, dict[str, Any]] = {}
     pending = []
     for n, (i, cell) in enumerate(cells):
-        path = out / "cells" / f"{_cell_key(config_dict, i, cell)}.json"
+        path = out / "cells" / f"{_cell_key(config_dict, i, cell, children[n].spawn_key)}.json"
         if path.is_file():
             done[n] = json.loads(path.read_text())
         else:
@@ -152,7 +165,7 @@ def run_config(
             "seed": {"entropy": root.entropy, "spawn_key": list(children[n].spawn_key)},
             **payload,
         }
-        path = out / "cells" / f"{_cell_key(config_dict, i, cell)}.json"
+        path = out / "cells" / f"{_cell_key(config_dict, i, cell, children[n].spawn_key)}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(payload, default=_json_default))
         tmp.replace(path)

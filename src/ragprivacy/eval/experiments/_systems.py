@@ -10,7 +10,9 @@ Keys: ``name`` (a registered system), ``retriever`` (a registered retriever; def
 ``topk``), ``retriever_options``, ``k`` (retrieved documents; default the experiment's),
 ``budget`` (``run`` or ``target``, below), ``label`` (the name in tables; default built
 from the rest); every other key is an option of the system (``epsilon``, ``epsilon_q``,
-``tau``, ...).
+``tau``, ...). A ``knnlm`` system reads a token-level datastore built from the knowledge
+base's documents (:func:`knn_knowledge_base`; ``datastore_stride`` keeps every n-th
+position, ``datastore_index`` picks its index, e.g. ``faiss-hnsw`` for large corpora).
 
 **Offline defaults.** Private retrievers and DP-voting systems are built in their
 *simulation* mode (float noise from a stream seeded by the run; the secure samplers give
@@ -57,7 +59,7 @@ from ragprivacy.dp import (
 )
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Generator, Prompt, TokenDistribution
-from ragprivacy.rag import Query, RAGSystem, create_system, system_names
+from ragprivacy.rag import Query, RAGSystem, create_system, knn_datastore, system_names
 from ragprivacy.retrieval import KnowledgeBase, create_retriever, retriever_names
 from ragprivacy.types import Completion, PrivacyCost, Response
 
@@ -202,6 +204,30 @@ class GenerationsOnlyCache(Generator):
         return self.inner.config()
 
 
+_DATASTORES: dict[tuple[int, int, int, str], tuple[KnowledgeBase, KnowledgeBase]] = {}
+
+
+def knn_knowledge_base(
+    kb: KnowledgeBase, *, window: int = 6, stride: int = 1, index: str = "exact"
+) -> KnowledgeBase:
+    """kNN-LM's datastore over ``kb``'s documents: one entry per token position
+    (:func:`~ragprivacy.rag.knn_datastore`), keys embedded by ``kb``'s embedder, built
+    once per process and settings. A knowledge base that already is a datastore is
+    returned as is."""
+    if len(kb) and "next" in kb.document(0).metadata:
+        return kb
+    key = (id(kb), window, stride, index)
+    hit = _DATASTORES.get(key)
+    if hit is None or hit[0] is not kb:  # the source is held, so its id is not reused
+        store = KnowledgeBase.build(
+            knn_datastore(kb.corpus, window=window, stride=stride),
+            embedder=kb.embedder,
+            index=index,
+        )
+        hit = _DATASTORES[key] = (kb, store)
+    return hit[1]
+
+
 def build_system(
     spec: SystemSpec,
     *,
@@ -228,6 +254,14 @@ def build_system(
         return create_system(spec.name, generator=generator, **spec.options)
     if kb is None:
         raise ConfigError(f"System {spec.label!r} needs a knowledge base; none was given.")
+    sopts = dict(spec.options)
+    if spec.name == "knnlm":
+        kb = knn_knowledge_base(
+            kb,
+            window=int(sopts.get("window", 6)),
+            stride=int(sopts.pop("datastore_stride", 1)),
+            index=str(sopts.pop("datastore_index", "exact")),
+        )
     ropts = dict(spec.retriever_options)
     if spec.retriever in _SIMULATED_RETRIEVERS:
         ropts.setdefault("simulation", True)
@@ -239,7 +273,6 @@ def build_system(
         ropts.setdefault("queries_per_account", max(1, int(queries)))
         ropts.setdefault("calibration", "exact")
     retriever = create_retriever(spec.retriever, kb, k=spec.k or k, **ropts)
-    sopts = dict(spec.options)
     if spec.name in (*VOTING_SYSTEMS, "knnlm"):
         inner = getattr(generator, "inner", None)
         if isinstance(inner, Generator):
