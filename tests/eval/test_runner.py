@@ -55,3 +55,20 @@ def test_unknown_experiment_option_is_refused(tmp_path: Path) -> None:
     bad = {**CONFIG, "experiments": [{"type": "nope", "corpus": "k"}]}
     with pytest.raises(ConfigError, match="Unknown experiment type 'nope'"):
         run_config(parse_config(bad), tmp_path, progress=False)
+
+
+def test_editing_one_experiment_keeps_the_others_finished_cells(tmp_path: Path) -> None:
+    """A checkpoint is keyed by what its cell depends on: changing the second experiment,
+    ``workers`` or the run's name reruns only the second experiment's cells."""
+    second = {"type": "qa", "corpus": "k", "systems": ["rag"], "k": 3, "questions": 10}
+    cfg = {**CONFIG, "experiments": [*CONFIG["experiments"], second]}
+    run_config(parse_config(cfg), tmp_path, workers=1, progress=False)
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "cells").glob("*.json")}
+    assert len(before) == 3
+    edited = {**second, "questions": 12}
+    cfg2 = {**cfg, "name": "renamed", "workers": 2}
+    cfg2["experiments"] = [CONFIG["experiments"][0], edited]
+    run_config(parse_config(cfg2), tmp_path, workers=1, progress=False)
+    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "cells").glob("*.json")}
+    assert all(after[name] == t for name, t in before.items())  # none rewritten
+    assert len(set(after) - set(before)) == 1  # only the edited experiment's cell ran
