@@ -197,3 +197,32 @@ def test_overview_matrix_spans_every_membership_experiment(tmp_path: Path) -> No
     text = membership_overview([(exp0, first), (exp1, again)], tmp_path).markdown
     assert "| attack | rag | rag + paraphrasing | rag (exp. 1) |" in text
     assert "| mba | 0.970 | 0.810 | 0.600 |" in text
+
+
+def test_progress_counts_no_targets_for_cells_that_will_be_skipped() -> None:
+    """Attacks that need log-probabilities are skipped on voting systems: their cells
+    count no targets, so the progress bar's total is the work actually done."""
+    from ragprivacy.attacks import attack_factory
+    from ragprivacy.eval.experiments import create_experiment
+
+    assert attack_factory("s2mia-sp").requires_logprobs
+    assert not attack_factory("s2mia-s").requires_logprobs
+    cfg = parse_config(
+        {
+            "name": "t",
+            "corpora": {"m": {"synthetic": "medical", "n": 60}},
+            "experiments": [
+                {
+                    "type": "membership",
+                    "corpus": "m",
+                    "targets": 10,
+                    "calibration": 4,
+                    "attacks": ["s2mia-s", "s2mia-sp", "min-k"],
+                    "defenses": ["none"],
+                    "system_specs": [{"name": "dp_vote", "epsilon": 10}],
+                }
+            ],
+        }
+    )
+    exp = create_experiment(cfg.experiments[0], cfg, 0)
+    assert [exp.cell_units(c) for c in exp.cells()] == [14, 0, 0]

@@ -179,15 +179,31 @@ class MinKProbAttack(_HalfAttack):
         return {"name": self.name, "k": self.k, "max_tokens": self.max_tokens}
 
 
-def _s2mia_s(**options: Any) -> S2MIAAttack:
-    return S2MIAAttack(variant="s", **options)
+class _S2MIASimilarity(S2MIAAttack):
+    """``s2mia-s`` (its class attributes say what it needs before it is built)."""
+
+    requires_logprobs = False
+    learns = False
+
+    def __init__(
+        self, *, embedder: Embedder | str = "hashing", max_tokens: int = 128, seed: int = 0
+    ) -> None:
+        super().__init__(variant="s", embedder=embedder, max_tokens=max_tokens, seed=seed)
 
 
-def _s2mia_sp(**options: Any) -> S2MIAAttack:
-    return S2MIAAttack(variant="sp", **options)
+class _S2MIASimilarityPerplexity(S2MIAAttack):
+    """``s2mia-sp``: learns on the shadow and needs the answers' log-probabilities."""
+
+    requires_logprobs = True
+    learns = True
+
+    def __init__(
+        self, *, embedder: Embedder | str = "hashing", max_tokens: int = 128, seed: int = 0
+    ) -> None:
+        super().__init__(variant="sp", embedder=embedder, max_tokens=max_tokens, seed=seed)
 
 
 register_attack("rag-mia", RagMIAAttack)
-register_attack("s2mia-s", _s2mia_s)
-register_attack("s2mia-sp", _s2mia_sp)
+register_attack("s2mia-s", _S2MIASimilarity)
+register_attack("s2mia-sp", _S2MIASimilarityPerplexity)
 register_attack("min-k", MinKProbAttack)
