@@ -64,7 +64,38 @@ class Registry(Generic[T]):
         factory = self.factory(name)
         call_args = (*args, arg) if arg else args
         _check_options(self.kind, name, factory, call_args, kwargs)
-        return factory(*call_args, **kwargs)
+        try:
+            return factory(*call_args, **kwargs)
+        except TypeError as exc:  # an option passed on through **kwargs and refused there
+            if "unexpected keyword argument" not in str(exc):
+                raise
+            raise ConfigError(
+                f"Bad options for {self.kind} {name!r}: {exc}. It takes: "
+                f"{', '.join(_option_names(factory)) or 'none'}."
+            ) from exc
+
+
+def _option_names(factory: Callable[..., Any]) -> list[str]:
+    """Keyword options of ``factory`` (for a class, of every ``__init__`` it inherits)."""
+    inits = [
+        k.__dict__["__init__"]
+        for k in getattr(factory, "__mro__", ())
+        if k is not object and "__init__" in k.__dict__
+    ]
+    names: list[str] = []
+    for fn in inits or [factory]:
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        names += [
+            p.name
+            for p in params
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+            and p.name != "self"
+            and p.name not in names
+        ]
+    return names
 
 
 def _check_options(
@@ -79,11 +110,7 @@ def _check_options(
     try:
         sig.bind(*args, **kwargs)
     except TypeError as exc:
-        takes = [
-            p.name
-            for p in sig.parameters.values()
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in ("self",)
-        ]
         raise ConfigError(
-            f"Bad options for {kind} {name!r}: {exc}. It takes: {', '.join(takes) or 'none'}."
+            f"Bad options for {kind} {name!r}: {exc}. It takes: "
+            f"{', '.join(_option_names(factory)) or 'none'}."
         ) from None

@@ -226,3 +226,16 @@ def test_progress_counts_no_targets_for_cells_that_will_be_skipped() -> None:
     )
     exp = create_experiment(cfg.experiments[0], cfg, 0)
     assert [exp.cell_units(c) for c in exp.cells()] == [14, 0, 0]
+
+
+def test_attack_command_targets_private_systems(tmp_path: Path) -> None:
+    """``--system`` takes a name or an inline spec; a malformed one exits 2 with a line
+    that shows the expected form."""
+    args = ["attack", "--attack", "rag-mia", "--n", "60", "--targets", "6"]
+    args += ["--calibration", "2", "--workers", "1", "--embedder", "hashing"]
+    args += ["--background-n", "40", "--no-progress", "--out", str(tmp_path)]
+    spec = "{name: rag, retriever: noisy_topk, retriever_options: {epsilon_acc: 2}, label: nt}"
+    assert main([*args, "--system", "rag", "--system", spec]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "| rag | rag-mia | none |" in report and "| nt | rag-mia | none |" in report
+    assert main([*args, "--system", "{epsilon: 3}"]) == 2

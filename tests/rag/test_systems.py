@@ -78,6 +78,8 @@ def test_factory_options_are_checked_before_building(world) -> None:
         create_system("rag", retriever=TopKRetriever(kb), generator=reader, topk=3)
     with pytest.raises(ConfigError, match="epsilon_q"):
         create_system("naive_multi", retriever=TopKRetriever(kb), generator=reader, epsilon=5)
+    with pytest.raises(ConfigError, match=r"'eps'.*epsilon_q.*epsilon_token"):  # via **kw
+        create_system("murag", retriever=TopKRetriever(kb), generator=reader, eps=5)
 
 
 def test_query_validation() -> None:

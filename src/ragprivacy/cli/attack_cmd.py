@@ -4,7 +4,11 @@
 ``membership`` experiment (see :mod:`ragprivacy.eval.experiments.membership`) over a
 synthetic corpus kind or a JSONL/CSV file and writes ``report.md`` (the attacks ×
 defenses table and ROC plots) and ``results.json``. ``--attack all`` and ``--defense
-all`` run every one; options repeat (``--attack mba --attack srag``).
+all`` run every one; options repeat (``--attack mba --attack srag``). ``--system`` picks
+the systems under attack: a registered name (``rag``, ``dp_vote``, ...) or an inline
+YAML mapping with options, e.g. ``--system "{name: murag, epsilon_q: 10, budget:
+target}"`` (the keys of ``system_specs`` in
+:mod:`ragprivacy.eval.experiments._systems`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def build_config(
     workers: int,
     embedder: str = "lsa",
     background_n: int = 1000,
+    systems: list[str] | None = None,
 ) -> Any:
     """The experiment config ``ragprivacy attack`` runs."""
     from ragprivacy.attacks import attack_names
@@ -51,6 +56,7 @@ def build_config(
         {"path": corpus} if Path(corpus).is_file() else {"synthetic": corpus, "n": n}
     )
     name = Path(corpus).stem if "path" in source else corpus
+    specs = [_system_spec(s) for s in (systems or ["rag"])]
     return parse_config(
         {
             "name": f"attack {', '.join(attack_list)} on {name}",
@@ -66,7 +72,7 @@ def build_config(
                 {
                     "type": "membership",
                     "corpus": name,
-                    "systems": ["rag"],
+                    "system_specs": specs,
                     "k": k,
                     "attacks": attack_list,
                     "defenses": defense_list,
@@ -79,6 +85,26 @@ def build_config(
     )
 
 
+def _system_spec(text: str) -> Any:
+    """A ``--system`` value: a system name, or an inline YAML mapping of its spec."""
+    if not text.strip().startswith("{"):
+        return text.strip()
+    import yaml
+
+    from ragprivacy.errors import ConfigError
+
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--system {text!r} is not a YAML mapping: {exc}.") from None
+    if not isinstance(spec, dict) or "name" not in spec:
+        raise ConfigError(
+            f"--system {text!r} must be a system name or a mapping with a 'name', e.g. "
+            '"{name: murag, epsilon_q: 10, budget: target}".'
+        )
+    return spec
+
+
 def register(app: typer.Typer) -> None:
     """Add ``attack`` to the root command."""
 
@@ -87,6 +113,12 @@ def register(app: typer.Typer) -> None:
         attack: list[str] = typer.Option(["mba"], "--attack", help="Attack name, or all."),
         corpus: str = typer.Option("medical", "--corpus", help="Synthetic kind or a file."),
         defense: list[str] = typer.Option(["none"], "--defense", help="Defense, or all."),
+        system: list[str] = typer.Option(
+            ["rag"],
+            "--system",
+            help="System under attack: a name or a YAML mapping, e.g. "
+            '"{name: dp_vote, epsilon: 10, budget: target}".',
+        ),
         out: Path = typer.Option(Path("attack-out"), "--out", help="Output directory."),
         n: int = typer.Option(2000, "--n", help="Synthetic corpus size."),
         targets: int = typer.Option(200, "--targets", help="Evaluation targets."),
@@ -119,6 +151,7 @@ def register(app: typer.Typer) -> None:
             workers=workers,
             embedder=embedder,
             background_n=background_n,
+            systems=system,
         )
         result = run_config(config, out, progress=progress, config_path="ragprivacy attack")
         typer.echo(f"wrote {result.report_path} and {result.results_path}")
