@@ -239,3 +239,20 @@ def test_attack_command_targets_private_systems(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "| rag | rag-mia | none |" in report and "| nt | rag-mia | none |" in report
     assert main([*args, "--system", "{epsilon: 3}"]) == 2
+
+
+def test_each_run_directory_gets_its_own_call_cache(tmp_path: Path) -> None:
+    """Two runs of one config in one process write their generator calls to their own
+    directories (the in-process memo must not hand the second run the first's cache)."""
+    import sqlite3
+
+    exp = {**CONFIG["experiments"][0], "attacks": ["rag-mia"], "defenses": ["none"]}
+    cfg = parse_config({**CONFIG, "experiments": [{**exp, "studies": []}]})
+    counts = []
+    for name in ("a", "b"):
+        run_config(cfg, tmp_path / name, workers=1, progress=False)
+        db = sqlite3.connect(tmp_path / name / ".cache" / "generations.sqlite")
+        tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
+        counts.append(sum(db.execute(f"select count(*) from {t}").fetchone()[0] for t in tables))
+        db.close()
+    assert counts[0] > 0 and counts[1] == counts[0]

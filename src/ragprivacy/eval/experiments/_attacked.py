@@ -90,7 +90,8 @@ class AttackedSystemsExperiment(Experiment):
             gen = create_generator(name, **kw)
             return CachedGenerator(gen, ctx.cache) if ctx.cache is not None else gen
 
-        return memo(memo_key("generator", self._config_key(), name, opts), build)
+        cache = str(ctx.cache.path) if ctx.cache is not None else None  # one per run directory
+        return memo(memo_key("generator", self._config_key(), name, opts, cache), build)
 
     def _vocabulary(self, ctx: RunContext) -> tuple[str, ...]:
         """DP voting's word domain: the corpus's and the background's words (a public
