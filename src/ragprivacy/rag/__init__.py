@@ -22,7 +22,7 @@ from ragprivacy.rag.defenses import (
     defense_names,
 )
 from ragprivacy.rag.dp_vote import DPVoteConfig, VoteResult, dp_vote_generate
-from ragprivacy.rag.knnlm import KNNLM, knn_datastore
+from ragprivacy.rag.knnlm import KNN_WINDOW, KNNLM, knn_datastore
 from ragprivacy.rag.multi_query import DPVoteRAG, MuRAG, MuRAGAda, NaiveMultiRAG
 from ragprivacy.rag.tenants import (
     AccountPolicy,
@@ -39,6 +39,7 @@ __all__ = [
     "DefendedGenerator",
     "GeneratorParaphraser",
     "KNNLM",
+    "KNN_WINDOW",
     "LexiconParaphraser",
     "MuRAG",
     "MuRAGAda",

@@ -29,12 +29,13 @@ from ragprivacy.rag.base import Query, RAGSystem, register_system
 from ragprivacy.retrieval import Retriever
 from ragprivacy.types import Document, PrivacyCost, Response
 
-__all__ = ["KNNLM", "knn_datastore"]
+__all__ = ["KNNLM", "KNN_WINDOW", "knn_datastore"]
 
 EOS = "</s>"
+KNN_WINDOW = 6  # key length in tokens, shared by the datastore and the model
 
 
-def knn_datastore(corpus: Corpus, *, window: int = 6, stride: int = 1) -> Corpus:
+def knn_datastore(corpus: Corpus, *, window: int = KNN_WINDOW, stride: int = 1) -> Corpus:
     """One entry per token position (every ``stride``-th): key text = the ``window``
     tokens before it, ``metadata["next"]`` = the token (``</s>`` after the last), and
     ``metadata["doc"]`` = the source document id."""
@@ -71,7 +72,7 @@ class KNNLM(RAGSystem):
         *,
         lam: float = 0.1,
         temperature: float = 0.1,
-        window: int = 6,
+        window: int = KNN_WINDOW,
         max_tokens: int = 32,
         delta: float = 1e-5,
     ) -> None:

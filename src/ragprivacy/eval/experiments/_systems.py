@@ -59,7 +59,14 @@ from ragprivacy.dp import (
 )
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Generator, Prompt, TokenDistribution
-from ragprivacy.rag import Query, RAGSystem, create_system, knn_datastore, system_names
+from ragprivacy.rag import (
+    KNN_WINDOW,
+    Query,
+    RAGSystem,
+    create_system,
+    knn_datastore,
+    system_names,
+)
 from ragprivacy.retrieval import KnowledgeBase, create_retriever, retriever_names
 from ragprivacy.types import Completion, PrivacyCost, Response
 
@@ -208,7 +215,7 @@ _DATASTORES: dict[tuple[int, int, int, str], tuple[KnowledgeBase, KnowledgeBase]
 
 
 def knn_knowledge_base(
-    kb: KnowledgeBase, *, window: int = 6, stride: int = 1, index: str = "exact"
+    kb: KnowledgeBase, *, window: int = KNN_WINDOW, stride: int = 1, index: str = "exact"
 ) -> KnowledgeBase:
     """kNN-LM's datastore over ``kb``'s documents: one entry per token position
     (:func:`~ragprivacy.rag.knn_datastore`), keys embedded by ``kb``'s embedder, built
@@ -258,7 +265,7 @@ def build_system(
     if spec.name == "knnlm":
         kb = knn_knowledge_base(
             kb,
-            window=int(sopts.get("window", 6)),
+            window=int(sopts.get("window", KNN_WINDOW)),
             stride=int(sopts.pop("datastore_stride", 1)),
             index=str(sopts.pop("datastore_index", "exact")),
         )
