@@ -6,17 +6,11 @@ import json
 
 import typer
 
+from ragprivacy.cli._parsing import parse_list
+
 __all__ = ["app"]
 
 app = typer.Typer(help="The k-account collusion attack and its sweeps.", no_args_is_help=True)
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
 
 
 @app.command("sweep")
@@ -45,8 +39,8 @@ def sweep(
 
     if mechanism == "scalar":
         res = scalar_sweep(
-            eps=_floats(eps),
-            ks=_ints(k),
+            eps=parse_list(eps, float),
+            ks=parse_list(k, int),
             n=n,
             trials=trials,
             seed=seed,
@@ -56,8 +50,8 @@ def sweep(
         )
     elif mechanism == "topk":
         res = topk_sweep(
-            eps=_floats(eps),
-            ks=_ints(k),
+            eps=parse_list(eps, float),
+            ks=parse_list(k, int),
             n=n,
             trials=trials,
             seed=seed,
@@ -130,8 +124,8 @@ def production_check(
 
     record = production_scale_check(
         passages=passages,
-        eps=_floats(eps),
-        ks=_ints(k),
+        eps=parse_list(eps, float),
+        ks=parse_list(k, int),
         trials=trials,
         embedder=embedder,
         cache_dir=cache_dir,

@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ragprivacy.cli._parsing import parse_list
+
 __all__ = ["app"]
 
 app = typer.Typer(
@@ -114,17 +116,6 @@ def predict_auc(
     )
 
 
-def _parse_list(text: str, kind: type) -> list[Any]:
-    from ragprivacy.errors import ConfigError
-
-    try:
-        return [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(
-            f"Expected a comma-separated list of {kind.__name__} values; got {text!r}."
-        ) from None
-
-
 @app.command("table")
 def table(
     ks: str = typer.Option("1,2,5,10,20,50,100", "--k", help="Coalition sizes, comma-separated."),
@@ -139,8 +130,8 @@ def table(
     """The epsilon_audit grid (k x eps_acc) of the collusion paper (leading term of eq. 5.2)."""
     from ragprivacy.dp.collusion import epsilon_audit_table
 
-    k_list = _parse_list(ks, int)
-    e_list = _parse_list(eps, float)
+    k_list = parse_list(ks, int)
+    e_list = parse_list(eps, float)
     rows = epsilon_audit_table(k_list, e_list, delta_acc=delta_acc, n=n, delta_policy=delta_policy)
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in rows], indent=2))

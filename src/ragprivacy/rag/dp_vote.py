@@ -228,8 +228,9 @@ def dp_vote_generate(
         vote_pos = np.full(len(voters), -1, dtype=np.int64)
         need = []
         step = len(out)
+        prefix = tuple(out)
         for i, v in enumerate(voters):
-            if tuple(out) == v.answer[:step]:
+            if prefix == v.answer[:step]:
                 if len(v.answer) > step:
                     votes[i], vote_pos[i] = v.answer[step], answer_pos[i][step]
                 else:
@@ -253,8 +254,8 @@ def dp_vote_generate(
             vote_pos[counted], weights=weights_f[counted], minlength=len(vocab)
         ).astype(np.int64)
         non_rag = votes[0]
-        j0 = pos_of.get(normalize(non_rag))
-        count = int(hist[j0]) if j0 is not None else 0
+        j0 = int(vote_pos[0])  # the non-RAG vote's position (−1: outside V)
+        count = int(hist[j0]) if j0 >= 0 else 0
         if sv.test(count):  # discovery (line 11)
             if config.simulation:
                 pick = int(exponential_mechanism(hist, eps_half, simulation=True, rng=gen))

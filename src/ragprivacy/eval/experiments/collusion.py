@@ -140,12 +140,12 @@ def scalar_sweep(
     cells = []
     for e in eps:
         mech = ScalarMechanism(epsilon_acc=e, delta_acc=delta_acc, n=n)
+        # A* and the LLR read the same draws (the LLR is a monotone map of A*'s ȳ).
+        family = "split" if adversary == "split" else "pooled"
+        split = DiversifiedSplit(mechanism=mech, rho=rho) if adversary == "split" else None
         for k in ks:
-            # A* and the LLR read the same draws (the LLR is a monotone map of A*'s ȳ).
-            family = "split" if adversary == "split" else "pooled"
             rng = stream(seed, ("scalar", family, repr(float(e)), k))
-            if adversary == "split":
-                split = DiversifiedSplit(mechanism=mech, rho=rho)
+            if split is not None:
                 x = split.simulate(member=True, k=k, trials=trials, rng=rng)
                 y = split.simulate(member=False, k=k, trials=trials, rng=rng)
                 predicted = split.predicted_auc(k)
@@ -345,7 +345,7 @@ def gates(cells: Sequence[SweepCell], *, has_prediction: bool = True) -> list[Ga
         out.append(
             GateVerdict(
                 "above_chance",
-                bool(cells) and any(True for _ in above),
+                bool(above),
                 {"cells": len(cells), "above_chance": len(above)},
             )
         )

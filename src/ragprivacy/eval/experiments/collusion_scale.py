@@ -179,8 +179,8 @@ def cached_embeddings(
 
 def _pick_pair(
     vectors: np.ndarray, target_gap: float, unique: float, candidates: int, seed: int
-) -> tuple[int, int, int]:
-    """(target, decoy, near): a target with no other passage at cosine ≥ ``unique`` except
+) -> tuple[int, int]:
+    """(target, decoy): a target with no other passage at cosine ≥ ``unique`` except
     possibly its decoy, and the decoy whose gap 1 − cos is closest to ``target_gap``.
     Exact scans over a random sample of candidate targets (§4.5's uniqueness screen)."""
     rng = np.random.default_rng(seed)
@@ -202,7 +202,7 @@ def _pick_pair(
             f"No candidate target is unique at cosine {unique}; raise 'candidates' or "
             "lower the screen."
         )
-    return best[1], best[2], 0
+    return best[1], best[2]
 
 
 def _monte_carlo_hits(
@@ -293,7 +293,8 @@ def production_scale_check(
     t_embed = time.perf_counter() - start
     say(f"embeddings ready: {vectors.shape} in {t_embed:.0f} s")
     t0 = time.perf_counter()
-    target, decoy, _ = _pick_pair(vectors.astype(np.float32), target_gap, unique, candidates, seed)
+    vectors = np.asarray(vectors, dtype=np.float32)  # no copy when the cache gave float32
+    target, decoy = _pick_pair(vectors, target_gap, unique, candidates, seed)
     probe = vectors[target]
     gap = float(1.0 - probe @ vectors[decoy])
     keep = np.ones(passages + 1, dtype=bool)
