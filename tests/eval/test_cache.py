@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import multiprocessing
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from ragprivacy._sqlite import when_unlocked
 from ragprivacy.eval import CachedGenerator, GenerationCache
 from ragprivacy.generate import Generator, Prompt, Task, TokenDistribution
 from ragprivacy.types import Completion
@@ -68,3 +74,58 @@ def test_cached_distribution_and_score(tmp_path: Path) -> None:
     assert gen.next_token_distribution(p, ["a"]).probs == (0.25, 0.75)
     assert gen.score(p, "z").logprobs == gen.score(p, "z").logprobs == (-1.0,)
     assert inner.calls == 2
+
+
+def _open_and_write(path: str, barrier: Any, outcomes: Any, n: int) -> None:
+    barrier.wait()
+    try:
+        GenerationCache(path).put_many({f"k{n}": n})
+    except Exception as exc:  # reported to the parent, which fails the test
+        outcomes.put(repr(exc))
+    else:
+        outcomes.put("ok")
+
+
+def test_many_processes_open_a_new_cache_at_once(tmp_path: Path) -> None:
+    # The workers of a sweep all open one new file; SQLite refused some of them
+    # ("database is locked") while another was switching the file to WAL.
+    ctx = multiprocessing.get_context("fork")
+    procs = 6
+    for round_ in range(20):
+        path = str(tmp_path / f"r{round_}" / "generations.sqlite")
+        barrier, outcomes = ctx.Barrier(procs), ctx.Queue()
+        workers = [
+            ctx.Process(target=_open_and_write, args=(path, barrier, outcomes, n))
+            for n in range(procs)
+        ]
+        for w in workers:
+            w.start()
+        got = [outcomes.get(timeout=120) for _ in workers]
+        for w in workers:
+            w.join()
+        assert got == ["ok"] * procs
+        assert len(GenerationCache(path)) == procs
+
+
+def test_lock_retry_waits_out_a_locked_file_and_no_other_error() -> None:
+    calls = []
+
+    def locked_twice() -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise sqlite3.OperationalError("database is locked")
+
+    when_unlocked(locked_twice, wait_s=5.0)
+    assert len(calls) == 3
+
+    def broken() -> None:
+        raise sqlite3.OperationalError("no such table: calls")
+
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        when_unlocked(broken, wait_s=5.0)
+
+    def always_locked() -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        when_unlocked(always_locked, wait_s=0.05)

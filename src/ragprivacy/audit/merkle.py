@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ragprivacy._sqlite import connect_wal
 from ragprivacy.errors import ConfigError, DataError, VerificationError
 
 __all__ = [
@@ -165,6 +166,7 @@ def verify_consistency(
     return fr == old_root and sr == new_root and sn == 0
 
 
+_WAIT_S = 30.0  # another process appending to the same ledger
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS leaves (idx INTEGER PRIMARY KEY, data BLOB NOT NULL,
                                    hash BLOB NOT NULL);
@@ -200,10 +202,14 @@ class MerkleLog:
     # ------------------------------------------------------------------ storage
     def _open(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.executescript(_SCHEMA)
+        db = connect_wal(
+            path,
+            timeout=_WAIT_S,
+            synchronous="FULL",
+            schema=_SCHEMA,
+            autocommit=True,
+            check_same_thread=False,
+        )
         self._db = db
         rows = db.execute("SELECT idx, data, hash FROM leaves ORDER BY idx").fetchall()
         for expected, (idx, data, h) in enumerate(rows):

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ragprivacy._sqlite import connect_wal, when_unlocked
 from ragprivacy._validation import check_positive
 from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError
 
@@ -45,6 +46,17 @@ __all__ = [
 Amount = float | Sequence[float] | np.ndarray
 _RTOL = 1e-9
 _CHUNK = 500  # SQL variables per IN (...) query
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS spent (
+    doc_id TEXT NOT NULL, dim INTEGER NOT NULL, amount REAL NOT NULL,
+    PRIMARY KEY (doc_id, dim)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS charges (
+    charge_id TEXT PRIMARY KEY, doc_ids TEXT NOT NULL, amount TEXT NOT NULL,
+    created REAL NOT NULL);
+"""
 
 
 class DocumentBudgetExhaustedError(BudgetExhaustedError):
@@ -282,41 +294,28 @@ class SqliteBudgetStore(BudgetStore):
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.executescript(
-                """
-                CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-                CREATE TABLE IF NOT EXISTS spent (
-                    doc_id TEXT NOT NULL, dim INTEGER NOT NULL, amount REAL NOT NULL,
-                    PRIMARY KEY (doc_id, dim)) WITHOUT ROWID;
-                CREATE TABLE IF NOT EXISTS charges (
-                    charge_id TEXT PRIMARY KEY, doc_ids TEXT NOT NULL, amount TEXT NOT NULL,
-                    created REAL NOT NULL);
-                """
+            conn = connect_wal(
+                self.path,
+                timeout=self.timeout,
+                synchronous=self._synchronous,
+                schema=_SCHEMA,
+                autocommit=True,
             )
             self._local.conn = conn
         return conn
 
     def _exec(self, conn: sqlite3.Connection, sql: str) -> None:
         # busy_timeout covers lock waits; retry the rare SQLITE_BUSY it does not cover.
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                conn.execute(sql)
-                return
-            except sqlite3.OperationalError as err:
-                if "locked" not in str(err) and "busy" not in str(err):
-                    raise
-                if time.monotonic() > deadline:
-                    raise BackendError(
-                        f"Could not lock the budget store {self.path} within {self.timeout}s "
-                        f"(another writer holds it); nothing was charged. Retry with the same "
-                        f"charge_id, or raise 'timeout'."
-                    ) from err
-                time.sleep(0.01)
+        try:
+            when_unlocked(lambda: conn.execute(sql), self.timeout)
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) and "busy" not in str(err):
+                raise
+            raise BackendError(
+                f"Could not lock the budget store {self.path} within {self.timeout}s "
+                f"(another writer holds it); nothing was charged. Retry with the same "
+                f"charge_id, or raise 'timeout'."
+            ) from err
 
     def _read(self, conn: sqlite3.Connection, ids: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(ids), self.dims), dtype=np.float64)

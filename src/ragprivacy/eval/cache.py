@@ -15,11 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ragprivacy._sqlite import connect_wal
 from ragprivacy.errors import DataError
 from ragprivacy.generate import Generator, Prompt, TokenDistribution
 from ragprivacy.types import Completion
 
 __all__ = ["CachedGenerator", "GenerationCache"]
+
+
+_WAIT_S = 60.0
+_SCHEMA = "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
 
 
 class GenerationCache:
@@ -30,10 +35,7 @@ class GenerationCache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._local = threading.local()
-            with self._conn() as conn:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-                )
+            self._conn()
         except (OSError, sqlite3.Error) as exc:
             raise DataError(f"Cannot open the generation cache at {self.path}: {exc}.") from exc
         self.hits = 0
@@ -42,9 +44,7 @@ class GenerationCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn = connect_wal(self.path, timeout=_WAIT_S, schema=_SCHEMA)
             self._local.conn = conn
         return conn
 

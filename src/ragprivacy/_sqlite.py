@@ -1,0 +1,86 @@
+"""Opening the embedded SQLite stores safely when several processes share one file.
+
+The generation cache, the budget store and the Merkle ledger are SQLite files in WAL
+mode that the processes of a sweep or a service open at the same moment. Two
+situations answer "database is locked" at once instead of waiting out the busy
+timeout: turning a new file to WAL (it needs an exclusive lock) and a lock upgrade
+that SQLite refuses to wait for because it could deadlock. Both clear within
+milliseconds, so the right response is to retry until a deadline.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+__all__ = ["connect_wal", "when_unlocked"]
+
+T = TypeVar("T")
+
+
+def when_unlocked(step: Callable[[], T], wait_s: float) -> T:
+    """Run ``step``, retrying while another connection holds the file locked.
+
+    Raises the last ``sqlite3.OperationalError`` once ``wait_s`` seconds have passed,
+    and any other error at once.
+    """
+    deadline = time.monotonic() + wait_s
+    delay = 0.005
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            message = str(exc)
+            if ("locked" not in message and "busy" not in message) or (
+                time.monotonic() >= deadline
+            ):
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 0.25)
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    # WAL is a property of the file: once set, later openers only read it.
+    if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+        conn.execute("PRAGMA journal_mode=WAL")
+
+
+def connect_wal(
+    path: str | Path,
+    *,
+    timeout: float,
+    synchronous: str = "NORMAL",
+    schema: str | None = None,
+    autocommit: bool = False,
+    check_same_thread: bool = True,
+) -> sqlite3.Connection:
+    """A connection to ``path`` in WAL mode, with ``schema`` (a script) applied.
+
+    Args:
+        path: the database file (created if missing; its folder must exist).
+        timeout: seconds to wait for another process's lock, here and in later calls.
+        synchronous: SQLite's ``synchronous`` setting (``FULL`` for stores that must
+            survive a power cut, ``NORMAL`` for caches).
+        schema: ``CREATE ... IF NOT EXISTS`` statements run once the file is in WAL.
+        autocommit: open with ``isolation_level=None`` (the caller issues BEGIN/COMMIT).
+        check_same_thread: passed to ``sqlite3.connect``.
+    """
+    conn = sqlite3.connect(
+        str(path),
+        timeout=timeout,
+        isolation_level=None if autocommit else "DEFERRED",
+        check_same_thread=check_same_thread,
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        when_unlocked(lambda: _use_wal(conn), timeout)
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        if schema is not None:
+            when_unlocked(lambda: conn.executescript(schema), timeout)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
