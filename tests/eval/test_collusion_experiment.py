@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,13 @@ from ragprivacy.errors import ConfigError
 from ragprivacy.eval import run_config
 from ragprivacy.eval.config import ExperimentConfig, from_mapping
 from ragprivacy.eval.experiments import experiment_types
-from ragprivacy.eval.experiments.collusion import scalar_sweep
+from ragprivacy.eval.experiments.collusion import (
+    SweepCell,
+    _null_se,
+    _z,
+    gates,
+    scalar_sweep,
+)
 
 _CONFIG = """
 name: collusion test
@@ -78,3 +86,35 @@ def test_only_document_experiments_need_a_corpus() -> None:
     cfg = _config(text + "  - {type: membership, targets: 4}\n")
     with pytest.raises(ConfigError, match=r"needs a 'corpus'.*med"):
         create_experiment(cfg.experiments[0], cfg, 0)
+
+
+def test_null_se_is_the_exact_mann_whitney_se_at_one_half() -> None:
+    for trials in (10, 200, 10_000):
+        assert _null_se(0.5, trials) == pytest.approx(math.sqrt((2 * trials + 1) / 12) / trials)
+    assert _null_se(0.9, 100) == pytest.approx(_null_se(0.1, 100))
+    assert 0 < _null_se(1.0, 100) < _null_se(0.99, 100)
+
+
+def test_a_perfectly_separated_cell_is_tested_not_counted_as_a_miss() -> None:
+    # Every pair ordered: DeLong's SE is 0. A prediction of 0.9995 at 2,000 trials per
+    # world expects about 0.05 % misordered pairs, so AUC = 1 agrees with it.
+    perfect = SweepCell(20, 64.0, 1.0, 0.0, 0.9995, _z(1.0, 0.0, 0.9995, 2000), 2000)
+    assert perfect.z is not None and 0 < perfect.z < 2
+    far = _z(1.0, 0.0, 0.9, 2000)
+    assert far > 2  # a prediction far from 1 is still rejected
+    (p3,) = (g for g in gates([perfect] * 10) if g.name == "P3")
+    assert p3.passed and p3.details["within_2se"] == 10
+    assert json.loads(json.dumps(perfect.to_dict(), allow_nan=False))["z"] == perfect.z
+
+
+def test_a_tied_cell_is_not_above_chance() -> None:
+    tied = SweepCell(1, 1.0, 0.5, 0.0, 0.6, _z(0.5, 0.0, 0.6, 200), 200)
+    verdicts = {g.name: g for g in gates([tied, tied], has_prediction=False)}
+    assert verdicts["above_chance"].details["above_chance"] == 0
+
+
+def test_saturated_sweep_has_finite_z_everywhere() -> None:
+    result = scalar_sweep(eps=[256.0], ks=[5, 20], n=200, trials=50, seed=1)
+    assert any(c.se == 0 for c in result.cells)
+    for c in result.cells:
+        assert c.z is not None and math.isfinite(c.z)

@@ -167,7 +167,7 @@ def scalar_sweep(
                     auc=auc,
                     se=se,
                     predicted=predicted,
-                    z=(auc - predicted) / se if se > 0 else math.inf,
+                    z=_z(auc, se, predicted, trials),
                     trials=trials,
                     extra={"sigma": mech.sigma, **extra},
                 )
@@ -243,7 +243,7 @@ def topk_sweep(
                     auc=auc,
                     se=se,
                     predicted=predicted,
-                    z=(auc - predicted) / se if se > 0 else None,
+                    z=_z(auc, se, predicted, trials),
                     trials=trials,
                     extra=extra,
                 )
@@ -268,6 +268,27 @@ def topk_sweep(
         gates=gates(cells, has_prediction=False),
         seconds=seconds,
     )
+
+
+def _null_se(auc0: float, trials: int) -> float:
+    """Hanley & McNeil's (1982) standard error of an empirical AUC over ``trials`` scores
+    per class when the true AUC is ``auc0`` (the formula is symmetric about ½)."""
+    a = min(max(auc0, 1.0 - auc0), 1.0 - 0.5 / trials**2)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (trials - 1) * (q1 - a * a + q2 - a * a)) / trials**2
+    return math.sqrt(var)
+
+
+def _se_for_test(cell: SweepCell, auc0: float) -> float:
+    """The SE a test of "AUC = auc0" divides by: DeLong's, or where it is 0 (the empirical
+    AUC is 0 or 1, or every score tied) the Hanley–McNeil SE at ``auc0`` — the spread the
+    hypothesis itself implies — instead of an infinite z or a skipped cell."""
+    return cell.se if cell.se > 0 else _null_se(auc0, cell.trials)
+
+
+def _z(auc: float, se: float, predicted: float, trials: int) -> float:
+    """z = (AUC − predicted)/SE (§3.8), with :func:`_se_for_test`'s rule when SE = 0."""
+    return (auc - predicted) / (se if se > 0 else _null_se(predicted, trials))
 
 
 def _wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float, float, float]:
@@ -295,7 +316,7 @@ def gates(cells: Sequence[SweepCell], *, has_prediction: bool = True) -> list[Ga
         row = sorted(row, key=lambda c: c.k)
         x = np.sqrt([c.k for c in row])
         y = np.array([c.auc for c in row])
-        se = np.array([max(c.se, 1e-12) for c in row])
+        se = np.array([_se_for_test(c, c.auc if c.predicted is None else c.predicted) for c in row])
         _, b, se_b, chisq = _wls(x, y, 1 / se**2)
         entry: dict[str, Any] = {"eps_acc": e, "slope": b, "slope_se": se_b}
         dof = len(row) - 2
@@ -325,7 +346,7 @@ def gates(cells: Sequence[SweepCell], *, has_prediction: bool = True) -> list[Ga
         within = sum(1 for z in zs if abs(z) <= 2)
         need = math.ceil(0.9 * len(zs))
         resolvable = [c for c in cells if c.predicted is not None and c.predicted - 0.5 >= 3 * c.se]
-        above = [c for c in resolvable if (c.auc - 0.5) / c.se >= 2]
+        above = [c for c in resolvable if c.auc - 0.5 >= 2 * _se_for_test(c, 0.5)]
         out.append(
             GateVerdict(
                 "P3",
@@ -341,7 +362,7 @@ def gates(cells: Sequence[SweepCell], *, has_prediction: bool = True) -> list[Ga
             )
         )
     else:
-        above = [c for c in cells if (c.auc - 0.5) / max(c.se, 1e-12) >= 2]
+        above = [c for c in cells if c.auc - 0.5 >= 2 * _se_for_test(c, 0.5)]
         out.append(
             GateVerdict(
                 "above_chance",
