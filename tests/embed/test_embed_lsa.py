@@ -138,3 +138,22 @@ def test_recall_on_the_synthetic_knowledge_corpus() -> None:
     scores = q @ d.T
     rank = (scores >= scores[np.arange(len(gold)), gold][:, None]).sum(axis=1) - 1
     assert (rank < 5).mean() >= 0.9
+
+
+def test_blas_threads_limits_inside_and_restores_after() -> None:
+    import numpy  # noqa: F401  # a BLAS to limit
+    from threadpoolctl import threadpool_info
+
+    from ragprivacy.embed._checks import blas_threads
+
+    def blas() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas()
+    assert before, "numpy should load a BLAS"
+    for _ in range(2):  # the second block reuses the cached library view
+        with blas_threads(1):
+            assert blas() == [1] * len(before)
+        assert blas() == before
+    with blas_threads(None):
+        assert blas() == before

@@ -272,3 +272,41 @@ def test_attack_experiments_give_knnlm_a_token_datastore() -> None:
     system = build_system(spec, kb=kb, generator=FakeLLM(), k=1, queries=1, seed=0)
     assert system.retriever.kb is store
     assert system.answer("the vault code").tokens[:2] == ("is", "seven")
+
+
+def _mix_argmax_by_definition(
+    dist: TokenDistribution, knn: dict[str, float], lam: float
+) -> tuple[str, str, float]:
+    """RP paper §3.1 written out entry by entry: mix every normalised token, then take the
+    first maximum (LM order, then neighbour order); the LM's written form wins."""
+    mix = {t.casefold(): (1 - lam) * p for t, p in zip(dist.tokens, dist.probs)}
+    forms = {t.casefold(): t for t in dist.tokens}
+    for tok, p in knn.items():
+        key = tok.casefold()
+        mix[key] = mix.get(key, 0.0) + lam * p
+        forms.setdefault(key, tok)
+    best = max(mix, key=lambda t: mix[t])
+    return best, forms[best], mix[best]
+
+
+def test_knnlm_mixing_equals_the_entry_by_entry_definition() -> None:
+    """The fast argmax (LM argmax + neighbour tokens only) picks the same token, form and
+    probability as mixing the whole vocabulary, also with repeated forms and exact ties."""
+    import numpy as np
+
+    corpus = Corpus([Document("a", "alpha beta gamma")])
+    kb = KnowledgeBase.build(knn_datastore(corpus, window=2), embedder="hashing")
+    words = ["Alpha", "alpha", "BETA", "beta", "Gamma", "delta", "Eps", "</s>", "zeta", "ETA"]
+    rng = np.random.default_rng(11)
+    for trial in range(3000):
+        lam = float(rng.choice([0.1, 0.5, 1.0, 0.0]))
+        n = int(rng.integers(1, 9))
+        toks = tuple(str(w) for w in rng.choice(words, size=n))
+        # coarse probabilities make exact ties common
+        probs = tuple(float(p) for p in rng.integers(0, 4, size=n) / 8)
+        knn_toks = rng.choice([*words, "new", "NEW"], size=int(rng.integers(0, 5)))
+        knn = {str(t): float(rng.integers(1, 4)) / 4 for t in knn_toks}
+        system = KNNLM(TopKRetriever(kb, k=1), FakeLLM(), lam=lam, window=2)
+        dist = TokenDistribution(toks, probs)
+        got = system._mix_argmax(dist, knn)
+        assert got == _mix_argmax_by_definition(dist, knn, lam), (trial, toks, probs, knn)

@@ -42,7 +42,7 @@ from ragprivacy.generate.templates import (
     render_prompt,
     template_names,
 )
-from ragprivacy.generate.tokens import detokenize, normalize, tokenize
+from ragprivacy.generate.tokens import detokenize, normalize, normalize_all, tokenize
 
 __all__ = [
     "BackgroundModel",
@@ -71,6 +71,7 @@ __all__ = [
     "get_template",
     "is_defense_instruction",
     "normalize",
+    "normalize_all",
     "register_generator",
     "register_template",
     "render_prompt",

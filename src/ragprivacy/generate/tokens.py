@@ -9,8 +9,9 @@ Matching ignores case (use :func:`normalize`); output keeps the source's case.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-__all__ = ["TOKEN_PATTERN", "detokenize", "normalize", "tokenize"]
+__all__ = ["TOKEN_PATTERN", "detokenize", "normalize", "normalize_all", "tokenize"]
 
 TOKEN_PATTERN = re.compile(
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # e-mail address
@@ -37,6 +38,15 @@ def tokenize(text: str) -> list[str]:
 def normalize(token: str) -> str:
     """The case-folded form used for matching."""
     return token.casefold()
+
+
+def normalize_all(tokens: Sequence[str]) -> list[str]:
+    """:func:`normalize` of every token (a whole vocabulary at C speed).
+
+    >>> normalize_all(["The", "ΣΑ", "Straße"])
+    ['the', 'σα', 'strasse']
+    """
+    return list(map(str.casefold, tokens))
 
 
 def detokenize(tokens: list[str] | tuple[str, ...]) -> str:

@@ -16,6 +16,8 @@ of the retrievals (Gaussian events compose exactly: ε from μ = √(Σμ²), at
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +26,16 @@ import numpy as np
 from ragprivacy._validation import check_in_range, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus
 from ragprivacy.dp import GaussianEvent, compose, exact_gaussian_epsilon
-from ragprivacy.generate import Generator, Prompt, Task, detokenize, normalize, tokenize
+from ragprivacy.generate import (
+    Generator,
+    Prompt,
+    Task,
+    TokenDistribution,
+    detokenize,
+    normalize,
+    normalize_all,
+    tokenize,
+)
 from ragprivacy.rag.base import Query, RAGSystem, register_system
 from ragprivacy.retrieval import Retriever
 from ragprivacy.types import Document, PrivacyCost, Response
@@ -48,6 +59,22 @@ def knn_datastore(corpus: Corpus, *, window: int = KNN_WINDOW, stride: int = 1) 
             key = detokenize(toks[max(0, i - window) : i])
             entries.append(Document(f"{doc.id}@{i}", key, {"next": toks[i], "doc": doc.id}))
     return Corpus(entries, name=f"{corpus.name}-knn")
+
+
+_NEXT: weakref.WeakKeyDictionary[Corpus, list[str]] = weakref.WeakKeyDictionary()
+_NEXT_LOCK = threading.Lock()
+
+
+def _next_tokens(datastore: Corpus) -> list[str]:
+    """Each datastore entry's value (its next token), read once per datastore: systems
+    built afresh per attack target share one datastore of about a million entries."""
+    with _NEXT_LOCK:
+        hit = _NEXT.get(datastore)
+    if hit is None:
+        hit = [str(doc.metadata.get("next", EOS)) for doc in datastore]
+        with _NEXT_LOCK:
+            _NEXT[datastore] = hit
+    return hit
 
 
 class KNNLM(RAGSystem):
@@ -83,8 +110,7 @@ class KNNLM(RAGSystem):
         self.window = check_positive_int("window", window)
         self.max_tokens = check_positive_int("max_tokens", max_tokens)
         self.delta = check_in_range("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
-        kb = retriever.kb
-        self._next = [str(kb.document(i).metadata.get("next", EOS)) for i in range(len(kb))]
+        self._next = _next_tokens(retriever.kb.corpus)
 
     def _knn(self, history: Sequence[str], account: str | None) -> tuple[dict[str, float], Any]:
         r = self.retriever.retrieve(detokenize(list(history[-self.window :])), account=account)
@@ -99,6 +125,44 @@ class KNNLM(RAGSystem):
             out[tok] = out.get(tok, 0.0) + float(weight)
         return out, r.event
 
+    def _mix_argmax(self, dist: TokenDistribution, knn: dict[str, float]) -> tuple[str, str, float]:
+        """argmax over normalised tokens of λ·p_kNN + (1 − λ)·p_LM: (key, written form,
+        mixed probability). The LM's form wins over a neighbour's; ties go to the token
+        met first (LM order, then neighbour order).
+
+        Only the LM's own argmax and the ≤ K neighbour tokens can win (no other token
+        scores above (1 − λ)·max p_LM), so the vocabulary is normalised and searched in
+        C instead of being mixed entry by entry; a test checks the result against the
+        entry-by-entry mix.
+        """
+        keys = normalize_all(dist.tokens)
+        lm = dict(zip(keys, dist.probs))  # a repeated form keeps its last probability
+        scale = 1 - self.lam
+        mixed: dict[str, float] = {}
+        forms: dict[str, str] = {}
+        for tok, p in knn.items():
+            key = normalize(tok)
+            if key not in mixed:
+                mixed[key] = scale * lm.get(key, 0.0)
+                forms[key] = tok
+            mixed[key] += self.lam * p
+        if lm:
+            # the first key at the largest *scaled* probability: scaling may tie values
+            # that differ (λ = 1 ties them all)
+            scaled = scale * np.fromiter(lm.values(), dtype=np.float64, count=len(lm))
+            at = int(np.argmax(scaled))
+            mixed.setdefault(list(lm)[at], float(scaled[at]))
+        top = max(mixed.values())
+        winners = [key for key, v in mixed.items() if v == top]
+        if len(winners) > 1:
+            first = {key: i for i, key in reversed(list(enumerate(keys))) if key in winners}
+            winners.sort(key=lambda key: first.get(key, len(keys) + list(mixed).index(key)))
+        best = winners[0]
+        if best not in lm:
+            return best, forms[best], mixed[best]
+        last = len(keys) - 1 - keys[::-1].index(best)  # the form a repeated key kept
+        return best, dist.tokens[last], mixed[best]
+
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
         q = Query.of(query)
         prompt = Prompt(Task.CONTINUE if q.task == Task.ANSWER else q.task, q.text, ())
@@ -109,21 +173,15 @@ class KNNLM(RAGSystem):
         calls = 0
         for _ in range(self.max_tokens):
             dist = self.generator.next_token_distribution(prompt, out)
-            mix = {normalize(t): (1 - self.lam) * p for t, p in zip(dist.tokens, dist.probs)}
-            forms = {normalize(t): t for t in dist.tokens}
             knn, event = self._knn(history + out, account)
             calls += 1
             if event is not None:
                 events.append(event)
-            for tok, p in knn.items():
-                key = normalize(tok)
-                mix[key] = mix.get(key, 0.0) + self.lam * p
-                forms.setdefault(key, tok)
-            best = max(mix, key=lambda t: mix[t])
+            best, form, p_best = self._mix_argmax(dist, knn)
             if best == normalize(EOS) or best == "<unk>":
                 break
-            out.append(forms[best])
-            logprobs.append(float(np.log(max(mix[best], 1e-300))))
+            out.append(form)
+            logprobs.append(float(np.log(max(p_best, 1e-300))))
         return Response(
             text=detokenize(out),
             tokens=tuple(out),
