@@ -18,6 +18,7 @@ from ragprivacy.dp import (
     GaussianEvent,
     LaplaceEvent,
     PureDpEvent,
+    PureDpFilter,
     SelfComposedEvent,
     account_sigma_exact,
     advanced_composition,
@@ -303,11 +304,45 @@ def test_discrete_laplace_is_counted_above_the_continuous_curve() -> None:
     assert pld_epsilon(ev, 1e-6) == pytest.approx(reference, rel=1e-3)
     assert pld_epsilon(ev, 1e-6) > pld_epsilon(ev_c, 1e-6)
     assert event_from_dict(disc.to_dict()) == disc and disc.epsilon == 0.1
-    assert isinstance(disc, LaplaceEvent)  # code reading scale/epsilon keeps working
     with pytest.raises(ConfigError, match="integer sensitivity"):
         DiscreteLaplaceEvent(scale=1.0, sensitivity=1.5)
     with pytest.raises(ConfigError, match="no discrete Laplace"):
         disc.to_dp_accounting()
+
+
+def test_discrete_laplace_is_never_accounted_as_continuous() -> None:
+    """The two Laplace events are siblings: a dispatch that tests ``LaplaceEvent`` first
+    (in any order) still gives a discrete leaf the discrete curves, and every route that
+    takes pure-DP leaves takes both."""
+    disc = DiscreteLaplaceEvent(scale=4.0, sensitivity=3)
+    cont = LaplaceEvent(scale=4.0, sensitivity=3.0)
+    assert not isinstance(disc, LaplaceEvent) and not isinstance(cont, DiscreteLaplaceEvent)
+    assert disc != cont and disc.epsilon == cont.epsilon == 0.75
+    assert disc.scale == 4.0 and disc.sensitivity == 3 and isinstance(disc.sensitivity, int)
+
+    orders = [1.5, 2.0, 8.0, 32.0]
+    by_sum = np.array([min(_discrete_laplace_rdp_by_sum(4.0, 3, a), 0.75) for a in orders])
+    np.testing.assert_allclose(rdp_curve(disc, orders), by_sum, rtol=1e-9)
+    assert np.all(rdp_curve(cont, orders) < by_sum)
+    both = ComposedEvent((cont, SelfComposedEvent(disc, 2)))
+    np.testing.assert_allclose(
+        rdp_curve(both, orders), rdp_curve(cont, orders) + 2 * by_sum, rtol=1e-9
+    )
+
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    reference = (
+        pld_lib.from_discrete_laplace_mechanism(0.25, sensitivity=3)
+        .self_compose(50)
+        .get_epsilon_for_delta(1e-6)
+    )
+    assert pld_epsilon(SelfComposedEvent(disc, 50), 1e-6) == pytest.approx(reference, rel=1e-3)
+    assert epsilon_for(both, 1e-6, "basic") == pytest.approx(3 * 0.75)
+    pure_filter = PureDpFilter(budget=5.0)
+    pure_filter.charge_event(["d"], both)
+    assert pure_filter.spent(["d"])[0] == pytest.approx(3 * 0.75)
+    with pytest.raises(ConfigError, match="no discrete Laplace"):
+        both.to_dp_accounting()
 
 
 @pytest.mark.parametrize("method", ["rdp", "exact"])

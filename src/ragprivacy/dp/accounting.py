@@ -93,13 +93,13 @@ def advanced_composition(
 
 
 def basic_composition(event: PrivacyEvent) -> tuple[float, float]:
-    """Sum of ε and δ over the leaves (pure, approximate, Laplace events only).
+    """Sum of ε and δ over the leaves (pure, approximate, Laplace and discrete Laplace only).
 
     Source: Dwork & Roth 2014, Thm 3.16.
     """
     eps = delta = 0.0
     for leaf, count in event.flatten():
-        if isinstance(leaf, PureDpEvent | LaplaceEvent):
+        if isinstance(leaf, PureDpEvent | LaplaceEvent | DiscreteLaplaceEvent):
             eps += count * leaf.epsilon
         elif isinstance(leaf, ApproxDpEvent):
             eps += count * leaf.epsilon
@@ -216,7 +216,7 @@ def _pld_width(event: PrivacyEvent) -> float:
             mu = leaf.mu
             mean += count * mu * mu / 2
             var += count * mu * mu
-        elif isinstance(leaf, LaplaceEvent | PureDpEvent | ApproxDpEvent):
+        elif isinstance(leaf, LaplaceEvent | DiscreteLaplaceEvent | PureDpEvent | ApproxDpEvent):
             e = leaf.epsilon
             width += min(2 * count * e, count * e * e / 2 + 12 * e * math.sqrt(count))
     return mean + 12 * math.sqrt(var) + width

@@ -145,7 +145,7 @@ class LaplaceEvent(PrivacyEvent):
 
 
 @dataclass(frozen=True, slots=True)
-class DiscreteLaplaceEvent(LaplaceEvent):
+class DiscreteLaplaceEvent(PrivacyEvent):
     """Integer discrete Laplace noise, P(x) ∝ e^{−|x|/scale}, on an integer value whose L1
     change is at most the integer ``sensitivity``.
 
@@ -155,10 +155,14 @@ class DiscreteLaplaceEvent(LaplaceEvent):
     curve is smaller at every order. Accountants use the exact discrete curve (the RR
     curve for Δ = 1; ``dp_accounting``'s ``from_discrete_laplace_mechanism`` for PLD).
     Returned by the secure (integer) paths of :func:`~ragprivacy.dp.mechanisms.laplace_counts`
-    and :func:`~ragprivacy.dp.mechanisms.noisy_prefix_threshold`; a subclass of
-    :class:`LaplaceEvent` so code that reads ``scale``/``epsilon`` keeps working.
+    and :func:`~ragprivacy.dp.mechanisms.noisy_prefix_threshold`. It has the fields and
+    ``epsilon`` of :class:`LaplaceEvent` but is *not* a subclass of it, so that code
+    dispatching on ``LaplaceEvent`` can never account it with the continuous curves.
     Source: Canonne, Kamath & Steinke 2020, Alg. 2 (sampler); Private-RAG Alg. 2/6 line 6.
     """
+
+    scale: float
+    sensitivity: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", check_positive("scale", self.scale))
@@ -169,6 +173,11 @@ class DiscreteLaplaceEvent(LaplaceEvent):
                 f"Scale the value to integers first."
             )
         object.__setattr__(self, "sensitivity", int(sens))
+
+    @property
+    def epsilon(self) -> float:
+        """The pure-DP parameter sensitivity/scale."""
+        return self.sensitivity / self.scale
 
     def to_dp_accounting(self) -> dp_accounting.DpEvent:
         raise ConfigError(

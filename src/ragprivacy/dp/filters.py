@@ -26,7 +26,13 @@ from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.dp.accounting import DEFAULT_RDP_ORDERS, rdp_curve, rdp_to_epsilon
 from ragprivacy.dp.budget_store import BudgetStore, ChargeReceipt, MemoryBudgetStore
 from ragprivacy.dp.calibration import check_delta
-from ragprivacy.dp.events import ApproxDpEvent, LaplaceEvent, PrivacyEvent, PureDpEvent
+from ragprivacy.dp.events import (
+    ApproxDpEvent,
+    DiscreteLaplaceEvent,
+    LaplaceEvent,
+    PrivacyEvent,
+    PureDpEvent,
+)
 from ragprivacy.errors import ConfigError
 
 __all__ = [
@@ -39,13 +45,13 @@ __all__ = [
 def _pure_epsilon(event: PrivacyEvent) -> float:
     eps = 0.0
     for leaf, count in event.flatten():
-        if isinstance(leaf, PureDpEvent | LaplaceEvent) or (
+        if isinstance(leaf, PureDpEvent | LaplaceEvent | DiscreteLaplaceEvent) or (
             isinstance(leaf, ApproxDpEvent) and leaf.delta == 0
         ):
             eps += count * leaf.epsilon
         else:
             raise ConfigError(
-                f"A pure-DP filter takes pure-DP events (pure, Laplace); got "
+                f"A pure-DP filter takes pure-DP events (pure, Laplace, discrete Laplace); got "
                 f"{type(leaf).__name__}. Use a RenyiFilter for Gaussian events."
             )
     return eps

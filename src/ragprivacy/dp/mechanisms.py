@@ -247,7 +247,7 @@ class NoisyCounts:
     """Noisy counts (integers in secure mode, floats in simulation) and their event."""
 
     values: np.ndarray
-    event: LaplaceEvent  # DiscreteLaplaceEvent on the secure path
+    event: LaplaceEvent | DiscreteLaplaceEvent  # discrete on the secure path
 
 
 def laplace_counts(
@@ -298,7 +298,7 @@ class PrefixThreshold:
     stop_bin: int | None
     noisy_prefix_sums: tuple[float, ...]
     bins_released: int
-    event_per_document: LaplaceEvent
+    event_per_document: LaplaceEvent | DiscreteLaplaceEvent
 
 
 def _prefix_stops(
