@@ -16,12 +16,14 @@ from ragprivacy.dp import (
     GaussianNoisyTopK,
     Grid,
     LaplaceEvent,
+    ScoreSensitivity,
     above_threshold,
     account_sigma_exact,
     exact_gaussian_epsilon,
     exponential_mechanism,
     laplace_counts,
     noisy_prefix_threshold,
+    score_sensitivity,
     top_k_indices,
 )
 from ragprivacy.dp.events import SelfComposedEvent
@@ -88,6 +90,32 @@ def test_batched_selection_reports_the_cost_of_every_query() -> None:
     assert exact_gaussian_epsilon(batch.event, 1e-6) > 5 * one
     single = m.select(np.zeros(10), bits=ChaCha20Bits.derived(SEED, "single"))
     assert single.event == m.event
+
+
+def test_score_sensitivity_resolves_range_and_delta() -> None:
+    unit = score_sensitivity((0, 1))
+    assert unit == ScoreSensitivity((0.0, 1.0), 1.0) and unit.source == "score_range"
+    assert score_sensitivity((-1.0, 1.0), 3.0).sensitivity == 3.0  # a larger Δ is allowed
+    assert score_sensitivity(None, 1.0) == ScoreSensitivity(None, 1.0)
+    assert score_sensitivity(None, 1.0).source == "trusted"
+    assert score_sensitivity(None, default_range=(-1.0, 1.0)).sensitivity == 2.0
+    with pytest.raises(ConfigError, match="got neither"):
+        score_sensitivity(None)
+    with pytest.raises(ConfigError, match=r"at least the width of score_range .*Narrow"):
+        score_sensitivity((-1.0, 1.0), 1.0)
+    with pytest.raises(ConfigError, match="low < high"):
+        score_sensitivity((0.0, float("inf")))
+    with pytest.raises(ConfigError, match="pair"):
+        score_sensitivity((1.0, 2.0, 3.0))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="'sensitivity'"):
+        score_sensitivity(None, -1.0)
+    # the mechanism resolves its pair with it (cosine range by default)
+    m = GaussianNoisyTopK(sigma=1.0, k=1, score_range=(0, 0.5), simulation=True)
+    assert (m.score_range, m.sensitivity) == (score_sensitivity((0, 0.5)).score_range, 0.5)
+    assert GaussianNoisyTopK(sigma=1.0, k=1).sensitivity == 2.0
+    grid = Grid(bits=4)
+    secure = GaussianNoisyTopK(sigma=1.0, k=1, score_range=(0.0, 1.0), grid=grid)
+    assert secure.event.sensitivity == grid.rounded_sensitivity(1.0) == 17 / 16
 
 
 def test_score_range_sets_and_enforces_the_sensitivity() -> None:

@@ -112,6 +112,10 @@ from ragprivacy.dp.samplers import (
     gaussian_noise_float,
     laplace_noise_float,
 )
+from ragprivacy.dp.sensitivity import (
+    ScoreSensitivity,
+    score_sensitivity,
+)
 from ragprivacy.dp.sparse_vector import (
     AboveThreshold,
     above_threshold,
@@ -146,6 +150,7 @@ __all__ = [
     "PureDpFilter",
     "RecordPart",
     "RenyiFilter",
+    "ScoreSensitivity",
     "SelfComposedEvent",
     "SqliteBudgetStore",
     "ZCdpEvent",
@@ -199,6 +204,7 @@ __all__ = [
     "rdp_epsilon",
     "rdp_to_epsilon",
     "renyi_capacities",
+    "score_sensitivity",
     "stream",
     "top_k_indices",
 ]

@@ -31,6 +31,7 @@ from ragprivacy.dp.events import (
 )
 from ragprivacy.dp.randomness import ChaCha20Bits
 from ragprivacy.dp.samplers import Grid, discrete_gaussian, discrete_laplace
+from ragprivacy.dp.sensitivity import score_sensitivity
 from ragprivacy.errors import ConfigError
 
 __all__ = [
@@ -128,7 +129,8 @@ class GaussianNoisyTopK:
     paper (§2.2) states Δ ≤ 1 "for unit-norm embeddings"; that holds when scores lie in a
     unit-width interval, e.g. ``score_range=(0, 1)`` (negative scores clipped to 0), and
     not for raw cosine scores in [−1, 1]. Passing ``sensitivity`` without ``score_range``
-    disables clipping and takes the caller's Δ on trust (the paper's statement).
+    disables clipping and takes the caller's Δ on trust (the paper's statement). The pair
+    is validated by :func:`~ragprivacy.dp.sensitivity.score_sensitivity`.
 
     Guarantee: the release of the whole noisy score vector is a Gaussian mechanism with
     μ = Δ/σ (μ-GDP; (ε_q, δ_q)-DP at the σ of eq. 3.4 with the same Δ); the top-K indices
@@ -156,34 +158,11 @@ class GaussianNoisyTopK:
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
         object.__setattr__(self, "k", check_positive_int("k", self.k))
-        rng_ = self.score_range
-        if rng_ is None and self.sensitivity is None:
-            rng_ = _COSINE_RANGE
-        if rng_ is not None:
-            try:
-                lo, hi = (float(v) for v in rng_)
-            except (TypeError, ValueError):
-                raise ConfigError(
-                    f"The 'score_range' parameter must be a pair (low, high); got {rng_!r}."
-                ) from None
-            if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-                raise ConfigError(
-                    f"The 'score_range' parameter must be finite with low < high; got {rng_!r}."
-                )
-            rng_ = (lo, hi)
-            width = hi - lo
-            if self.sensitivity is None:
-                object.__setattr__(self, "sensitivity", width)
-            elif check_positive("sensitivity", self.sensitivity) < width * (1 - 1e-12):
-                raise ConfigError(
-                    f"The 'sensitivity' parameter must be at least the width of score_range "
-                    f"{rng_} (= {width:g}) for replace-one neighbours; got {self.sensitivity!r}. "
-                    f"Narrow score_range (e.g. (0.0, 1.0) for Δ = 1) or raise sensitivity."
-                )
-        object.__setattr__(self, "score_range", rng_)
-        if self.sensitivity is None:  # pragma: no cover - set from score_range above
-            raise ConfigError("Give 'sensitivity' or 'score_range'; got neither.")
-        object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
+        resolved = score_sensitivity(
+            self.score_range, self.sensitivity, default_range=_COSINE_RANGE
+        )
+        object.__setattr__(self, "score_range", resolved.score_range)
+        object.__setattr__(self, "sensitivity", resolved.sensitivity)
         if not isinstance(self.grid, Grid):
             raise ConfigError(f"The 'grid' parameter must be a Grid; got {self.grid!r}.")
         if not self.simulation:
@@ -195,8 +174,7 @@ class GaussianNoisyTopK:
         sens = float(self.sensitivity)  # type: ignore[arg-type]  # resolved in __post_init__
         if self.simulation:
             return GaussianEvent(sigma=self.sigma, sensitivity=sens)
-        units = self.grid.sensitivity_units(sens)
-        return GaussianEvent(sigma=self.sigma, sensitivity=units * self.grid.resolution)
+        return GaussianEvent(sigma=self.sigma, sensitivity=self.grid.rounded_sensitivity(sens))
 
     def select(
         self,

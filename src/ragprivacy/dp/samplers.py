@@ -397,6 +397,10 @@ class Grid:
             math.ceil(Fraction(check_positive("sensitivity", sensitivity)) * (1 << self.bits)) + 1
         )
 
+    def rounded_sensitivity(self, sensitivity: float) -> float:
+        """The sensitivity after rounding to the grid, in score units: (⌈Δ·2^b⌉ + 1)·2^-b."""
+        return self.sensitivity_units(sensitivity) * self.resolution
+
 
 def gaussian_noise_float(
     sigma: float, size: int | tuple[int, ...], *, rng: RngLike = None

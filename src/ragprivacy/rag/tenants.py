@@ -43,6 +43,7 @@ from ragprivacy.dp import (
     GaussianNoisyTopK,
     calibrate_account_sigma,
     collusion_sigma,
+    score_sensitivity,
 )
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Generator, Prompt
@@ -111,38 +112,9 @@ class AccountPolicy:
         check_choice("calibration", self.calibration, ("paper", "exact", "rdp", "analytic"))
         if self.sigma is not None:
             check_positive("sigma", self.sigma)
-        rng_ = self.score_range
-        if rng_ is None:
-            if self.sensitivity is None:
-                raise ConfigError(
-                    "Without a 'score_range' (no clipping) give 'sensitivity' explicitly "
-                    "(1.0 is the paper's statement); got neither."
-                )
-        else:
-            try:
-                lo, hi = (float(v) for v in rng_)
-            except (TypeError, ValueError):
-                raise ConfigError(
-                    f"The 'score_range' parameter must be a pair (low, high); got {rng_!r}."
-                ) from None
-            if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-                raise ConfigError(
-                    f"The 'score_range' parameter must be finite with low < high; got {rng_!r}."
-                )
-            object.__setattr__(self, "score_range", (lo, hi))
-            if self.sensitivity is None:
-                object.__setattr__(self, "sensitivity", hi - lo)
-            elif check_positive("sensitivity", self.sensitivity) < (hi - lo) * (1 - 1e-12):
-                raise ConfigError(
-                    f"The 'sensitivity' must be at least the width of score_range {rng_} "
-                    f"(= {hi - lo:g}) under replace-one; got {self.sensitivity!r}. Narrow "
-                    "score_range (e.g. (0.0, 1.0) for Δ = 1) or raise sensitivity."
-                )
-        object.__setattr__(
-            self,
-            "sensitivity",
-            check_positive("sensitivity", self.sensitivity),  # type: ignore[arg-type]  # set above
-        )
+        resolved = score_sensitivity(self.score_range, self.sensitivity)
+        object.__setattr__(self, "score_range", resolved.score_range)
+        object.__setattr__(self, "sensitivity", resolved.sensitivity)
 
     @property
     def noise_sigma(self) -> float:

@@ -43,7 +43,7 @@ import numpy as np
 
 from ragprivacy._random import RngLike, make_rng
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
-from ragprivacy.dp import GaussianNoisyTopK, calibrate_account_sigma
+from ragprivacy.dp import GaussianNoisyTopK, Grid, calibrate_account_sigma, score_sensitivity
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.retrieval.base import Retriever, register_retriever
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
@@ -162,29 +162,23 @@ class NoisyTopKRetriever(Retriever):
         self.calibration = check_choice(
             "calibration", calibration, ("paper", "exact", "analytic", "rdp")
         )
-        if score_range is None and sensitivity is None:
-            raise ConfigError(
-                "Give 'score_range' (scores are clipped into it and Δ is its width) or, "
-                "without clipping, an explicit 'sensitivity' taken on trust; got neither."
-            )
+        resolved = score_sensitivity(score_range, sensitivity)
+        self.score_range: tuple[float, float] | None = resolved.score_range
+        self.sensitivity = resolved.sensitivity
+        self.sensitivity_source = resolved.source
         self.simulation = bool(simulation)
-        # Resolve Δ (and validate score_range) once; the event's Δ does not depend on σ.
-        probe = GaussianNoisyTopK(
-            sigma=1.0,
-            k=self.k,
-            sensitivity=sensitivity,
-            score_range=score_range,
-            simulation=self.simulation,
+        # The secure path rounds scores to the mechanism's grid, which adds one grid unit
+        # to the Δ charged per query; σ is calibrated with that Δ so event and budget agree.
+        grid = Grid()
+        charged = (
+            self.sensitivity if self.simulation else grid.rounded_sensitivity(self.sensitivity)
         )
-        self.score_range: tuple[float, float] | None = probe.score_range
-        self.sensitivity = float(probe.sensitivity)  # type: ignore[arg-type]
-        self.sensitivity_source = "score_range" if self.score_range is not None else "trusted"
         if sigma is None:
             sigma = calibrate_account_sigma(
                 self.epsilon_acc,
                 self.delta_acc,
                 self.queries_per_account,
-                sensitivity=probe.event.sensitivity,  # Δ of the event charged per query
+                sensitivity=charged,
                 method=self.calibration,
             )
         self.sigma = check_positive("sigma", sigma)
@@ -212,9 +206,10 @@ class NoisyTopKRetriever(Retriever):
         self.mechanism = GaussianNoisyTopK(
             sigma=self.sigma,
             k=self.k,
-            sensitivity=sensitivity,
+            sensitivity=self.sensitivity,
             score_range=self.score_range,
             simulation=self.simulation,
+            grid=grid,
         )
         self.counter = (
             counter if counter is not None else AccountQueryCounter(self.queries_per_account)
