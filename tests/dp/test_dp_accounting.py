@@ -63,6 +63,12 @@ def test_analytic_is_tighter_than_classic() -> None:
         assert gaussian_sigma_analytic(eps, 1e-6) < gaussian_sigma_classic(eps, 1e-6)
     with pytest.raises(ConfigError, match="epsilon < 1"):
         gaussian_sigma_classic(1.5, 1e-6)
+    # the formula as papers print it for ε >= 1, on request only
+    large = gaussian_sigma_classic(1.5, 1e-6, 2.0, allow_large_epsilon=True)
+    assert large == 2.0 * math.sqrt(2 * math.log(1.25 / 1e-6)) / 1.5
+    assert gaussian_sigma_classic(0.5, 1e-6, allow_large_epsilon=True) == gaussian_sigma_classic(
+        0.5, 1e-6
+    )
 
 
 def test_per_query_budget_and_paper_sigma() -> None:

@@ -292,6 +292,12 @@ def test_projection_retrievers(kb: KnowledgeBase) -> None:
     clip = DPProjectionRetriever(kb, k=2, dim=16, clip_only=True, simulation=True, rng=0)
     assert clip.retrieve("apples").event is None
     assert dp_rp_sigma(1.0, 1e-5, 1.0, calibration="analytic") < dp_rp_sigma(1.0, 1e-5, 1.0)
+    # RP Alg. 2 line 9 as printed, for every ε (the paper's ε ∈ {1, 5, 10, 20} included)
+    for eps in (0.3, 1.0, 5.0, 20.0):
+        expected = 0.7 * math.sqrt(2 * math.log(1.25 / 1e-4)) / eps
+        assert dp_rp_sigma(eps, 1e-4, 0.7) == expected
+    with pytest.raises(ConfigError, match="'delta'"):
+        dp_rp_sigma(1.0, 1.0, 1.0)
 
 
 def test_sanity_distance_ratio_and_cosine_error_shrink_with_k() -> None:

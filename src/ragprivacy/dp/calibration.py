@@ -71,16 +71,24 @@ def per_query_budget(epsilon_acc: float, delta_acc: float, n: int) -> PerQueryBu
     return PerQueryBudget(epsilon=eps_q, delta=delta_acc / n)
 
 
-def gaussian_sigma_classic(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
+def gaussian_sigma_classic(
+    epsilon: float,
+    delta: float,
+    sensitivity: float = 1.0,
+    *,
+    allow_large_epsilon: bool = False,
+) -> float:
     """σ = Δ √(2 log(1.25/δ)) / ε, the classic Gaussian mechanism (Dwork & Roth, Thm A.1).
 
     Guarantee: (ε, δ)-DP for one release when ε < 1 (the theorem's hypothesis; larger ε
-    is refused — use :func:`gaussian_sigma_analytic`).
+    is refused — use :func:`gaussian_sigma_analytic`). ``allow_large_epsilon=True``
+    returns the formula for any ε, as papers that print it for ε ≥ 1 use it (e.g. the
+    RP paper's DP-RP-G); the (ε, δ) claim then does not follow from the theorem.
     """
     epsilon = check_positive("epsilon", epsilon)
     delta = check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)
-    if epsilon >= 1:
+    if epsilon >= 1 and not allow_large_epsilon:
         raise ConfigError(
             f"The classic Gaussian calibration needs epsilon < 1; got {epsilon!r}. "
             f"Use gaussian_sigma_analytic for larger epsilon."

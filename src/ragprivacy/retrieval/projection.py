@@ -42,6 +42,7 @@ from ragprivacy.dp import (
     discrete_gaussian,
     gaussian_noise_float,
     gaussian_sigma_analytic,
+    gaussian_sigma_classic,
     top_k_indices,
 )
 from ragprivacy.errors import ConfigError
@@ -185,17 +186,18 @@ class ProjectionRetriever(Retriever):
 def dp_rp_sigma(epsilon: float, delta: float, clip: float, *, calibration: str = "paper") -> float:
     """σ of DP-RP-G: c√(2 ln(1.25/δ))/ε (RP Alg. 2 line 9) or the exact analytic σ.
 
+    The paper's σ is the classic Gaussian calibration, which it applies for ε ≥ 1 too
+    (ε ∈ {1, 5, 10, 20}), beyond the theorem's ε < 1; it is returned for every ε.
+
     >>> round(dp_rp_sigma(1.0, 1e-5, 1.0), 4)
     4.8448
     """
     epsilon = check_positive("epsilon", epsilon)
     clip = check_positive("clip", clip)
     check_choice("calibration", calibration, ("paper", "analytic"))
-    if not 0 < delta < 1:
-        raise ConfigError(f"The 'delta' parameter must be in (0, 1); got {delta!r}.")
     if calibration == "analytic":
         return gaussian_sigma_analytic(epsilon, delta, clip)
-    return clip * math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+    return gaussian_sigma_classic(epsilon, delta, clip, allow_large_epsilon=True)
 
 
 class DPProjectionRetriever(ProjectionRetriever):
