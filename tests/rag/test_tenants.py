@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 
 from ragprivacy.corpus import Corpus
+from ragprivacy.dp import GaussianNoisyTopK
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
-from ragprivacy.generate import create_generator
-from ragprivacy.rag import AccountPolicy, MultiTenantRAG, TenantAccessError, TenantRAGSystem
+from ragprivacy.generate import Prompt, create_generator
+from ragprivacy.rag import (
+    AccountPolicy,
+    MultiTenantRAG,
+    Query,
+    TenantAccessError,
+    TenantRAGSystem,
+)
 from ragprivacy.retrieval import KnowledgeBase
 from ragprivacy.types import Document
 
@@ -132,3 +139,52 @@ def test_tenant_rag_system_answers_for_an_account() -> None:
     assert resp.retrieval is not None and all(i.startswith("acme-") for i in resp.retrieval.ids)
     with pytest.raises(ConfigError):
         system.answer("x")
+
+
+def test_simulated_noise_is_the_seeded_stream_in_query_order() -> None:
+    """One mechanism per account draws, search after search, the same noise a fresh
+    GaussianNoisyTopK per search would draw from the same seeded stream."""
+    kb = _kb("acme", n=12)
+    svc = MultiTenantRAG(top_k=3, simulation=True, rng=11)
+    svc.add_tenant("acme", kb)
+    policies = {
+        "a": AccountPolicy(rate_limit=20, epsilon=8.0, sigma=0.05),
+        "b": AccountPolicy(rate_limit=20, epsilon=8.0, sigma=0.3, score_range=(0.0, 1.0)),
+    }
+    for name, policy in policies.items():
+        svc.add_account(name, "acme", policy)
+    reference = np.random.default_rng(11)
+    for i in range(4):
+        for name, policy in policies.items():
+            vectors = np.asarray(
+                kb.embedder.encode([f"subject {i}", f"record {i + 2}"]), np.float32
+            )
+            got = svc.search(vectors, account=name)
+            want = GaussianNoisyTopK(
+                sigma=policy.noise_sigma,
+                k=3,
+                sensitivity=policy.sensitivity,
+                score_range=policy.score_range,
+                simulation=True,
+            ).select(kb.index.scores(vectors), rng=reference)
+            np.testing.assert_array_equal(got.indices, want.indices)
+            np.testing.assert_array_equal(got.noisy_scores, want.noisy_scores)
+            assert got.event == want.event_per_query
+
+
+def test_tenant_answers_are_generated_from_the_retrieved_documents() -> None:
+    """Same seed, same retrievals; each answer is the generator's on the query's prompt."""
+    gen = create_generator("reference", background=["plain background text about things"])
+    system = TenantRAGSystem(_service(simulation=True, rng=5), gen, instruction="Be brief.")
+    twin = _service(simulation=True, rng=5)
+    queries = ["what is record 2 about?", Query("subject 3", retrieval_text="record 3")]
+    answers = system.answer_batch(queries, account="alice")
+    retrievals = twin.retrieve_batch(["what is record 2 about?", "record 3"], account="alice")
+    kb = twin.knowledge_base("acme")
+    for query, answer, retrieval in zip(queries, answers, retrievals):
+        q = Query.of(query)
+        assert answer.retrieval == retrieval
+        prompt = Prompt(q.task, q.text, kb.texts(retrieval.indices), "Be brief.", q.options)
+        assert answer.text == gen.generate_batch([prompt])[0].text
+        assert answer.privacy.mechanism == "gaussian-noisy-topk"
+    assert system.answer_batch([], account="alice") == []

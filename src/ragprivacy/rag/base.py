@@ -10,7 +10,7 @@ from typing import Any
 
 from ragprivacy._registry import Registry
 from ragprivacy.generate import Generator, Prompt, Task
-from ragprivacy.retrieval import Retriever
+from ragprivacy.retrieval import KnowledgeBase, Retriever
 from ragprivacy.types import Completion, PrivacyCost, Response, Retrieval
 
 __all__ = [
@@ -90,6 +90,26 @@ def _response(completion: Completion, retrieval: Retrieval | None, cost: Privacy
     )
 
 
+def _answer_with_retrievals(
+    generator: Generator,
+    instruction: str | None,
+    queries: Sequence[Query],
+    retrievals: Sequence[Retrieval],
+    kb: KnowledgeBase,
+    mechanism: str,
+) -> list[Response]:
+    """Prompt each query with the texts of its retrieved documents in ``kb``, generate in
+    one batch, and report each retrieval with ``mechanism`` as the privacy cost."""
+    prompts = [
+        Prompt(q.task, q.text, kb.texts(r.indices), instruction, q.options)
+        for q, r in zip(queries, retrievals)
+    ]
+    completions = generator.generate_batch(prompts)
+    return [
+        _response(c, r, PrivacyCost(mechanism=mechanism)) for c, r in zip(completions, retrievals)
+    ]
+
+
 class NonRAG(RAGSystem):
     """The generator alone, with no retrieved context (the utility floor; no privacy cost)."""
 
@@ -139,15 +159,9 @@ class StandardRAG(RAGSystem):
     ) -> list[Response]:
         qs = [Query.of(q) for q in queries]
         retrievals = self.retriever.retrieve_batch([q.search_text for q in qs], account=account)
-        prompts = [
-            Prompt(q.task, q.text, self.retriever.kb.texts(r.indices), self.instruction, q.options)
-            for q, r in zip(qs, retrievals)
-        ]
-        completions = self.generator.generate_batch(prompts)
-        return [
-            _response(c, r, PrivacyCost(mechanism=self.retriever.name))
-            for c, r in zip(completions, retrievals)
-        ]
+        return _answer_with_retrievals(
+            self.generator, self.instruction, qs, retrievals, self.retriever.kb, self.retriever.name
+        )
 
     def describe(self) -> dict[str, Any]:
         return {

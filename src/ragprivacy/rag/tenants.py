@@ -46,10 +46,10 @@ from ragprivacy.dp import (
     score_sensitivity,
 )
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
-from ragprivacy.generate import Generator, Prompt
-from ragprivacy.rag.base import Query, RAGSystem
+from ragprivacy.generate import Generator
+from ragprivacy.rag.base import Query, RAGSystem, _answer_with_retrievals
 from ragprivacy.retrieval import KnowledgeBase
-from ragprivacy.types import PrivacyCost, Response, Retrieval
+from ragprivacy.types import Response, Retrieval
 
 __all__ = [
     "AccountPolicy",
@@ -139,6 +139,7 @@ class _Account:
     tenant: str
     policy: AccountPolicy
     sigma: float
+    mechanism: GaussianNoisyTopK
     used: int = 0
 
 
@@ -233,7 +234,17 @@ class MultiTenantRAG:
             raise ConfigError(f"Account ids must be new non-empty strings; got {account_id!r}.")
         if not isinstance(policy, AccountPolicy):
             raise ConfigError(f"The 'policy' must be an AccountPolicy; got {policy!r}.")
-        self._accounts[account_id] = _Account(account_id, tenant_id, policy, policy.noise_sigma)
+        sigma = policy.noise_sigma
+        # The policy and the service's settings are fixed, so one mechanism serves every
+        # query of the account; building it draws nothing from the noise stream.
+        mechanism = GaussianNoisyTopK(  # clips to the policy's score_range (Δ = its width)
+            sigma=sigma,
+            k=self.top_k,
+            sensitivity=policy.sensitivity,
+            score_range=policy.score_range,
+            simulation=self.simulation,
+        )
+        self._accounts[account_id] = _Account(account_id, tenant_id, policy, sigma, mechanism)
 
     @property
     def tenants(self) -> list[str]:
@@ -322,13 +333,7 @@ class MultiTenantRAG:
             raise ConfigError("Give one query hash per query vector.")
         self._charge(acc, q.shape[0])
         scores = kb.index.scores(q)
-        mech = GaussianNoisyTopK(  # clips to the policy's score_range (Δ = its width)
-            sigma=acc.sigma,
-            k=self.top_k,
-            sensitivity=acc.policy.sensitivity,
-            score_range=acc.policy.score_range,
-            simulation=self.simulation,
-        )
+        mech = acc.mechanism
         if self.simulation:
             sel = mech.select(scores, rng=self._rng)
             idx, noisy = sel.indices, sel.noisy_scores
@@ -428,22 +433,9 @@ class TenantRAGSystem(RAGSystem):
         qs = [Query.of(q) for q in queries]
         retrievals = self.service.retrieve_batch([q.search_text for q in qs], account=account)
         kb = self.service.knowledge_base(self.service.tenant_of(account))
-        prompts = [
-            Prompt(q.task, q.text, kb.texts(r.indices), self.instruction, q.options)
-            for q, r in zip(qs, retrievals)
-        ]
-        out = []
-        for c, r in zip(self.generator.generate_batch(prompts), retrievals):
-            out.append(
-                Response(
-                    text=c.text,
-                    tokens=c.tokens,
-                    logprobs=c.logprobs,
-                    privacy=PrivacyCost(mechanism="gaussian-noisy-topk"),
-                    retrieval=r,
-                )
-            )
-        return out
+        return _answer_with_retrievals(
+            self.generator, self.instruction, qs, retrievals, kb, "gaussian-noisy-topk"
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
