@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ragprivacy"
-SHARED = {"errors", "_random", "_validation", "_registry", "_sqlite", "_typing", "__main__"}
+SHARED = {"errors", "_auc", "_random", "_validation", "_registry", "_sqlite", "_typing", "__main__"}
 
 # layer -> layers it may import (besides itself and the shared top-level modules)
 BASE = {"types", "corpus"}

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from ragprivacy.attacks.collusion import auc_with_se
 from ragprivacy.errors import DataError
 from ragprivacy.eval.metrics import (
     binary_metrics,
@@ -40,6 +41,41 @@ def test_auc_and_delong_match_brute_force_with_ties(seed: int) -> None:
     from sklearn.metrics import roc_auc_score
 
     assert roc_auc(s, y) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+
+
+def _tied_scores() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 200)
+    return np.round(rng.normal(y * 0.5, 1.0), 1), y
+
+
+@pytest.mark.parametrize(
+    ("scores", "labels"),
+    [
+        ([0.9, 0.5, 0.5, 0.2, 0.5, 0.5, 0.1], [1, 1, 1, 1, 0, 0, 0]),  # ties across classes
+        ([0.5, 0.5, 0.5, 0.5, 0.5], [1, 0, 1, 0, 1]),  # constant: AUC 1/2, SE 0
+        ([3.0, 2.0, 1.0, 0.0, -1.0], [1, 1, 0, 0, 0]),  # separated: AUC 1, SE 0
+        ([0.0, 0.0, 1.0, 1.0], [1, 1, 0, 0]),  # reversed: AUC 0, SE 0
+        _tied_scores(),
+    ],
+)
+def test_roc_auc_and_delong_se_equal_the_collusion_auc_with_se(
+    scores: list[float], labels: list[int]
+) -> None:
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels)
+    assert (roc_auc(s, y), delong_se(s, y)) == auc_with_se(s[y == 1], s[y == 0])
+
+
+def test_degenerate_classes_for_auc_and_delong_se() -> None:
+    with pytest.raises(DataError):
+        auc_with_se([0.1, 0.2], [])
+    with pytest.raises(DataError, match="at least one member and one non-member"):
+        delong_se([0.1, 0.2], [1, 1])
+    # One member: the AUC is defined, its DeLong variance is not (no spread in V10).
+    assert roc_auc([0.4, 0.4, 0.1], [1, 0, 0]) == 0.75
+    assert math.isnan(delong_se([0.4, 0.4, 0.1], [1, 0, 0]))
+    with pytest.raises(DataError, match="at least 2 scores per class"):
+        auc_with_se([0.4], [0.4, 0.1])
 
 
 def test_delong_se_covers_the_true_auc_at_the_nominal_rate() -> None:

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
+from ragprivacy._auc import auc_and_delong_se
 from ragprivacy._validation import check_choice, check_probability
 from ragprivacy.errors import DataError
 
@@ -63,6 +63,11 @@ def _both_classes(y: np.ndarray) -> None:
         )
 
 
+def _auc_and_se(s: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    _both_classes(y)
+    return auc_and_delong_se(s[y], s[~y])
+
+
 def roc_auc(scores: _Scores, labels: _Labels) -> float:
     """Area under the ROC curve by the Mann–Whitney U statistic (ties count 1/2).
 
@@ -71,32 +76,17 @@ def roc_auc(scores: _Scores, labels: _Labels) -> float:
     >>> roc_auc([0.5, 0.5], [1, 0])
     0.5
     """
-    s, y = _arrays(scores, labels)
-    _both_classes(y)
-    ranks = stats.rankdata(s)
-    m, n = int(y.sum()), int((~y).sum())
-    u = float(ranks[y].sum()) - m * (m + 1) / 2.0
-    return u / (m * n)
+    return _auc_and_se(*_arrays(scores, labels))[0]
 
 
 def delong_se(scores: _Scores, labels: _Labels) -> float:
-    """DeLong's standard error of the AUC (fast mid-rank form of Sun & Xu, 2014).
+    """DeLong's standard error of the AUC (fast mid-rank form of Sun & Xu, 2014); NaN
+    with a single member or a single non-member.
 
     >>> round(delong_se([0.9, 0.4, 0.6, 0.2, 0.7, 0.1], [1, 1, 1, 0, 0, 0]), 4)
     0.2485
     """
-    s, y = _arrays(scores, labels)
-    _both_classes(y)
-    pos, neg = s[y], s[~y]
-    m, n = len(pos), len(neg)
-    if m < 2 or n < 2:
-        return math.nan
-    tz = stats.rankdata(np.concatenate([pos, neg]))
-    tx, ty = stats.rankdata(pos), stats.rankdata(neg)
-    v10 = (tz[:m] - tx) / n  # per member: share of non-members it beats
-    v01 = 1.0 - (tz[m:] - ty) / m  # per non-member: share of members that beat it
-    var = float(np.var(v10, ddof=1)) / m + float(np.var(v01, ddof=1)) / n
-    return math.sqrt(max(var, 0.0))
+    return _auc_and_se(*_arrays(scores, labels))[1]
 
 
 def roc_curve(scores: _Scores, labels: _Labels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -237,11 +227,12 @@ def membership_metrics(
     else:
         threshold = choose_threshold(calibration_scores, calibration_labels, criterion=criterion)
     b = binary_metrics(s, y, threshold)
+    auc, auc_se = _auc_and_se(s, y)
     return MembershipMetrics(
         n_members=int(y.sum()),
         n_non_members=int((~y).sum()),
-        auc=roc_auc(s, y),
-        auc_se=delong_se(s, y),
+        auc=auc,
+        auc_se=auc_se,
         accuracy=b.accuracy,
         precision=b.precision,
         recall=b.recall,
