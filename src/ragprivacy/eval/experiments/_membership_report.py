@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from ragprivacy.eval.experiments.base import ReportSection
+from ragprivacy.eval.experiments.base import ReportSection, format_cell
 
 __all__ = ["membership_overview", "membership_report", "roc_plot"]
 
@@ -37,12 +37,6 @@ def roc_plot(path: Path, curves: dict[str, tuple[list[float], list[float]]], tit
     return path
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    return f"{x:.{digits}f}"
-
-
 def _privacy_cells(p: dict[str, Any] | None) -> str:
     if not p:
         return "– | – | –"
@@ -50,7 +44,7 @@ def _privacy_cells(p: dict[str, Any] | None) -> str:
     spent = "0" if not eps else ("∞" if math.isinf(eps) else f"{eps:.3g}")
     if p.get("budget") == "target" and p.get("accounts", 0) > 1:
         spent += " /target"
-    return f"{spent} | {_fmt(p.get('auc_bound'))} | {p.get('refused', 0)}"
+    return f"{spent} | {format_cell(p.get('auc_bound'))} | {p.get('refused', 0)}"
 
 
 def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
@@ -88,10 +82,10 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             continue
         m = res["metrics"]
         lines.append(
-            f"| {c['system']} | {c['attack']} | {c['defense']} | {_fmt(m['auc'])} ± "
-            f"{_fmt(m['auc_se'])} | {_fmt(m['accuracy'])} | {_fmt(m['f1'])} | "
-            f"{_fmt(m['tpr_at_1pct_fpr'])} | {_fmt(m['tpr_at_01pct_fpr'])} | "
-            f"{_fmt(m['retrieval_recall'], 2)} | {m['queries_per_target']:.1f} | "
+            f"| {c['system']} | {c['attack']} | {c['defense']} | {format_cell(m['auc'])} ± "
+            f"{format_cell(m['auc_se'])} | {format_cell(m['accuracy'])} | {format_cell(m['f1'])} | "
+            f"{format_cell(m['tpr_at_1pct_fpr'])} | {format_cell(m['tpr_at_01pct_fpr'])} | "
+            f"{format_cell(m['retrieval_recall'], 2)} | {m['queries_per_target']:.1f} | "
             f"{_privacy_cells(res.get('privacy'))} |"
         )
         key = f"{c['system']}/{c['defense']}"
@@ -120,7 +114,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             row = r["result"]["gamma_f1"]
             lines.append(
                 f"| {r['cell']['system']} | {r['cell']['defense']} | "
-                + " | ".join(_fmt(row[g]) for g in gs)
+                + " | ".join(format_cell(row[g]) for g in gs)
                 + " |"
             )
     if studies:
@@ -138,8 +132,8 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             m = res["metrics"]
             lines.append(
                 f"| {c['param']} | {c['value']} | {c['attack']} | {c['defense']} | "
-                f"{_fmt(m['auc'])} ± {_fmt(m['auc_se'])} | {_fmt(m['f1'])} | "
-                f"{_fmt(m['retrieval_recall'], 2)} |"
+                f"{format_cell(m['auc'])} ± {format_cell(m['auc_se'])} | {format_cell(m['f1'])} | "
+                f"{format_cell(m['retrieval_recall'], 2)} |"
             )
     return ReportSection(f"Membership inference ({exp.corpus_name})", "\n".join(lines), figures)
 
@@ -246,7 +240,7 @@ def membership_overview(
         for a, row in zip(attacks, grid):
             lines.append(
                 f"| {a} | "
-                + " | ".join(_fmt(v) if isinstance(v, float) else (v or "–") for v in row)
+                + " | ".join(format_cell(v) if isinstance(v, float) else (v or "–") for v in row)
                 + " |"
             )
         lines += ["", f"![membership AUC, {corpus}]({fig})", ""]

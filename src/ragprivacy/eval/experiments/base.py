@@ -7,6 +7,7 @@ section of the report from all its cells' results.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ __all__ = [
     "ReportSection",
     "create_experiment",
     "experiment_types",
+    "format_cell",
     "register_experiment",
 ]
 
@@ -35,6 +37,14 @@ class ReportSection:
     title: str
     markdown: str
     figures: list[str] = field(default_factory=list)
+
+
+def format_cell(x: Any, digits: int = 3) -> str:
+    """A number for a report table with ``digits`` decimals; "–" for a missing value
+    (None or a float NaN)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}"
 
 
 class Experiment(ABC):

@@ -50,7 +50,12 @@ from ragprivacy._validation import check_choice, check_positive, check_positive_
 from ragprivacy.corpus import Corpus, QAItem
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext
-from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
+from ragprivacy.eval.experiments.base import (
+    Experiment,
+    ReportSection,
+    format_cell,
+    register_experiment,
+)
 from ragprivacy.eval.metrics import match
 from ragprivacy.generate import tokenize
 from ragprivacy.index import create_index
@@ -467,7 +472,7 @@ class PrivateRAGExperiment(Experiment):
             lines.append(
                 f"| {cell['system']} | {setting or '–'} | {'–' if eps is None else f'{eps:g}'} | "
                 f"{res['total_epsilon']:g} | {res['accuracy']:.3f} | "
-                f"{_fmt(res['precision_top50'])} | {res['documents_charged']} |"
+                f"{format_cell(res['precision_top50'])} | {res['documents_charged']} |"
             )
             label = cell["system"] + (f" ({setting})" if setting else "")
             if eps is not None and math.isfinite(res["total_epsilon"]):
@@ -485,10 +490,6 @@ class PrivateRAGExperiment(Experiment):
             figs.append(fig2)
             lines += ["", f"![document reuse]({fig2})"]
         return ReportSection(title, "\n".join(lines), figs)
-
-
-def _fmt(x: float) -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
 register_experiment("private_rag", PrivateRAGExperiment)

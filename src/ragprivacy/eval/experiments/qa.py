@@ -20,7 +20,12 @@ from ragprivacy.corpus import QAItem
 from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext
-from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
+from ragprivacy.eval.experiments.base import (
+    Experiment,
+    ReportSection,
+    format_cell,
+    register_experiment,
+)
 from ragprivacy.eval.experiments.plots import grouped_bars
 from ragprivacy.eval.metrics import (
     exact_match,
@@ -146,8 +151,8 @@ class QAExperiment(Experiment):
                     f"| {name} | {h} | {m['n']} | {m['match_accuracy']:.3f} "
                     f"({m['match_ci95'][0]:.3f}–{m['match_ci95'][1]:.3f}) | "
                     f"{m['exact_match']:.3f} | {m['token_f1']:.3f} | "
-                    f"{_fmt(m['retrieval_recall'])} | {_fmt(m['precision_at_k'])} | "
-                    f"{_fmt(m['answer_perplexity'], 2)} |"
+                    f"{format_cell(m['retrieval_recall'])} | {format_cell(m['precision_at_k'])} | "
+                    f"{format_cell(m['answer_perplexity'], 2)} |"
                 )
                 series.setdefault(name, []).append(m["match_accuracy"])
                 errors.setdefault(name, []).append(tuple(m["match_ci95"]))
@@ -162,10 +167,6 @@ class QAExperiment(Experiment):
         )
         lines += ["", f"![QA match accuracy]({fig})"]
         return ReportSection(f"QA utility ({self.corpus_name})", "\n".join(lines), [fig])
-
-
-def _fmt(x: float, digits: int = 3) -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 register_experiment("qa", QAExperiment)
