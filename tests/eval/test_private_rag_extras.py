@@ -3,15 +3,18 @@ free-text medical experiment (Private-RAG's ChatDoctor setting)."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ragprivacy.corpus import Corpus, QAItem
-from ragprivacy.eval import parse_config, run_config
+from ragprivacy.eval import RunContext, parse_config, run_config
+from ragprivacy.eval.experiments import private_rag, private_rag_medical
 from ragprivacy.eval.experiments.private_rag_multihop import answer_prf, multihop_scores
-from ragprivacy.generate import create_generator
+from ragprivacy.generate import create_generator, tokenize
 from ragprivacy.rag import StandardRAG
 from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
 from ragprivacy.types import Document
@@ -116,3 +119,26 @@ def test_medical_free_text_run(tmp_path: Path) -> None:
     assert np.isfinite(by["rag"]["perplexity"]) and by["rag"]["perplexity"] >= 1.0
     assert np.isnan(by["dp_vote"]["perplexity"])  # no likelihood for a DP answer
     assert "ROUGE-L" in (tmp_path / "report.md").read_text()
+
+
+def test_derived_objects_belong_to_their_context() -> None:
+    knowledge = RunContext(parse_config(_config({"type": "qa"}, n=20)))
+    medical = RunContext(parse_config(_config({"type": "qa"}, corpus="medical", n=20)))
+    for ctx in (knowledge, medical):
+        words = {w for d in ctx.corpus("c") for w in tokenize(d.text)}
+        words |= {w for t in ctx.background_texts("c") for w in tokenize(t)}
+        assert ctx.vocabulary("c") == tuple(sorted(words))
+        assert ctx.vocabulary("c") is ctx.vocabulary("c")  # DP voting indexes it once
+        _, big = private_rag.redundant_kb(ctx, "c", 2)
+        assert private_rag.redundant_kb(ctx, "c", 2)[1] is big
+        assert big.ids[0] == f"{ctx.corpus('c').ids[0]}~0"
+    assert knowledge.vocabulary("c") != medical.vocabulary("c")
+    private_rag_medical.medical_split(medical, "c", 1, 2, 0)
+    # the caches drop a context with it, so a later one reusing its id starts empty
+    kbs, splits = len(private_rag._KB_CACHE), len(private_rag_medical._SPLIT_CACHE)
+    ref = weakref.ref(medical)
+    del medical, ctx
+    gc.collect()
+    assert ref() is None
+    assert len(private_rag._KB_CACHE) == kbs - 1
+    assert len(private_rag_medical._SPLIT_CACHE) == splits - 1

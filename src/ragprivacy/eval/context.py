@@ -11,7 +11,7 @@ from typing import Any
 from ragprivacy.corpus import Corpus
 from ragprivacy.eval.cache import CachedGenerator, GenerationCache
 from ragprivacy.eval.config import CorpusSpec, ExperimentConfig
-from ragprivacy.generate import Generator, create_generator
+from ragprivacy.generate import Generator, create_generator, tokenize
 from ragprivacy.rag import RAGSystem, create_system
 from ragprivacy.retrieval import KnowledgeBase, create_retriever
 
@@ -55,6 +55,7 @@ class RunContext:
         self._corpora: dict[str, Corpus] = {}
         self._kbs: dict[str, KnowledgeBase] = {}
         self._generators: dict[str, Generator] = {}
+        self._vocabularies: dict[str, tuple[str, ...]] = {}
         self.progress: Callable[[int], None] | None = None  # units done, set by the runner
 
     def corpus(self, name: str) -> Corpus:
@@ -82,6 +83,18 @@ class RunContext:
         kind = spec.synthetic or "knowledge"
         seed = derive_seed(self.config.seed, "background", name)
         return background_texts(kind, self.config.models.background_n, seed=seed)
+
+    def vocabulary(self, name: str) -> tuple[str, ...]:
+        """DP voting's word domain for the corpus: its words and its background's (the
+        stand-in for an LLM's fixed tokenizer vocabulary; see ``rag.dp_vote``).
+
+        One tuple per corpus and context: DP voting indexes a vocabulary once per tuple.
+        """
+        if name not in self._vocabularies:
+            words = {w for d in self.corpus(name) for w in tokenize(d.text)}
+            words |= {w for t in self.background_texts(name) for w in tokenize(t)}
+            self._vocabularies[name] = tuple(sorted(words))
+        return self._vocabularies[name]
 
     def generator(self, corpus_name: str) -> Generator:
         """The generator of the config; the reference reader gets a background model

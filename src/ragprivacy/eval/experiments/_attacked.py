@@ -1,7 +1,7 @@
 """What the experiments that attack configured systems share (``membership``,
 ``extraction``): the systems parsed from ``systems`` / ``system_specs``, the target's
-generator behind the run's call cache, DP voting's word domain, and each system built
-under a defense and a budget scope.
+generator behind the run's call cache, and each system built under a defense and a
+budget scope (DP voting's word domain is the run context's vocabulary).
 
 Builds are memoised per process (:func:`memo`): the cells a worker runs share one corpus
 split, knowledge base and generator instead of rebuilding them cell by cell.
@@ -25,7 +25,7 @@ from ragprivacy.eval.experiments._systems import (
     parse_system_specs,
 )
 from ragprivacy.eval.experiments.base import Experiment
-from ragprivacy.generate import Generator, create_generator, tokenize
+from ragprivacy.generate import Generator, create_generator
 from ragprivacy.rag import RAGSystem, create_defense
 from ragprivacy.retrieval import KnowledgeBase
 
@@ -93,17 +93,6 @@ class AttackedSystemsExperiment(Experiment):
         cache = str(ctx.cache.path) if ctx.cache is not None else None  # one per run directory
         return memo(memo_key("generator", self._config_key(), name, opts, cache), build)
 
-    def _vocabulary(self, ctx: RunContext) -> tuple[str, ...]:
-        """DP voting's word domain: the corpus's and the background's words (a public
-        stand-in for an LLM's vocabulary, as in the ``private_rag`` experiment)."""
-
-        def build() -> tuple[str, ...]:
-            words = {w for d in ctx.corpus(self.corpus_name) for w in tokenize(d.text)}
-            words |= {w for t in ctx.background_texts(self.corpus_name) for w in tokenize(t)}
-            return tuple(sorted(words))
-
-        return memo(memo_key("vocabulary", self.config.to_dict(), self.corpus_name), build)
-
     def _budgeted(
         self,
         ctx: RunContext,
@@ -130,7 +119,7 @@ class AttackedSystemsExperiment(Experiment):
                 k=k,
                 queries=queries,
                 seed=derive_seed(seed, "system", str(builds[0])),
-                vocabulary=lambda: self._vocabulary(ctx),
+                vocabulary=lambda: ctx.vocabulary(self.corpus_name),
             )
             return create_defense(defense, inner, **defense_opts)
 

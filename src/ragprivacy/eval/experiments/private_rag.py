@@ -43,6 +43,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -57,7 +58,6 @@ from ragprivacy.eval.experiments.base import (
     register_experiment,
 )
 from ragprivacy.eval.metrics import match
-from ragprivacy.generate import tokenize
 from ragprivacy.index import create_index
 from ragprivacy.rag import (
     DPVoteRAG,
@@ -126,7 +126,11 @@ class PrivateRAGOptions:
         check_positive_int("max_retrievals", self.max_retrievals)
 
 
-_KB_CACHE: dict[tuple[Any, ...], tuple[KnowledgeBase, Corpus]] = {}
+# Weak keys: an entry lives as long as its context, so a later context cannot inherit a
+# freed one's knowledge base the way an ``id(ctx)`` key could.
+_KB_CACHE: WeakKeyDictionary[RunContext, dict[tuple[Any, ...], tuple[KnowledgeBase, Corpus]]] = (
+    WeakKeyDictionary()
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -140,8 +144,9 @@ def redundant_kb(
     passages: the facts of one entity are then separate documents that all score
     moderately for any question about that entity.
     """
-    key = (id(ctx), corpus_name, copies, passages)
-    if passages and key not in _KB_CACHE:
+    cache = _KB_CACHE.setdefault(ctx, {})
+    key = (corpus_name, copies, passages)
+    if passages and key not in cache:
         base = ctx.knowledge_base(corpus_name)
         corpus = ctx.corpus(corpus_name)
         pieces = [
@@ -158,8 +163,8 @@ def redundant_kb(
         vectors = base.embedder.encode([text for _, text, _ in pieces])
         index = create_index("exact", dim=base.embedder.dim)
         index.add(np.repeat(np.asarray(vectors, dtype=np.float32), copies, axis=0), big.ids)
-        _KB_CACHE[key] = (KnowledgeBase(big, base.embedder, index), big)
-    if key not in _KB_CACHE:
+        cache[key] = (KnowledgeBase(big, base.embedder, index), big)
+    if key not in cache:
         base = ctx.knowledge_base(corpus_name)
         corpus = ctx.corpus(corpus_name)
         docs = [
@@ -172,8 +177,8 @@ def redundant_kb(
         vectors = np.repeat(np.asarray(stored, dtype=np.float32), copies, axis=0)
         index = create_index("exact", dim=base.embedder.dim)
         index.add(vectors.astype(np.float32), big.ids)
-        _KB_CACHE[key] = (KnowledgeBase(big, base.embedder, index), big)
-    return _KB_CACHE[key]
+        cache[key] = (KnowledgeBase(big, base.embedder, index), big)
+    return cache[key]
 
 
 def question_sample(corpus: Corpus, which: str, count: int, seed: int) -> list[QAItem]:
@@ -202,20 +207,6 @@ def question_sample(corpus: Corpus, which: str, count: int, seed: int) -> list[Q
             break
         out.extend(sorted(groups[g], key=lambda q: q.hops))
     return out[:count]
-
-
-_VOCAB_CACHE: dict[tuple[int, str], tuple[str, ...]] = {}
-
-
-def _vocabulary(ctx: RunContext, corpus_name: str) -> tuple[str, ...]:
-    """The exponential mechanism's word domain: the world's words and the background's
-    (the stand-in for an LLM's fixed tokenizer vocabulary; see ``rag.dp_vote``)."""
-    key = (id(ctx), corpus_name)
-    if key not in _VOCAB_CACHE:
-        words = {w for d in ctx.corpus(corpus_name) for w in tokenize(d.text)}
-        words |= {w for t in ctx.background_texts(corpus_name) for w in tokenize(t)}
-        _VOCAB_CACHE[key] = tuple(sorted(words))
-    return _VOCAB_CACHE[key]
 
 
 class PrivateRAGExperiment(Experiment):
@@ -274,7 +265,7 @@ class PrivateRAGExperiment(Experiment):
             "epsilon_token": o.epsilon_token,
             "docs_per_voter": o.docs_per_voter,
             "max_tokens": o.max_tokens,
-            "vocabulary": _vocabulary(ctx, self.corpus_name),
+            "vocabulary": ctx.vocabulary(self.corpus_name),
             "simulation": True,
             "rng": rng,
         }

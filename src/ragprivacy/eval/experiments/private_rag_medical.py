@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -36,7 +37,10 @@ from ragprivacy.types import Document
 
 __all__ = ["PrivateRAGMedicalExperiment", "medical_split"]
 
-_SPLIT_CACHE: dict[tuple[Any, ...], tuple[KnowledgeBase, list[tuple[str, str]]]] = {}
+# Weak keys: an entry lives as long as its context (an ``id(ctx)`` key can be reused).
+_SPLIT_CACHE: WeakKeyDictionary[
+    RunContext, dict[tuple[Any, ...], tuple[KnowledgeBase, list[tuple[str, str]]]]
+] = WeakKeyDictionary()
 _NON_PRIVATE = ("non-rag", "rag", "projection")
 
 
@@ -45,8 +49,9 @@ def medical_split(
 ) -> tuple[KnowledgeBase, list[tuple[str, str]]]:
     """The external knowledge base (the non-test records, ``copies`` each) and the test
     items (patient half ending in ``"Doctor:"``, doctor half) — cached per run."""
-    key = (id(ctx), corpus_name, copies, tests, seed)
-    if key not in _SPLIT_CACHE:
+    cache = _SPLIT_CACHE.setdefault(ctx, {})
+    key = (corpus_name, copies, tests, seed)
+    if key not in cache:
         corpus = ctx.corpus(corpus_name)
         usable = [d for d in corpus if "doctor_offset" in d.metadata]
         rng = np.random.default_rng(seed)
@@ -70,8 +75,8 @@ def medical_split(
         index = create_index("exact", dim=base.embedder.dim)
         big = Corpus(docs, name=f"{corpus.name}-external-x{copies}")
         index.add(np.repeat(vectors, copies, axis=0), big.ids)
-        _SPLIT_CACHE[key] = (KnowledgeBase(big, base.embedder, index), items)
-    return _SPLIT_CACHE[key]
+        cache[key] = (KnowledgeBase(big, base.embedder, index), items)
+    return cache[key]
 
 
 class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
