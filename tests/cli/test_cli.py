@@ -150,3 +150,16 @@ def test_usage_errors_exit_2_without_traceback() -> None:
     assert code == 2 and "--out" in err and "Traceback" not in err
     code, out, _ = run_cli("--help")
     assert code == 0 and "corpus" in out
+
+
+def test_ctrl_c_exits_130_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ragprivacy.corpus
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ragprivacy.corpus, "load_corpus", interrupted)
+    assert main(["corpus", "info", str(tmp_path / "docs.jsonl")]) == 130
+    assert "Traceback" not in capsys.readouterr().err

@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     with it).
 
     Usage errors are click's own (usage line, message, exit code 2); a
-    ``RagPrivacyError`` becomes one line on stderr and exit code 2.
+    ``RagPrivacyError`` becomes one line on stderr and exit code 2; Ctrl-C exits with
+    130, which typer's standalone mode raises as ``SystemExit``.
     """
     command = typer.main.get_command(app)
     try:
@@ -42,6 +43,4 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # click exits with the command's code in standalone mode
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except KeyboardInterrupt:
-        return 130
     return 0
