@@ -73,3 +73,14 @@ def test_audit_commit_verify_report(tmp_path, capsys) -> None:
     assert main(["audit", "report", "--dir", str(good), "--out", str(report)]) == 0
     assert "PASS" in report.read_text()
     assert main(["audit", "verify", "--dir", str(tmp_path / "missing")]) == 2
+
+
+def test_audit_commit_changed_record_in_place(tmp_path, capsys) -> None:
+    out = tmp_path / "in-place"
+    args = ["audit", "commit", "--out", str(out), "--tamper", "changed-record-in-place"]
+    assert main(args) == 0
+    assert main(["audit", "verify", "--dir", str(out), "--json"]) == 2
+    text = capsys.readouterr().out
+    assert json.loads(text[text.index("{") :])["failed_check"] == "ledger_integrity"
+    assert main(["audit", "commit", "--out", str(out), "--tamper", "in-place"]) == 2
+    assert "changed-record-in-place" in capsys.readouterr().err

@@ -9,6 +9,8 @@ import typer
 
 __all__ = ["app"]
 
+_IN_PLACE = "changed-record-in-place"
+
 app = typer.Typer(
     help="The verifiable audit protocol (commit, verify, report).", no_args_is_help=True
 )
@@ -20,7 +22,7 @@ def commit(
     tamper: str = typer.Option(
         "none",
         "--tamper",
-        help="none, changed-record, dropped-record, "
+        help="none, changed-record, changed-record-in-place, dropped-record, "
         "wrong-seed, select-before-noise, cross-tenant or coalition.",
     ),
     k_max: int = typer.Option(4, "--k-max", help="Declared coalition cap."),
@@ -29,16 +31,22 @@ def commit(
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload."),
 ) -> None:
     """Run a synthetic window as a provider: commitments, ledger, receipts, ĉ."""
-    from ragprivacy.audit import demo_window, save_window
+    from ragprivacy._validation import check_choice
+    from ragprivacy.audit import TAMPER_CASES, demo_window, save_window, tamper_ledger_file
 
+    # Editing a record after publication is not a window the provider runs but a change
+    # to the saved files, so it is applied to an honest window once written.
+    in_place = check_choice("tamper", tamper, (*TAMPER_CASES, _IN_PLACE)) == _IN_PLACE
     w = demo_window(
-        tamper="none" if tamper == "changed-record-in-place" else tamper,
+        tamper="none" if in_place else tamper,
         k_max=k_max,
         colluders=colluders,
         queries_per_account=queries,
         seed=seed,
     )
     save_window(out, w.transcript, w.receipts, w.package)
+    if in_place:
+        tamper_ledger_file(out, len(w.transcript.records) // 2)
     typer.echo(
         f"window {w.transcript.commitments.policy['window_id']}: "
         f"{len(w.transcript.records)} records, {len(w.receipts)} receipts -> {out}"
