@@ -257,6 +257,7 @@ class ThresholdRetriever(Retriever):
                 store=store,
                 expected_event=PureDpEvent(self.epsilon_q),
             )
+        self._curves: dict[float, np.ndarray] = {}
         self.simulation = bool(simulation)
         if not self.simulation and rng is not None:
             raise ConfigError("Secure mode refuses 'rng'; set simulation=True to simulate.")
@@ -268,16 +269,25 @@ class ThresholdRetriever(Retriever):
         return self.epsilon_q if self.mode == "fixed" else self.epsilon_q - self.epsilon_thr
 
     def _amount(self, epsilon: float) -> Any:
-        """What a pure ε-DP charge costs in the filter's store (ε, or its Rényi curve)."""
-        if isinstance(self.filter, RenyiFilter):
-            return self.filter.curve(PureDpEvent(epsilon))
-        return epsilon
+        """What a pure ε-DP charge costs in the filter's store (ε, or its Rényi curve,
+        computed once per ε: every query charges the same two or three amounts)."""
+        if not isinstance(self.filter, RenyiFilter):
+            return epsilon
+        curve = self._curves.get(epsilon)
+        if curve is None:
+            curve = self._curves[epsilon] = self.filter.curve(PureDpEvent(epsilon))
+            curve.setflags(write=False)
+        return curve
+
+    def _ids(self, positions: np.ndarray) -> list[str]:
+        ids = self.kb.index.id_at
+        return [ids(p) for p in positions.tolist()]
 
     def _charge(self, ids: list[str], epsilon: float) -> None:
         self.filter.store.charge(ids, self._amount(epsilon))
 
     def _can_pay(self, positions: np.ndarray, amount: float) -> np.ndarray:
-        ids = [self.kb.index.id_at(int(p)) for p in positions]
+        ids = self._ids(positions)
         if not ids:
             return np.zeros(0, dtype=bool)
         return self.filter.store.can_afford(ids, self._amount(amount))
@@ -296,7 +306,7 @@ class ThresholdRetriever(Retriever):
         if self.mode == "fixed":
             above = np.flatnonzero(sc > self.tau)  # Alg. 1 line 3 (then line 2's A_t)
             chosen = above[self._can_pay(above, self.epsilon_q)]
-            ids = [self.kb.index.id_at(int(p)) for p in chosen]
+            ids = self._ids(chosen)
             if ids:
                 self._charge(ids, self.epsilon_q)  # Alg. 1 lines 4-5
                 charged = dict.fromkeys(ids, self.epsilon_q)
@@ -319,8 +329,8 @@ class ThresholdRetriever(Retriever):
             # A'_t: after paying ε_thr, can still pay ε_RAG (Alg. 6 line 11).
             both = released[self._can_pay(released, self.epsilon_thr + self.epsilon_rag)]
             only_thr = np.setdiff1d(released, both, assume_unique=True)
-            ids_both = [self.kb.index.id_at(int(p)) for p in both]
-            ids_thr = [self.kb.index.id_at(int(p)) for p in only_thr]
+            ids_both = self._ids(both)
+            ids_thr = self._ids(only_thr)
             if ids_both:
                 self._charge(ids_both, self.epsilon_thr + self.epsilon_rag)
             if ids_thr:
@@ -342,6 +352,8 @@ class ThresholdRetriever(Retriever):
         if not queries:
             return []
         vectors = self.kb.embedder.encode(list(queries))
+        # One query per index call: a block's BLAS kernel rounds differently, so a query's
+        # scores (and the documents its threshold admits) would depend on its neighbours.
         return [self.screen(self.kb.index.scores(v[None, :])[0]) for v in vectors]
 
     def retrieve(self, query: str, *, account: str | None = None) -> Retrieval:
