@@ -118,3 +118,15 @@ def test_saturated_sweep_has_finite_z_everywhere() -> None:
     assert any(c.se == 0 for c in result.cells)
     for c in result.cells:
         assert c.z is not None and math.isfinite(c.z)
+
+
+def test_tied_cells_agreeing_with_their_prediction_pass_p3() -> None:
+    # all scores tied: AUC 0.5, SE 0; a prediction a hair above chance is not resolvable
+    tied = SweepCell(1, 1.0, 0.5, 0.0, 0.5 + 1e-6, _z(0.5, 0.0, 0.5 + 1e-6, 100), 100)
+    (p3,) = (g for g in gates([tied] * 3) if g.name == "P3")
+    assert p3.details["resolvable_cells"] == 0 and p3.passed
+
+
+def test_null_se_stays_positive_for_huge_trial_counts() -> None:
+    assert _null_se(1.0, 10**8) > 0
+    assert _z(1.0, 0.0, 1.0, 10**8) == 0.0

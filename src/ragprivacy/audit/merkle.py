@@ -166,7 +166,7 @@ def verify_consistency(
     return fr == old_root and sr == new_root and sn == 0
 
 
-_WAIT_S = 30.0  # another process appending to the same ledger
+_WAIT_S = 30.0  # another process (a verifier reading the file) holding a lock; one writer
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS leaves (idx INTEGER PRIMARY KEY, data BLOB NOT NULL,
                                    hash BLOB NOT NULL);

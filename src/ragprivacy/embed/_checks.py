@@ -29,9 +29,10 @@ _CONTROLLER: tuple[int, Any] | None = None
 
 def _controller() -> Any:
     """threadpoolctl's view of the loaded BLAS libraries, rebuilt only when modules were
-    imported since (a new native library comes with an import). Building it scans every
-    loaded shared object — about 10 ms in a process with faiss, torch and scipy loaded,
-    which was half the cost of encoding one query."""
+    imported since (numpy, scipy, faiss and torch load theirs on import; a library opened
+    by hand with ctypes is not seen and keeps its own thread count). Building it scans
+    every loaded shared object — 10-15 ms with faiss, torch and scipy loaded, half the
+    cost of encoding one query."""
     global _CONTROLLER
     from threadpoolctl import ThreadpoolController
 

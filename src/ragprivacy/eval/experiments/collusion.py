@@ -276,7 +276,9 @@ def _null_se(auc0: float, trials: int) -> float:
     a = min(max(auc0, 1.0 - auc0), 1.0 - 0.5 / trials**2)
     q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
     var = (a * (1 - a) + (trials - 1) * (q1 - a * a + q2 - a * a)) / trials**2
-    return math.sqrt(var)
+    # at a = 1 (or trials so large that a rounds to 1) the formula gives 0: fall back to
+    # the AUC's resolution, one misordered pair in trials² pairs
+    return math.sqrt(var) if var > 0 else 1.0 / trials**2
 
 
 def _se_for_test(cell: SweepCell, auc0: float) -> float:
@@ -284,6 +286,10 @@ def _se_for_test(cell: SweepCell, auc0: float) -> float:
     AUC is 0 or 1, or every score tied) the Hanley–McNeil SE at ``auc0`` — the spread the
     hypothesis itself implies — instead of an infinite z or a skipped cell."""
     return cell.se if cell.se > 0 else _null_se(auc0, cell.trials)
+
+
+def _hypothesis(cell: SweepCell, has_prediction: bool) -> float:
+    return cell.predicted if has_prediction and cell.predicted is not None else 0.5
 
 
 def _z(auc: float, se: float, predicted: float, trials: int) -> float:
@@ -316,7 +322,8 @@ def gates(cells: Sequence[SweepCell], *, has_prediction: bool = True) -> list[Ga
         row = sorted(row, key=lambda c: c.k)
         x = np.sqrt([c.k for c in row])
         y = np.array([c.auc for c in row])
-        se = np.array([_se_for_test(c, c.auc if c.predicted is None else c.predicted) for c in row])
+        # the hypothesis of this gate: the prediction, or for top-K (no prediction) chance
+        se = np.array([_se_for_test(c, _hypothesis(c, has_prediction)) for c in row])
         _, b, se_b, chisq = _wls(x, y, 1 / se**2)
         entry: dict[str, Any] = {"eps_acc": e, "slope": b, "slope_se": se_b}
         dof = len(row) - 2
@@ -345,7 +352,11 @@ def gates(cells: Sequence[SweepCell], *, has_prediction: bool = True) -> list[Ga
         zs = [c.z for c in cells if c.z is not None]
         within = sum(1 for z in zs if abs(z) <= 2)
         need = math.ceil(0.9 * len(zs))
-        resolvable = [c for c in cells if c.predicted is not None and c.predicted - 0.5 >= 3 * c.se]
+        resolvable = [
+            c
+            for c in cells
+            if c.predicted is not None and c.predicted - 0.5 >= 3 * _se_for_test(c, c.predicted)
+        ]
         above = [c for c in resolvable if c.auc - 0.5 >= 2 * _se_for_test(c, 0.5)]
         out.append(
             GateVerdict(
