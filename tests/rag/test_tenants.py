@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ragprivacy.corpus import Corpus
-from ragprivacy.dp import GaussianNoisyTopK
+from ragprivacy.dp import GaussianNoisyTopK, compose, exact_gaussian_epsilon
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Prompt, create_generator
 from ragprivacy.rag import (
@@ -188,3 +188,17 @@ def test_tenant_answers_are_generated_from_the_retrieved_documents() -> None:
         assert answer.text == gen.generate_batch([prompt])[0].text
         assert answer.privacy.mechanism == "gaussian-noisy-topk"
     assert system.answer_batch([], account="alice") == []
+
+
+@pytest.mark.parametrize("simulation", [False, True])
+def test_account_events_never_exceed_the_account_epsilon(simulation: bool) -> None:
+    """σ is calibrated for the Δ the events charge: in secure mode that is Δ rounded up to
+    the noise grid, so the tight ("exact") calibration must use it or overrun ε_acc."""
+    svc = MultiTenantRAG(top_k=3, simulation=simulation, rng=0 if simulation else None)
+    svc.add_tenant("acme", _kb("acme"))
+    policy = AccountPolicy(rate_limit=5, epsilon=2.0, delta=1e-6, calibration="exact")
+    svc.add_account("alice", "acme", policy)
+    events = [svc.retrieve(f"subject {i}", account="alice").event for i in range(5)]
+    spent = exact_gaussian_epsilon(compose(events), 1e-6)
+    assert spent <= 2.0 * (1 + 1e-9)
+    assert spent == pytest.approx(2.0, rel=1e-6)  # and the calibration is still tight

@@ -41,6 +41,7 @@ from ragprivacy.dp import (
     ChaCha20Bits,
     GaussianEvent,
     GaussianNoisyTopK,
+    Grid,
     calibrate_account_sigma,
     collusion_sigma,
     score_sensitivity,
@@ -119,9 +120,14 @@ class AccountPolicy:
     @property
     def noise_sigma(self) -> float:
         """σ on every retrieval score for this account's queries (calibrated with Δ)."""
+        return self.sigma_for(float(self.sensitivity))  # type: ignore[arg-type]  # resolved
+
+    def sigma_for(self, delta_score: float) -> float:
+        """σ calibrated so that ``rate_limit`` queries of sensitivity ``delta_score`` are
+        (ε, δ)-DP (the policy's own ``sigma`` when it fixes one). The secure service passes
+        Δ rounded up to its integer grid, the Δ its events charge."""
         if self.sigma is not None:
             return float(self.sigma)
-        delta_score = float(self.sensitivity)  # type: ignore[arg-type]  # set in __post_init__
         if self.calibration == "paper":
             return collusion_sigma(self.epsilon, self.delta, self.rate_limit, delta_score)
         return calibrate_account_sigma(
@@ -234,7 +240,13 @@ class MultiTenantRAG:
             raise ConfigError(f"Account ids must be new non-empty strings; got {account_id!r}.")
         if not isinstance(policy, AccountPolicy):
             raise ConfigError(f"The 'policy' must be an AccountPolicy; got {policy!r}.")
-        sigma = policy.noise_sigma
+        # Secure noise lives on an integer grid, which rounds Δ up by about one grid unit;
+        # σ is calibrated for the Δ the account's events charge, so ε_acc is not overrun.
+        grid = Grid()
+        delta_score = float(policy.sensitivity)  # type: ignore[arg-type]  # resolved
+        sigma = policy.sigma_for(
+            delta_score if self.simulation else grid.rounded_sensitivity(delta_score)
+        )
         # The policy and the service's settings are fixed, so one mechanism serves every
         # query of the account; building it draws nothing from the noise stream.
         mechanism = GaussianNoisyTopK(  # clips to the policy's score_range (Δ = its width)
@@ -243,6 +255,7 @@ class MultiTenantRAG:
             sensitivity=policy.sensitivity,
             score_range=policy.score_range,
             simulation=self.simulation,
+            grid=grid,
         )
         self._accounts[account_id] = _Account(account_id, tenant_id, policy, sigma, mechanism)
 
