@@ -75,7 +75,6 @@ def connect_wal(
         check_same_thread=check_same_thread,
     )
     try:
-        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
         when_unlocked(lambda: _use_wal(conn), timeout)
         conn.execute(f"PRAGMA synchronous={synchronous}")
         if schema is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -398,35 +397,19 @@ def test_process_killed_at_random_times_keeps_the_store_consistent(tmp_path: Pat
     assert len(SqliteBudgetStore(path).charges()) > 0
 
 
-def _create_and_charge(path: str, barrier: Any, outcomes: Any, n: int) -> None:
-    barrier.wait()
-    try:
-        SqliteBudgetStore(path, 3.0).charge(["d"], 1.0, charge_id=f"p{n}")
-    except DocumentBudgetExhaustedError:
-        outcomes.put("refused")
-    except Exception as exc:  # reported to the parent, which fails the test
-        outcomes.put(repr(exc))
-    else:
-        outcomes.put("charged")
-
-
-def test_processes_creating_one_store_at_once_all_open_it(tmp_path: Path) -> None:
+def test_processes_creating_one_store_at_once_all_open_it(tmp_path: Path, at_once: Any) -> None:
     """Service workers started together create the same new file; none may fail to open
     it ("database is locked" while another turns it to WAL), and the budget still holds."""
-    ctx = multiprocessing.get_context("fork")
-    procs = 6
     for round_ in range(10):
         path = str(tmp_path / f"r{round_}" / "budgets.db")
         Path(path).parent.mkdir()
-        barrier, outcomes = ctx.Barrier(procs), ctx.Queue()
-        workers = [
-            ctx.Process(target=_create_and_charge, args=(path, barrier, outcomes, n))
-            for n in range(procs)
-        ]
-        for w in workers:
-            w.start()
-        got = sorted(outcomes.get(timeout=120) for _ in workers)
-        for w in workers:
-            w.join()
-        assert got == ["charged"] * 3 + ["refused"] * 3
+
+        def create_and_charge(n: int, path: str = path) -> str:
+            try:
+                SqliteBudgetStore(path, 3.0).charge(["d"], 1.0, charge_id=f"p{n}")
+            except DocumentBudgetExhaustedError:
+                return "refused"
+            return "charged"
+
+        assert sorted(at_once(create_and_charge, 6)) == ["charged"] * 3 + ["refused"] * 3
         np.testing.assert_allclose(SqliteBudgetStore(path).spent(["d"]), [[3.0]])

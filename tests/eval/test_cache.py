@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import multiprocessing
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,35 +75,18 @@ def test_cached_distribution_and_score(tmp_path: Path) -> None:
     assert inner.calls == 2
 
 
-def _open_and_write(path: str, barrier: Any, outcomes: Any, n: int) -> None:
-    barrier.wait()
-    try:
-        GenerationCache(path).put_many({f"k{n}": n})
-    except Exception as exc:  # reported to the parent, which fails the test
-        outcomes.put(repr(exc))
-    else:
-        outcomes.put("ok")
-
-
-def test_many_processes_open_a_new_cache_at_once(tmp_path: Path) -> None:
+def test_many_processes_open_a_new_cache_at_once(tmp_path: Path, at_once: Any) -> None:
     # The workers of a sweep all open one new file; SQLite refused some of them
     # ("database is locked") while another was switching the file to WAL.
-    ctx = multiprocessing.get_context("fork")
-    procs = 6
     for round_ in range(20):
         path = str(tmp_path / f"r{round_}" / "generations.sqlite")
-        barrier, outcomes = ctx.Barrier(procs), ctx.Queue()
-        workers = [
-            ctx.Process(target=_open_and_write, args=(path, barrier, outcomes, n))
-            for n in range(procs)
-        ]
-        for w in workers:
-            w.start()
-        got = [outcomes.get(timeout=120) for _ in workers]
-        for w in workers:
-            w.join()
-        assert got == ["ok"] * procs
-        assert len(GenerationCache(path)) == procs
+
+        def open_and_write(n: int, path: str = path) -> str:
+            GenerationCache(path).put_many({f"k{n}": n})
+            return "ok"
+
+        assert at_once(open_and_write, 6) == ["ok"] * 6
+        assert len(GenerationCache(path)) == 6
 
 
 def test_lock_retry_waits_out_a_locked_file_and_no_other_error() -> None:

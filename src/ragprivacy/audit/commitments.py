@@ -31,7 +31,7 @@ import numpy as np
 from ragprivacy._typing import FloatArray
 from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.audit.merkle import EMPTY_ROOT, MerkleLog, verify_inclusion
-from ragprivacy.dp import collusion_sigma, encode_record
+from ragprivacy.dp import collusion_sigma, encode_record, score_sensitivity
 from ragprivacy.errors import ConfigError
 
 __all__ = [
@@ -242,17 +242,17 @@ class AuditPolicy:
 
 
 def check_score_range(value: Any) -> tuple[float, float]:
-    """A validated (low, high) score interval (finite, low < high, within [-4, 4])."""
-    try:
-        lo, hi = (float(v) for v in value)
-    except (TypeError, ValueError):
+    """A validated (low, high) score interval (:func:`~ragprivacy.dp.score_sensitivity`'s
+    checks: finite, low < high), also within [-4, 4]."""
+    # a committed policy always clips: no trusted-Δ mode (a None range) here
+    resolved = score_sensitivity(value).score_range if value is not None else None
+    if resolved is None:
+        raise ConfigError("The 'score_range' parameter must be a pair (low, high); got None.")
+    lo, hi = resolved
+    if not -4.0 <= lo < hi <= 4.0:
         raise ConfigError(
-            f"The 'score_range' parameter must be a pair (low, high); got {value!r}."
-        ) from None
-    if not (math.isfinite(lo) and math.isfinite(hi) and -4.0 <= lo < hi <= 4.0):
-        raise ConfigError(
-            f"The 'score_range' parameter must be finite with -4 <= low < high <= 4; got "
-            f"{value!r}. Use (-1.0, 1.0) for cosine scores or (0.0, 1.0) for the paper's Δ = 1."
+            f"The 'score_range' parameter must lie within [-4, 4]; got {value!r}. "
+            f"Use (-1.0, 1.0) for cosine scores or (0.0, 1.0) for the paper's Δ = 1."
         )
     return lo, hi
 

@@ -1,0 +1,38 @@
+"""Fixtures shared by every test directory."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+
+import pytest
+
+AtOnce = Callable[[Callable[[int], str], int], list[str]]
+
+
+@pytest.fixture
+def at_once() -> AtOnce:
+    """``run(target, procs)``: call ``target(n)`` in ``procs`` forked processes released
+    together by a barrier (the way a pool's workers hit one new file), and return what
+    each returned, or the ``repr`` of what it raised."""
+
+    def run(target: Callable[[int], str], procs: int) -> list[str]:
+        ctx = multiprocessing.get_context("fork")
+        barrier, outcomes = ctx.Barrier(procs), ctx.Queue()
+
+        def entry(n: int) -> None:
+            barrier.wait()
+            try:
+                outcomes.put(target(n))
+            except Exception as exc:  # reported to the parent, which fails the test
+                outcomes.put(repr(exc))
+
+        workers = [ctx.Process(target=entry, args=(n,)) for n in range(procs)]
+        for w in workers:
+            w.start()
+        got = [outcomes.get(timeout=120) for _ in workers]
+        for w in workers:
+            w.join()
+        return got
+
+    return run
