@@ -1,21 +1,52 @@
-# `make demo` and `make test` work on a fresh clone: they create .venv, install torch
-# 2.13.0 first (the CPU build), then the package with every extra, and run.
+# `make demo` and `make test` work on a fresh clone: they create .venv and install exactly
+# the versions in requirements/lock.txt (every package, with hashes), torch 2.13.0 (the CPU
+# build) first, then run. `make lock` refreshes the lock; `make test-latest` and
+# `make test-lowest` run the suite against the newest allowed and the oldest declared
+# versions, each in an environment of its own. The README says when to run which.
 PYTHON ?= python3
 VENV ?= .venv
-PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
-STAMP := $(VENV)/.installed-stamp
+LATEST ?= .venv-latest
+LOWEST ?= .venv-lowest
+# Where the torch 2.13.0+cpu wheel lies (the registry's torch wheels are CUDA builds).
+TORCH_WHEELS ?= /opt/wheels
 OUT ?= demo-out
 PYTEST_ARGS ?=
+# `make lock LOCK_UPGRADE=` adds new requirements but keeps every other pin where it is.
+LOCK_UPGRADE ?= --upgrade
 
-.PHONY: all venv demo test test-all lint bench clean
+REQ := requirements
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# One target platform for every lock, whichever machine runs `make lock`.
+TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
+UV_FIND := --find-links $(TORCH_WHEELS)
+COMPILE = $(1)/bin/uv pip compile --quiet --generate-hashes $(TARGET) $(UV_FIND) \
+	--custom-compile-command "make lock"
+
+.PHONY: all venv demo test test-all test-latest test-lowest lock lint bench clean
 
 all: test
 
-$(STAMP): pyproject.toml constraints.txt
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
+# $(call uv-env,DIR): a venv in DIR holding the pinned uv (hash-checked by pip).
+define uv-env
+	@test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --no-deps \
+		--require-hashes -r $(REQ)/uv.txt
+endef
+
+# $(call locked-env,DIR,LOCKFILE): DIR holds exactly LOCKFILE's packages (hash-checked),
+# torch and what it needs first, then the project itself in editable mode.
+define locked-env
+	$(call uv-env,$(1))
+	$(1)/bin/uv pip install --quiet --python $(1)/bin/python --require-hashes $(UV_FIND) \
+		-r $(REQ)/torch.txt
+	$(1)/bin/uv pip sync --quiet --python $(1)/bin/python --require-hashes $(UV_FIND) $(2)
+	$(1)/bin/uv pip install --quiet --python $(1)/bin/python --no-deps \
+		--build-constraints $(REQ)/build.txt -e .
+endef
+
+$(STAMP): pyproject.toml $(REQ)/lock.txt $(REQ)/torch.txt $(REQ)/build.txt $(REQ)/uv.txt
+	$(call locked-env,$(VENV),$(REQ)/lock.txt)
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -30,16 +61,45 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
+# The newest versions pyproject.toml allows (torch stays 2.13.0+cpu), resolved afresh on
+# every call; prints what differs from the lock, then runs the default suite.
+test-latest:
+	$(call uv-env,$(LATEST))
+	$(call COMPILE,$(LATEST)) --upgrade pyproject.toml --all-extras -c constraints.txt \
+		-o $(LATEST)/latest.txt
+	$(LATEST)/bin/python $(REQ)/pins.py diff $(REQ)/lock.txt $(LATEST)/latest.txt
+	$(call locked-env,$(LATEST),$(LATEST)/latest.txt)
+	$(LATEST)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The oldest release of each direct requirement's declared minimum (requirements/lowest.txt).
+test-lowest:
+	$(call locked-env,$(LOWEST),$(REQ)/lowest.txt)
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning $(PYTEST_ARGS)
+
+# Refresh every lock file from pyproject.toml and constraints.txt.
+lock:
+	$(call uv-env,$(VENV))
+	$(call COMPILE,$(VENV)) $(LOCK_UPGRADE) pyproject.toml --all-extras -c constraints.txt \
+		-o $(REQ)/lock.txt
+	echo torch | $(call COMPILE,$(VENV)) - -c $(REQ)/lock.txt -o $(REQ)/torch.txt
+	$(PY) $(REQ)/pins.py lower-bounds --skip torch > $(REQ)/.lower-bounds.txt
+	$(call COMPILE,$(VENV)) $(LOCK_UPGRADE) pyproject.toml --all-extras -c constraints.txt \
+		--resolution lowest-direct -c $(REQ)/.lower-bounds.txt -o $(REQ)/lowest.txt
+	@rm -f $(REQ)/.lower-bounds.txt
+	$(PY) $(REQ)/pins.py build-requires | $(call COMPILE,$(VENV)) $(LOCK_UPGRADE) - \
+		-o $(REQ)/build.txt
+	echo uv | $(call COMPILE,$(VENV)) $(LOCK_UPGRADE) - -o $(REQ)/uv.txt
+	@echo "locked: $$(grep -c '^[a-z0-9]' $(REQ)/lock.txt) packages in $(REQ)/lock.txt"
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks $(REQ)
+	$(VENV)/bin/ruff format --check src tests benchmarks $(REQ)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
-	$(PIP) install --quiet -c constraints.txt -e '.[dev,bench]'
 	$(PY) benchmarks/bench_samplers.py
 	$(PY) benchmarks/bench_embed.py
 	$(PY) benchmarks/bench_index.py
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache .ruff_cache .mypy_cache .benchmarks
+	rm -rf $(VENV) $(LATEST) $(LOWEST) $(OUT) .pytest_cache .ruff_cache .mypy_cache .benchmarks

@@ -426,14 +426,18 @@ def test_hub_dataset_missing_from_cache_is_unavailable(empty_hf_cache: Path) -> 
     import datasets
     import huggingface_hub.constants as hub_constants
 
-    before = (datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE)
+    def flags() -> tuple[object, ...]:  # datasets < 3 has only HF_DATASETS_OFFLINE
+        config = datasets.config
+        return tuple(getattr(config, a, None) for a in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+    before = (*flags(), hub_constants.HF_HUB_OFFLINE)
     with pytest.raises(DataUnavailableError) as info:
         load_dataset_corpus("healthcaremagic", cache_dir=empty_hf_cache)
     message = str(info.value)
     assert "RafaelMPereira/HealthCareMagic-100k-Chat-Format-en" in message
     assert "not available offline" in message and "path=" in message
     # offline mode was forced for the call only
-    assert before == (datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE)
+    assert before == (*flags(), hub_constants.HF_HUB_OFFLINE)
     assert "HF_HUB_OFFLINE" not in os.environ
 
 

@@ -48,6 +48,8 @@ def _build(path: Path, *, chat: bool = False) -> Path:
         eos_token="<|endoftext|>",
         bos_token="<|endoftext|>",
         pad_token="<|endoftext|>",
+        # Said explicitly: transformers < 4.45 warns when a tokenizer leaves it unset.
+        clean_up_tokenization_spaces=False,
     )
     if chat:
         fast.chat_template = CHAT_TEMPLATE
@@ -176,6 +178,14 @@ def test_missing_model_is_data_unavailable(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataUnavailableError, match=r"config\.json"):
         HFGenerator(tmp_path / "empty")
+
+
+def test_dtype_is_applied(model_dir: Path) -> None:
+    # from_pretrained takes `dtype` from transformers 4.56 on (it was `torch_dtype`; 4.44
+    # refuses `dtype`), hence the hf extra's lower bound.
+    g = HFGenerator(model_dir, dtype="bfloat16", max_tokens=2)
+    assert g.model.dtype == torch.bfloat16
+    assert len(g.generate(PROMPTS[0]).tokens) <= 2
 
 
 def test_missing_transformers_is_a_backend_error(

@@ -12,8 +12,10 @@ them.
   ``max_tokens`` new ones).
 * Generation: our own batched decoding loop with the key/value cache, left padding and
   explicit position ids, greedy by default, seeded sampling (a ``torch.Generator``, no
-  global seeding) with ``temperature`` on request. Log-probabilities are those of the
-  model's own distribution (``log_softmax`` of the logits, before temperature), so
+  global seeding) with ``temperature`` on request. The cache travels under the name the
+  installed ``transformers`` uses (``cache`` from 5.24 on, ``past_key_values`` before; see
+  :func:`_cache_keyword`). Log-probabilities are those of the model's own distribution
+  (``log_softmax`` of the logits, before temperature), so
   ``generate``, ``score`` and ``next_token_distribution`` agree.
 * Token strings are the tokenizer's own vocabulary entries (``"Ġworld"`` for byte-level
   BPE), one per id, so they map back to ids exactly: ``score`` and
@@ -26,6 +28,7 @@ them.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -55,6 +58,19 @@ def _import_backend() -> tuple[Any, Any]:
             f"({exc}); install the hf extra: pip install 'ragprivacy[hf]'."
         ) from exc
     return torch, transformers
+
+
+def _cache_keyword(model: Any) -> str:
+    """The name under which ``model.forward`` takes and returns its key/value cache.
+
+    transformers 5.24 renamed the argument and the output field ``past_key_values`` to
+    ``cache``; the old name still works there but warns that it is deprecated, and
+    releases before 5.24 (back to the minimum we test, see ``requirements/lowest.txt``)
+    know only ``past_key_values``. Asking the signature rather than the version number
+    also covers models whose code (``trust_remote_code``) kept the old name.
+    """
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class HFGenerator(Generator):
@@ -105,6 +121,13 @@ class HFGenerator(Generator):
                 "(nothing is downloaded). Save one there with save_pretrained or point to a "
                 "local snapshot."
             )
+        if not (self.path / "config.json").is_file():
+            # Checked here: given a directory without one, transformers may fail on an
+            # optional tokenizer converter (protobuf, tiktoken) instead of saying so.
+            raise DataUnavailableError(
+                f"No config.json in {str(self.path)!r}; the directory needs config.json, the "
+                "weights and the tokenizer files (the save_pretrained layout)."
+            )
         torch, transformers = _import_backend()
         self._torch = torch
         if threads is not None:
@@ -129,6 +152,7 @@ class HFGenerator(Generator):
             ) from exc
         self.model.to(device)
         self.model.eval()
+        self._cache_kw = _cache_keyword(self.model)
         tok = self.tokenizer
         eos: set[int] = set()
         for value in (
@@ -279,7 +303,7 @@ class HFGenerator(Generator):
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-        return out.logits, mask, out.past_key_values
+        return out.logits, mask, getattr(out, self._cache_kw)
 
     def _generate_chunk(self, prompts: Sequence[Prompt], limit: int) -> list[Completion]:
         torch = self._torch
@@ -319,10 +343,10 @@ class HFGenerator(Generator):
                     input_ids=nxt[:, None],
                     attention_mask=mask,
                     position_ids=pos,
-                    past_key_values=past,
                     use_cache=True,
+                    **{self._cache_kw: past},
                 )
-                past, last = out.past_key_values, out.logits[:, -1, :]
+                past, last = getattr(out, self._cache_kw), out.logits[:, -1, :]
         pieces = self._vocab_pieces()
         return [
             Completion(
