@@ -58,12 +58,29 @@ def test_charge_is_all_or_nothing_and_names_exhausted(make: StoreFactory, tmp_pa
     with pytest.raises(DocumentBudgetExhaustedError) as err:
         store.charge(["c", "a", "d", "b"], 0.5)
     assert err.value.exhausted == ("a", "b")
-    assert "'a'" in str(err.value) and "nothing was charged" in str(err.value)
+    assert "2 of 4 document(s)" in str(err.value) and "nothing was charged" in str(err.value)
+    assert "'a'" not in str(err.value)  # ids are private: the attribute has them, not the text
     assert isinstance(err.value, BudgetExhaustedError)
     # nothing changed, c and d untouched
     np.testing.assert_allclose(store.spent(["a", "b", "c", "d"])[:, 0], [0.6, 0.6, 0, 0])
     assert store.active(["a", "b", "c"], 0.4) == ["a", "b", "c"]
     assert store.active(["a", "b", "c"], 0.5) == ["c"]
+
+
+@pytest.mark.parametrize("make", STORES)
+def test_release_gives_a_charge_back_once(make: StoreFactory, tmp_path: Path) -> None:
+    store = make(tmp_path, [1.0, 2.0])
+    store.charge(["a", "b"], [0.25, 0.5], charge_id="keep")
+    failed = store.charge(["b", "c"], [0.5, 1.0])
+    np.testing.assert_allclose(store.spent(["a", "b", "c"]), [[0.25, 0.5], [0.75, 1.5], [0.5, 1]])
+    assert store.release(failed.charge_id)
+    np.testing.assert_allclose(store.spent(["a", "b", "c"]), [[0.25, 0.5], [0.25, 0.5], [0, 0]])
+    assert not store.release(failed.charge_id)  # at most once
+    assert not store.release("never-made")
+    np.testing.assert_allclose(store.spent(["a", "b", "c"]), [[0.25, 0.5], [0.25, 0.5], [0, 0]])
+    # the released budget can be spent again; the id is free for a new request
+    store.charge(["b"], [0.75, 1.5], charge_id=failed.charge_id)
+    assert store.can_afford(["b"], [0.0, 0.0]).all() and not store.can_afford(["b"], 0.01).any()
 
 
 @pytest.mark.parametrize("make", STORES)

@@ -7,14 +7,19 @@ never charged has spent nothing.
 
 A charge for a set of documents is atomic: every document must afford it in every
 dimension (spent + amount ≤ capacity, up to a relative tolerance of 1e-9 for float sums),
-or nothing is charged and :class:`DocumentBudgetExhaustedError` names the documents that
-cannot pay. The SQLite store does the check and the debit in one ``BEGIN IMMEDIATE``
-transaction (one writer at a time across threads and processes), in WAL mode with
-``synchronous=FULL``: a charge that returned is durable, and a process killed mid-charge
-leaves no trace of it. A ``charge_id`` makes a charge idempotent, so a client that does
+or nothing is charged and :class:`DocumentBudgetExhaustedError` lists the documents that
+cannot pay in its ``exhausted`` attribute (its message only counts them: document ids are
+private and messages travel to logs and callers). The SQLite store does the check and
+the debit in one ``BEGIN IMMEDIATE`` transaction (one writer at a time across threads and
+processes), in WAL mode with ``synchronous=FULL``: a charge that returned is durable, and
+a process killed mid-charge leaves no trace of it. A ``charge_id`` makes a charge idempotent, so a client that does
 not know whether its charge landed (a crash, a timeout) can retry safely; a retry must
 repeat the same request (same documents, same amount): reusing an id for a different
 request raises ``ConfigError`` instead of silently skipping the charge.
+
+A request is reserve → compute → commit or release: :meth:`BudgetStore.release` gives a
+committed charge back, atomically and at most once, when the request that made it failed
+before anything was released to its caller (a generator error, a timeout, a cancel).
 """
 
 from __future__ import annotations
@@ -60,7 +65,10 @@ CREATE TABLE IF NOT EXISTS charges (
 
 
 class DocumentBudgetExhaustedError(BudgetExhaustedError):
-    """A charge was refused because some documents cannot afford it; nothing was charged."""
+    """A charge was refused because some documents cannot afford it; nothing was charged.
+
+    ``exhausted`` holds their ids for the caller to drop them; the message does not.
+    """
 
     def __init__(self, message: str, exhausted: Sequence[str]) -> None:
         super().__init__(message)
@@ -183,13 +191,22 @@ class BudgetStore(ABC):
             DocumentBudgetExhaustedError: some document cannot pay; nothing was charged.
         """
 
+    @abstractmethod
+    def release(self, charge_id: str) -> bool:
+        """Give back a committed charge whose request failed; ``True`` if it was released.
+
+        Atomic and at most once: the charge's amount returns to each of its documents and
+        its record is removed (a later charge may reuse the id). An unknown or already
+        released id changes nothing and returns ``False``. Release only a charge whose
+        request released nothing to its caller: the guarantee covers what was released.
+        """
+
     def _refuse(self, ids: Sequence[str], ok: np.ndarray, amount: np.ndarray) -> None:
         bad = [d for d, good in zip(ids, ok) if not good]
-        shown = ", ".join(repr(d) for d in bad[:10]) + (" ..." if len(bad) > 10 else "")
         raise DocumentBudgetExhaustedError(
-            f"Charge of {amount.tolist()} refused: {len(bad)} document(s) would exceed their "
-            f"budget {self.capacity.tolist()} ({shown}); nothing was charged. Drop the "
-            f"exhausted documents from the request (use active()).",
+            f"Charge of {amount.tolist()} refused: {len(bad)} of {len(ids)} document(s) "
+            f"would exceed their budget {self.capacity.tolist()}; nothing was charged. Drop "
+            f"the exhausted documents (the error's 'exhausted') or use active().",
             bad,
         )
 
@@ -235,6 +252,16 @@ class MemoryBudgetStore(BudgetStore):
             receipt = ChargeReceipt(cid, ids, tuple(a.tolist()))
             self._charges[cid] = receipt
         return receipt
+
+    def release(self, charge_id: str) -> bool:
+        with self._lock:
+            receipt = self._charges.pop(charge_id, None)
+            if receipt is None:
+                return False
+            a = np.asarray(receipt.amount, dtype=np.float64)
+            for d in receipt.doc_ids:
+                self._spent[d] = np.maximum(self._spent[d] - a, 0.0)
+        return True
 
 
 class SqliteBudgetStore(BudgetStore):
@@ -377,6 +404,29 @@ class SqliteBudgetStore(BudgetStore):
                 conn.execute("ROLLBACK")
             raise
         return ChargeReceipt(cid, ids, tuple(a.tolist()))
+
+    def release(self, charge_id: str) -> bool:
+        conn = self._conn()
+        self._exec(conn, "BEGIN IMMEDIATE")
+        try:
+            row = conn.execute(
+                "SELECT doc_ids, amount FROM charges WHERE charge_id = ?", (charge_id,)
+            ).fetchone()
+            if row is None:
+                conn.execute("COMMIT")
+                return False
+            ids, amount = json.loads(row[0]), json.loads(row[1])
+            conn.executemany(
+                "UPDATE spent SET amount = MAX(amount - ?, 0.0) WHERE doc_id = ? AND dim = ?",
+                [(float(amount[k]), d, k) for d in ids for k in range(self.dims) if amount[k]],
+            )
+            conn.execute("DELETE FROM charges WHERE charge_id = ?", (charge_id,))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return True
 
     def charges(self) -> list[ChargeReceipt]:
         """Every committed charge, oldest first (the store's own audit log)."""

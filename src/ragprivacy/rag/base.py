@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -78,6 +79,22 @@ class RAGSystem(ABC):
     def describe(self) -> dict[str, Any]:
         """JSON-ready description of the system (recorded in results)."""
         return {"name": self.name}
+
+
+@contextmanager
+def released_on_failure(
+    retriever: Retriever, retrievals: Sequence[Retrieval], account: str | None
+) -> Iterator[None]:
+    """Give the retrievals' reservations back if the block fails (spend only on success).
+
+    Generation comes after retrieval; if it fails or is cancelled, no answer (and so
+    nothing retrieved) reaches the caller, so the request must spend nothing.
+    """
+    try:
+        yield
+    except BaseException:
+        retriever.release(retrievals, account=account)
+        raise
 
 
 def _response(completion: Completion, retrieval: Retrieval | None, cost: PrivacyCost) -> Response:
@@ -159,9 +176,15 @@ class StandardRAG(RAGSystem):
     ) -> list[Response]:
         qs = [Query.of(q) for q in queries]
         retrievals = self.retriever.retrieve_batch([q.search_text for q in qs], account=account)
-        return _answer_with_retrievals(
-            self.generator, self.instruction, qs, retrievals, self.retriever.kb, self.retriever.name
-        )
+        with released_on_failure(self.retriever, retrievals, account):
+            return _answer_with_retrievals(
+                self.generator,
+                self.instruction,
+                qs,
+                retrievals,
+                self.retriever.kb,
+                self.retriever.name,
+            )
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -12,10 +12,17 @@ pipelines of Private-RAG.
 - ``murag_ada`` — :class:`MuRAGAda` (Alg. 2/6): adaptive threshold by noisy prefix sums
   with ε_thr, DP-RAG with ε_RAG = ε_q − ε_thr (Thm 2).
 
-The screening and its charges happen before any generation; a charge the store refuses
-(another writer spent the budget meanwhile) raises ``DocumentBudgetExhaustedError`` with
-nothing charged and nothing generated. Documents whose budget is spent are dropped from
-the active set, as Alg. 1 line 2 says, rather than failing the request.
+The screening and its charges happen before any generation. A charge the store refuses
+(another writer spent the budget meanwhile) is screened again without the exhausted
+documents, as Alg. 1 line 2 says, rather than failing the request, and no error names a
+document (:mod:`ragprivacy.retrieval.threshold`).
+
+Spend only on success: a request is reserve → compute → commit or release. If the
+generator fails (or the call is cancelled) after the budgets were reserved, the answer
+never reaches the caller, so everything the request reserved is given back — the
+account's ε under ``naive_multi``, the documents' filter charges under MURAG/-ADA, a
+private retriever's per-account queries — and the guarantee is unaffected: it bounds what
+was released, and nothing was.
 
 Reuse of earlier answers (Private-RAG §6, ``reuse_answers=True``): the previous answers
 are DP outputs, so re-using them is post-processing and free; the most similar earlier
@@ -40,7 +47,7 @@ from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.dp import BudgetStore
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Generator, Prompt, tokenize
-from ragprivacy.rag.base import Query, RAGSystem, register_system
+from ragprivacy.rag.base import Query, RAGSystem, register_system, released_on_failure
 from ragprivacy.rag.dp_vote import DPVoteConfig, VoteResult, dp_vote_generate
 from ragprivacy.retrieval import Retriever, ThresholdRetriever
 from ragprivacy.types import PrivacyCost, Response, Retrieval
@@ -169,7 +176,9 @@ class DPVoteRAG(_Voting):
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
         q = Query.of(query)
         retrieval = self.retriever.retrieve(q.search_text, account=account)
-        result, _ = self._answer_with(q, self.retriever.kb.texts(retrieval.indices), self.epsilon)
+        with released_on_failure(self.retriever, [retrieval], account):
+            texts = self.retriever.kb.texts(retrieval.indices)
+            result, _ = self._answer_with(q, texts, self.epsilon)
         eps = result.max_discoveries * self.vote.epsilon_token
         return _response(result, retrieval, PrivacyCost(epsilon=eps, mechanism=self.name))
 
@@ -224,9 +233,16 @@ class NaiveMultiRAG(DPVoteRAG):
                     f"spent; raise total_epsilon or stop."
                 )
             self._spent[key] = spent + cost
-        q = Query.of(query)
-        retrieval = self.retriever.retrieve(q.search_text, account=account)
-        result, _ = self._answer_with(q, self.retriever.kb.texts(retrieval.indices), self.epsilon)
+        try:
+            q = Query.of(query)
+            retrieval = self.retriever.retrieve(q.search_text, account=account)
+            with released_on_failure(self.retriever, [retrieval], account):
+                texts = self.retriever.kb.texts(retrieval.indices)
+                result, _ = self._answer_with(q, texts, self.epsilon)
+        except BaseException:  # nothing was released: give the reservation back
+            with self._lock:
+                self._spent[key] = max(self._spent.get(key, 0.0) - cost, 0.0)
+            raise
         return _response(
             result,
             retrieval,
@@ -309,13 +325,13 @@ class MuRAG(_Voting):
         q = Query.of(query)
         with self._lock:
             screening = self.screener.screen_batch([q.search_text])[0]  # charges first
+            with released_on_failure(self.screener, [screening.retrieval], account):
+                texts = self.screener.kb.texts(screening.retrieval.indices)
+                result, _ = self._answer_with(q, texts, self.screener.epsilon_rag)
             charged = list(screening.charged)
             if charged:
                 spent = float(np.max(self.screener.document_epsilon(charged)))
                 self._max_spent = max(self._max_spent, spent)
-            result, _ = self._answer_with(
-                q, self.screener.kb.texts(screening.retrieval.indices), self.screener.epsilon_rag
-            )
         cost = PrivacyCost(
             epsilon=self.screener.epsilon_q if charged else 0.0,
             mechanism=self.name,

@@ -27,6 +27,7 @@ Importable without HTTP: the service layer wraps this model.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -218,6 +219,7 @@ class MultiTenantRAG:
         self._tenants: dict[str, KnowledgeBase] = {}
         self._accounts: dict[str, _Account] = {}
         self._clock = 0
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ setup
     def add_tenant(self, tenant_id: str, kb: KnowledgeBase) -> None:
@@ -310,13 +312,26 @@ class MultiTenantRAG:
         return target
 
     def _charge(self, acc: _Account, count: int) -> None:
-        if acc.used + count > acc.policy.rate_limit:
-            raise BudgetExhaustedError(
-                f"Account {acc.id!r} may send {acc.policy.rate_limit} queries per window and "
-                f"has sent {acc.used}; {count} more would exceed the rate limit. Wait for the "
-                "next window."
-            )
-        acc.used += count
+        with self._lock:  # check-then-increment is one step across threads
+            if acc.used + count > acc.policy.rate_limit:
+                raise BudgetExhaustedError(
+                    f"Account {acc.id!r} may send {acc.policy.rate_limit} queries per window "
+                    f"and has sent {acc.used}; {count} more would exceed the rate limit. Wait "
+                    "for the next window."
+                )
+            acc.used += count
+
+    def release(self, account: str, count: int) -> None:
+        """Give back ``count`` queries of a request that failed before it answered.
+
+        Spend only on success: the rate limit (and so the per-account guarantee) counts
+        answers that reached the caller; a request whose generation failed released
+        nothing.
+        """
+        acc = self._account(account)
+        count = check_positive_int("count", count)
+        with self._lock:
+            acc.used = max(acc.used - count, 0)
 
     def search(
         self,
@@ -345,6 +360,16 @@ class MultiTenantRAG:
         if hashes and len(hashes) != q.shape[0]:
             raise ConfigError("Give one query hash per query vector.")
         self._charge(acc, q.shape[0])
+        try:
+            return self._select(acc, target, q, hashes)
+        except BaseException:  # nothing was returned: the queries are given back
+            self.release(acc.id, q.shape[0])
+            raise
+
+    def _select(
+        self, acc: _Account, target: str, q: FloatArray, hashes: tuple[str, ...]
+    ) -> TenantSelection:
+        kb = self._tenants[target]
         scores = kb.index.scores(q)
         mech = acc.mechanism
         if self.simulation:
@@ -446,9 +471,13 @@ class TenantRAGSystem(RAGSystem):
         qs = [Query.of(q) for q in queries]
         retrievals = self.service.retrieve_batch([q.search_text for q in qs], account=account)
         kb = self.service.knowledge_base(self.service.tenant_of(account))
-        return _answer_with_retrievals(
-            self.generator, self.instruction, qs, retrievals, kb, "gaussian-noisy-topk"
-        )
+        try:
+            return _answer_with_retrievals(
+                self.generator, self.instruction, qs, retrievals, kb, "gaussian-noisy-topk"
+            )
+        except BaseException:  # spend only on success: no answer, no query counted
+            self.service.release(account, len(retrievals))
+            raise
 
     def describe(self) -> dict[str, Any]:
         return {

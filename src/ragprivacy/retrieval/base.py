@@ -44,6 +44,14 @@ class Retriever(ABC):
         """The documents for several queries (private retrievers charge each)."""
         return [self.retrieve(q, account=account) for q in queries]
 
+    def release(self, retrievals: Sequence[Retrieval], *, account: str | None = None) -> None:
+        """Give back what ``retrievals`` reserved, because the request that made them failed.
+
+        A request is reserve → compute → commit or release: a system calls this when its
+        generation fails (or is cancelled) after retrieving, so that nothing is spent for
+        an answer nobody received. Retrievers without budgets keep nothing (the default).
+        """
+
     def config(self) -> dict[str, Any]:
         return {"name": self.name, "k": self.k}
 

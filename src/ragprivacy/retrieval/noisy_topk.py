@@ -95,6 +95,12 @@ class AccountQueryCounter:
             self._used[account] = used + count
             return used + count
 
+    def release(self, account: str, count: int = 1) -> None:
+        """Give back ``count`` reserved queries of a request that failed (never below 0)."""
+        count = check_positive_int("count", count)
+        with self._lock:
+            self._used[account] = max(self._used.get(account, 0) - count, 0)
+
 
 class NoisyTopKRetriever(Retriever):
     """Gaussian noise-then-select over the full score vector (collusion paper eq. 2.1).
@@ -225,8 +231,21 @@ class NoisyTopKRetriever(Retriever):
     ) -> list[Retrieval]:
         if not queries:
             return []
-        # Check and reserve the account's budget before touching any document.
+        # Check and reserve the account's budget before touching any document; give it back
+        # if the retrieval itself fails (nothing was returned).
         self.counter.reserve(account or ANONYMOUS, len(queries))
+        try:
+            return self._select(queries)
+        except BaseException:
+            self.counter.release(account or ANONYMOUS, len(queries))
+            raise
+
+    def release(self, retrievals: Sequence[Retrieval], *, account: str | None = None) -> None:
+        """Give the account back the queries of ``retrievals`` (their request failed)."""
+        if retrievals:
+            self.counter.release(account or ANONYMOUS, len(retrievals))
+
+    def _select(self, queries: Sequence[str]) -> list[Retrieval]:
         vectors = self.kb.embedder.encode(list(queries))
         if self.lazy:
             return [self._lazy_one(v) for v in vectors]

@@ -17,8 +17,17 @@ Neighbouring relation: add/remove one document. Guarantee (Private-RAG Thm 1–2
 document pays only for the queries whose screened set it enters, and is dropped once its
 budget M·ε_q cannot pay the next charge, so each ends ε-DP with ε = M·ε_q (Feldman & Zrnic
 2021, Cor. 3.3). The charges are made *before* the documents are returned (and so before
-any generation); a charge that cannot be paid raises ``DocumentBudgetExhaustedError`` and
-nothing is charged.
+any generation). A request is reserve → compute → commit or release: the charges of a
+screening whose request then fails (the generator errs, the caller cancels) are given
+back with :meth:`ThresholdRetriever.release`, since nothing was released to anyone.
+
+Races: budgets are read, then charged. If another writer spends a document's budget in
+between, the store refuses the charge whole; the screening then gives back what it had
+already charged for this query and screens again on the budgets as they now are, so the
+exhausted documents fall out of A_t (Alg. 1 line 2) instead of failing the request, and
+no document id ever reaches an error message. A retry draws the adaptive threshold's
+noise afresh; the discarded attempt released nothing. After ``_MAX_SCREENS`` attempts
+under constant contention the request fails with nothing charged.
 
 Deviation: the MURAG-ADA charge is two atomic store charges (A'_t pays ε_thr + ε_RAG, then
 A_t \\ A'_t pays ε_thr), both computed from one read of the budgets; with the in-memory
@@ -39,12 +48,13 @@ from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.dp import (
     BudgetStore,
+    DocumentBudgetExhaustedError,
     PureDpEvent,
     PureDpFilter,
     RenyiFilter,
     noisy_prefix_threshold,
 )
-from ragprivacy.errors import ConfigError
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.retrieval.base import Retriever, register_retriever
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
 from ragprivacy.types import Retrieval
@@ -58,6 +68,8 @@ __all__ = [
     "pad_top_k",
     "score_bins",
 ]
+
+_MAX_SCREENS = 16  # attempts of one screening while other writers keep spending budgets
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +187,12 @@ class Screening:
     tau: float = math.nan
     screened: int = 0
 
+    @property
+    def charge_ids(self) -> tuple[str, ...]:
+        """The store charges this screening made (what :meth:`ThresholdRetriever.release`
+        gives back)."""
+        return self.retrieval.charge_ids
+
 
 class ThresholdRetriever(Retriever):
     """Relevance screening with per-document filters: MURAG's fixed τ or MURAG-ADA's
@@ -283,8 +301,16 @@ class ThresholdRetriever(Retriever):
         ids = self.kb.index.id_at
         return [ids(p) for p in positions.tolist()]
 
-    def _charge(self, ids: list[str], epsilon: float) -> None:
-        self.filter.store.charge(ids, self._amount(epsilon))
+    def _charge(self, ids: list[str], epsilon: float, made: list[str]) -> None:
+        """Charge ``ids`` (all or nothing) and note the charge in ``made``."""
+        made.append(self.filter.store.charge(ids, self._amount(epsilon)).charge_id)
+
+    def release(self, retrievals: Sequence[Retrieval], *, account: str | None = None) -> None:
+        """Give back the filter charges of ``retrievals`` (or screenings' retrievals) whose
+        request failed before anything was released; each charge is given back once."""
+        for retrieval in retrievals:
+            for charge_id in retrieval.charge_ids:
+                self.filter.store.release(charge_id)
 
     def _can_pay(self, positions: np.ndarray, amount: float) -> np.ndarray:
         ids = self._ids(positions)
@@ -300,15 +326,37 @@ class ThresholdRetriever(Retriever):
         return np.asarray(self.filter.spent(doc_ids), dtype=np.float64)
 
     def screen(self, scores: FloatArray) -> Screening:
-        """Screen one query's full score vector, charge the filters, return the top K."""
+        """Screen one query's full score vector, charge the filters, return the top K.
+
+        A charge refused because another writer spent some budgets meanwhile is retried
+        on the budgets as they now are (see the module docstring); nothing stays charged
+        from a refused attempt.
+        """
         sc = np.asarray(scores, dtype=np.float64)
+        for _ in range(_MAX_SCREENS):
+            made: list[str] = []
+            try:
+                return self._screen_once(sc, made)
+            except DocumentBudgetExhaustedError:
+                for charge_id in made:
+                    self.filter.store.release(charge_id)
+            except BaseException:
+                for charge_id in made:
+                    self.filter.store.release(charge_id)
+                raise
+        raise BudgetExhaustedError(
+            f"Other requests kept spending the screened documents' budgets through "
+            f"{_MAX_SCREENS} attempts; nothing was charged. Retry the query."
+        )
+
+    def _screen_once(self, sc: np.ndarray, made: list[str]) -> Screening:
         charged: dict[str, float] = {}
         if self.mode == "fixed":
             above = np.flatnonzero(sc > self.tau)  # Alg. 1 line 3 (then line 2's A_t)
             chosen = above[self._can_pay(above, self.epsilon_q)]
             ids = self._ids(chosen)
             if ids:
-                self._charge(ids, self.epsilon_q)  # Alg. 1 lines 4-5
+                self._charge(ids, self.epsilon_q, made)  # Alg. 1 lines 4-5
                 charged = dict.fromkeys(ids, self.epsilon_q)
             tau = self.tau
         else:
@@ -332,9 +380,9 @@ class ThresholdRetriever(Retriever):
             ids_both = self._ids(both)
             ids_thr = self._ids(only_thr)
             if ids_both:
-                self._charge(ids_both, self.epsilon_thr + self.epsilon_rag)
+                self._charge(ids_both, self.epsilon_thr + self.epsilon_rag, made)
             if ids_thr:
-                self._charge(ids_thr, self.epsilon_thr)
+                self._charge(ids_thr, self.epsilon_thr, made)
             charged = dict.fromkeys(ids_thr, self.epsilon_thr)
             charged.update(dict.fromkeys(ids_both, self.epsilon_q))
             chosen, tau = both, step1.tau
@@ -344,6 +392,7 @@ class ThresholdRetriever(Retriever):
             ids=tuple(self.kb.index.id_at(int(p)) for p in pos),
             indices=tuple(int(p) for p in pos),
             scores=tuple(float(sc[p]) for p in pos),
+            charge_ids=tuple(made),
         )
         return Screening(retrieval, padded.padding, charged, tau, int(len(charged)))
 
@@ -354,7 +403,14 @@ class ThresholdRetriever(Retriever):
         vectors = self.kb.embedder.encode(list(queries))
         # One query per index call: a block's BLAS kernel rounds differently, so a query's
         # scores (and the documents its threshold admits) would depend on its neighbours.
-        return [self.screen(self.kb.index.scores(v[None, :])[0]) for v in vectors]
+        done: list[Screening] = []
+        try:
+            for v in vectors:
+                done.append(self.screen(self.kb.index.scores(v[None, :])[0]))
+        except BaseException:  # all or nothing: a batch that fails keeps no charge
+            self.release([d.retrieval for d in done])
+            raise
+        return done
 
     def retrieve(self, query: str, *, account: str | None = None) -> Retrieval:
         return self.screen_batch([query])[0].retrieval

@@ -109,13 +109,16 @@ class Retrieval:
 
     ``scores`` are the scores the selection used (noisy ones under a noisy retriever; for
     instrumented evaluation only). ``event`` is the privacy event the retrieval consumed
-    (a ``ragprivacy.dp`` event), or ``None`` for a non-private retriever.
+    (a ``ragprivacy.dp`` event), or ``None`` for a non-private retriever. ``charge_ids``
+    name the budget-store charges it made (per-document filters), so that a request that
+    fails afterwards can give them back (``Retriever.release``).
     """
 
     ids: tuple[str, ...]
     indices: tuple[int, ...]
     scores: tuple[float, ...]
     event: Any = None
+    charge_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not len(self.ids) == len(self.indices) == len(self.scores):
