@@ -72,3 +72,19 @@ def test_editing_one_experiment_keeps_the_others_finished_cells(tmp_path: Path) 
     after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "cells").glob("*.json")}
     assert all(after[name] == t for name, t in before.items())  # none rewritten
     assert len(set(after) - set(before)) == 1  # only the edited experiment's cell ran
+
+
+def test_reports_say_how_the_noise_was_drawn(tmp_path: Path) -> None:
+    from ragprivacy.eval.report import noise_summary
+
+    assert noise_summary([{"system": {"name": "rag"}}]) is None
+    simulated = [{"system": {"screening": {"simulation": True}}}, {"x": [{"simulation": True}]}]
+    assert (noise_summary(simulated) or "").startswith("simulated")
+    assert (noise_summary([{"simulation": False}]) or "").startswith("secure")
+    assert (noise_summary([{"simulation": False}, {"simulation": True}]) or "").startswith(
+        "mixed — 1 of 2"
+    )
+    # A plain QA run uses no private mechanism: results.json says None and the report is quiet.
+    run = run_config(parse_config(CONFIG), tmp_path, workers=1, progress=False)
+    assert run.results["noise"] is None
+    assert "- Noise:" not in (tmp_path / "report.md").read_text()

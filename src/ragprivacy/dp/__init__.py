@@ -103,6 +103,7 @@ from ragprivacy.dp.randomness import (
     RecordPart,
     derive_key,
     encode_record,
+    simulation_rng,
     stream,
 )
 from ragprivacy.dp.samplers import (
@@ -205,6 +206,7 @@ __all__ = [
     "rdp_to_epsilon",
     "renyi_capacities",
     "score_sensitivity",
+    "simulation_rng",
     "stream",
     "top_k_indices",
 ]

@@ -12,10 +12,11 @@ cannot pay in its ``exhausted`` attribute (its message only counts them: documen
 private and messages travel to logs and callers). The SQLite store does the check and
 the debit in one ``BEGIN IMMEDIATE`` transaction (one writer at a time across threads and
 processes), in WAL mode with ``synchronous=FULL``: a charge that returned is durable, and
-a process killed mid-charge leaves no trace of it. A ``charge_id`` makes a charge idempotent, so a client that does
-not know whether its charge landed (a crash, a timeout) can retry safely; a retry must
-repeat the same request (same documents, same amount): reusing an id for a different
-request raises ``ConfigError`` instead of silently skipping the charge.
+a process killed mid-charge leaves no trace of it. A ``charge_id`` makes a charge
+idempotent, so a client that does not know whether its charge landed (a crash, a
+timeout) can retry safely; a retry must repeat the same request (same documents, same
+amount): reusing an id for a different request raises ``ConfigError`` instead of silently
+skipping the charge.
 
 A request is reserve → compute → commit or release: :meth:`BudgetStore.release` gives a
 committed charge back, atomically and at most once, when the request that made it failed

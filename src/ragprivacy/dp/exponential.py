@@ -23,7 +23,7 @@ from ragprivacy._random import RngLike, make_rng
 from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.dp._exact import PREFIX_BITS, LazyUniform, exp_neg_bounds
-from ragprivacy.dp.randomness import ChaCha20Bits
+from ragprivacy.dp.randomness import ChaCha20Bits, simulation_rng
 from ragprivacy.errors import ConfigError
 
 __all__ = ["exponential_mechanism", "exponential_mechanism_probabilities"]
@@ -170,10 +170,7 @@ def exponential_mechanism(
         g = make_rng(rng).gumbel(size=(n, u.size))
         out = np.argmax(logits + g, axis=1).astype(np.int64)
     else:
-        if rng is not None:
-            raise ConfigError(
-                "Secure mode refuses 'rng'; pass bits=ChaCha20Bits(...) or simulation=True."
-            )
+        simulation_rng(rng, simulation=False)  # refuses a seed
         if bits is not None and not isinstance(bits, ChaCha20Bits):
             raise ConfigError(f"'bits' must be a ChaCha20Bits; got {type(bits).__name__}.")
         out = _secure(u, epsilon, sensitivity, n, bits or ChaCha20Bits.from_entropy())

@@ -29,7 +29,7 @@ from ragprivacy.dp.events import (
     PrivacyEvent,
     SelfComposedEvent,
 )
-from ragprivacy.dp.randomness import ChaCha20Bits
+from ragprivacy.dp.randomness import ChaCha20Bits, simulation_rng
 from ragprivacy.dp.samplers import Grid, discrete_gaussian, discrete_laplace
 from ragprivacy.dp.sensitivity import score_sensitivity
 from ragprivacy.errors import ConfigError
@@ -46,13 +46,7 @@ __all__ = [
 
 
 def _check_mode(simulation: bool, rng: RngLike, bits: ChaCha20Bits | None) -> None:
-    if simulation and bits is not None:
-        raise ConfigError("Simulation mode draws from 'rng'; do not pass 'bits'.")
-    if not simulation and rng is not None:
-        raise ConfigError(
-            "Secure mode refuses 'rng' (seeded noise is not secure). Pass bits=ChaCha20Bits"
-            "(...) for derived, auditable noise, or set simulation=True to simulate."
-        )
+    simulation_rng(rng, simulation=simulation, bits=bits)
 
 
 def top_k_indices(values: np.ndarray, k: int) -> IntArray:

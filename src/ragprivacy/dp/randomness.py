@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
+from ragprivacy._random import RngLike, make_rng
 from ragprivacy.errors import BackendError, ConfigError
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "RecordPart",
     "derive_key",
     "encode_record",
+    "simulation_rng",
     "stream",
 ]
 
@@ -204,3 +206,34 @@ class ChaCha20Bits:
 
     def __repr__(self) -> str:  # never show the key
         return f"ChaCha20Bits(bytes_used={self._used})"
+
+
+def simulation_rng(
+    rng: RngLike, *, simulation: bool, bits: object | None = None
+) -> np.random.Generator | None:
+    """The one check of secure versus simulated noise, for every private mechanism and system.
+
+    Secure mode (``simulation=False``, the default everywhere) refuses a user seed — noise
+    from a seeded stream is reproducible by whoever knows the seed, so it protects nothing
+    — and returns ``None``: the caller then draws from :class:`ChaCha20Bits` (OS entropy,
+    or ``bits`` derived from a committed window seed). Simulation mode (the seeded float
+    fast path, for experiments, reported as simulated) returns the ``rng`` stream and
+    refuses ``bits``.
+
+    >>> simulation_rng(None, simulation=False) is None
+    True
+    >>> a, b = simulation_rng(3, simulation=True), simulation_rng(3, simulation=True)
+    >>> bool(a.integers(10) == b.integers(10))
+    True
+    """
+    if simulation:
+        if bits is not None:
+            raise ConfigError("Simulation mode draws from 'rng'; do not pass 'bits'.")
+        return make_rng(rng)
+    if rng is not None:
+        raise ConfigError(
+            "Secure mode refuses 'rng' (seeded noise is not secure): set simulation=True to "
+            "simulate with a seed, or pass bits=ChaCha20Bits.derived(...) for derived, "
+            "auditable noise."
+        )
+    return None

@@ -25,7 +25,7 @@ from ragprivacy._random import RngLike, make_rng
 from ragprivacy._typing import IntArray
 from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.dp.events import PureDpEvent
-from ragprivacy.dp.randomness import ChaCha20Bits
+from ragprivacy.dp.randomness import ChaCha20Bits, simulation_rng
 from ragprivacy.dp.samplers import discrete_laplace
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 
@@ -40,12 +40,7 @@ class _Noise:
     """Laplace noise of one mode: exact discrete (secure) or numpy floats (simulation)."""
 
     def __init__(self, simulation: bool, rng: RngLike, bits: ChaCha20Bits | None) -> None:
-        if simulation and bits is not None:
-            raise ConfigError("Simulation mode draws from 'rng'; do not pass 'bits'.")
-        if not simulation and rng is not None:
-            raise ConfigError(
-                "Secure mode refuses 'rng'; pass bits=ChaCha20Bits(...) or simulation=True."
-            )
+        simulation_rng(rng, simulation=simulation, bits=bits)
         if not simulation and bits is not None and not isinstance(bits, ChaCha20Bits):
             raise ConfigError(f"'bits' must be a ChaCha20Bits; got {type(bits).__name__}.")
         self.simulation = simulation

@@ -11,7 +11,7 @@ import yaml
 
 from ragprivacy.eval.experiments.base import Experiment
 
-__all__ = ["describe_generator", "write_report"]
+__all__ = ["describe_generator", "noise_summary", "write_report"]
 
 _GENERATOR_NOTES = {
     "reference": (
@@ -32,6 +32,43 @@ def describe_generator(spec: str) -> str:
     return f"`{spec}`: {note}" + ("" if note.endswith(".") else ".")
 
 
+def _simulation_flags(value: Any, out: list[bool]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "simulation" and isinstance(item, bool):
+                out.append(item)
+            else:
+                _simulation_flags(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _simulation_flags(item, out)
+
+
+def noise_summary(cells: list[dict[str, Any]]) -> str | None:
+    """How the privacy noise of a run's private mechanisms was drawn, from the ``simulation``
+    flags their descriptions record (``None`` when no cell ran a private mechanism).
+
+    Experiments build private systems in simulation mode by default (seeded float noise,
+    the same distributions as the secure samplers, far faster); a report must say so,
+    since such noise protects nothing in a deployment.
+    """
+    flags: list[bool] = []
+    _simulation_flags(cells, flags)
+    if not flags:
+        return None
+    if all(flags):
+        return (
+            "simulated — every private mechanism drew seeded float noise (`simulation: true`, "
+            "the experiments' default: the secure samplers' distributions, not their security)"
+        )
+    if not any(flags):
+        return "secure — exact integer samplers from a cryptographic source"
+    return (
+        f"mixed — {sum(flags)} of {len(flags)} private mechanisms drew simulated (seeded "
+        "float) noise, the others secure noise"
+    )
+
+
 def write_report(experiments: list[Experiment], results: dict[str, Any], out_dir: Path) -> Path:
     """Write ``out_dir/report.md`` from the run's results; returns its path."""
     settings = results["settings"]
@@ -43,6 +80,7 @@ def write_report(experiments: list[Experiment], results: dict[str, Any], out_dir
         f"{results['seconds']:.1f} s.",
         f"- Generator: {describe_generator(models['generator'])}",
         f"- Embedder: `{models['embedder']}`; index: `{models['index']}`.",
+        *([f"- Noise: {results['noise']}."] if results.get("noise") else []),
         "- Versions: "
         + ", ".join(f"{k} {v}" for k, v in results["versions"].items() if k != "platform"),
         "",

@@ -28,7 +28,7 @@ from ragprivacy.errors import DataError, RagPrivacyError
 from ragprivacy.eval.config import ExperimentConfig
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import Experiment, create_experiment
-from ragprivacy.eval.report import write_report
+from ragprivacy.eval.report import noise_summary, write_report
 
 __all__ = ["RunResult", "package_versions", "run_config"]
 
@@ -216,6 +216,7 @@ def run_config(
         "settings": config_dict,
         "versions": package_versions(),
         "config_path": config_path,
+        "noise": noise_summary(ordered),
         "cells": ordered,
     }
     results_path = out / "results.json"

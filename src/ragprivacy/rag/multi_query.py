@@ -36,15 +36,16 @@ document paid.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ragprivacy._random import RngLike, make_rng
+from ragprivacy._random import RngLike
 from ragprivacy._validation import check_positive, check_positive_int
-from ragprivacy.dp import BudgetStore
+from ragprivacy.dp import BudgetStore, simulation_rng
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Generator, Prompt, tokenize
 from ragprivacy.rag.base import Query, RAGSystem, register_system, released_on_failure
@@ -55,11 +56,18 @@ from ragprivacy.types import PrivacyCost, Response, Retrieval
 __all__ = ["DPVoteRAG", "MuRAG", "MuRAGAda", "NaiveMultiRAG"]
 
 
-def _partition(texts: Sequence[str], voters: int, per_voter: int, gen: np.random.Generator):
-    """Alg. 4 line 4: pad to m·k slots with empty documents, split uniformly at random."""
+def _partition(
+    texts: Sequence[str], voters: int, per_voter: int, gen: np.random.Generator | None
+) -> list[tuple[str, ...]]:
+    """Alg. 4 line 4: pad to m·k slots with empty documents, split uniformly at random
+    (from ``gen`` in simulation, from the OS CSPRNG in secure mode)."""
     slots = list(texts)[: voters * per_voter]
     slots += [""] * (voters * per_voter - len(slots))
-    order = gen.permutation(len(slots))
+    order = (
+        gen.permutation(len(slots)).tolist()
+        if gen is not None
+        else secrets.SystemRandom().sample(range(len(slots)), len(slots))
+    )
     shuffled = [slots[i] for i in order]
     return [tuple(shuffled[i * per_voter : (i + 1) * per_voter]) for i in range(voters)]
 
@@ -97,7 +105,8 @@ class _Voting(RAGSystem):
         self.instruction = instruction
         self.reuse_answers = bool(reuse_answers)
         self._memory: list[tuple[str, str]] = []
-        self._gen = make_rng(rng) if simulation else np.random.default_rng()
+        # In secure mode (no seed) the voter partition draws from the OS CSPRNG.
+        self._gen = simulation_rng(rng, simulation=simulation)
         self._lock = threading.Lock()
 
     def _remembered(self, question: str) -> tuple[str, ...]:
@@ -142,6 +151,7 @@ class _Voting(RAGSystem):
             "max_tokens": self.vote.max_tokens,
             "generator": self.generator.name,
             "reuse_answers": self.reuse_answers,
+            "simulation": self.vote.simulation,
         }
 
 
@@ -294,7 +304,7 @@ class MuRAG(_Voting):
         simulation: bool = False,
         **kw: Any,
     ) -> None:
-        gen = make_rng(rng) if simulation else None
+        gen = simulation_rng(rng, simulation=simulation)
         super().__init__(generator, slots=retriever.k, simulation=simulation, rng=gen, **kw)
         self.screener = ThresholdRetriever(
             retriever.kb,

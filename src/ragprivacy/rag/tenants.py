@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._random import RngLike, make_rng
+from ragprivacy._random import RngLike
 from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.dp import (
@@ -46,6 +46,7 @@ from ragprivacy.dp import (
     calibrate_account_sigma,
     collusion_sigma,
     score_sensitivity,
+    simulation_rng,
 )
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Generator
@@ -209,13 +210,8 @@ class MultiTenantRAG:
                     "The 'window_seed' parameter must be at least 32 random bytes (λ ≥ 256, "
                     "§5.2); use os.urandom(32)."
                 )
-        if rng is not None and not simulation:
-            raise ConfigError(
-                "Secure mode refuses 'rng' (seeded noise is not secure); set simulation=True "
-                "to simulate, or pass window_seed for derived, auditable noise."
-            )
         self.window_seed = window_seed
-        self._rng = make_rng(rng) if simulation else None
+        self._rng = simulation_rng(rng, simulation=self.simulation)
         self._tenants: dict[str, KnowledgeBase] = {}
         self._accounts: dict[str, _Account] = {}
         self._clock = 0

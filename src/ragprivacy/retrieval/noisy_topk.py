@@ -41,9 +41,15 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._random import RngLike, make_rng
+from ragprivacy._random import RngLike
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
-from ragprivacy.dp import GaussianNoisyTopK, Grid, calibrate_account_sigma, score_sensitivity
+from ragprivacy.dp import (
+    GaussianNoisyTopK,
+    Grid,
+    calibrate_account_sigma,
+    score_sensitivity,
+    simulation_rng,
+)
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.retrieval.base import Retriever, register_retriever
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
@@ -194,11 +200,6 @@ class NoisyTopKRetriever(Retriever):
                 "The lazy noise-then-select draws float noise: set simulation=True with "
                 "lazy=True (the secure path noises every score with the exact sampler)."
             )
-        if not self.simulation and rng is not None:
-            raise ConfigError(
-                "Secure mode refuses 'rng' (seeded noise is not secure); set simulation=True "
-                "to simulate with a seed."
-            )
         self.candidates = check_positive_int("candidates", candidates or max(64, 8 * self.k))
         self.score_bound = float(score_bound)
         if buckets is not None and not isinstance(buckets, BucketBounds):
@@ -220,7 +221,7 @@ class NoisyTopKRetriever(Retriever):
         self.counter = (
             counter if counter is not None else AccountQueryCounter(self.queries_per_account)
         )
-        self._rng = make_rng(rng) if self.simulation else None
+        self._rng = simulation_rng(rng, simulation=self.simulation)
         self._rows: Any = None
 
     def retrieve(self, query: str, *, account: str | None = None) -> Retrieval:

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._random import RngLike, make_rng
+from ragprivacy._random import RngLike
 from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.dp import (
@@ -53,6 +53,7 @@ from ragprivacy.dp import (
     PureDpFilter,
     RenyiFilter,
     noisy_prefix_threshold,
+    simulation_rng,
 )
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.retrieval.base import Retriever, register_retriever
@@ -277,9 +278,7 @@ class ThresholdRetriever(Retriever):
             )
         self._curves: dict[float, np.ndarray] = {}
         self.simulation = bool(simulation)
-        if not self.simulation and rng is not None:
-            raise ConfigError("Secure mode refuses 'rng'; set simulation=True to simulate.")
-        self._rng = make_rng(rng) if self.simulation else None
+        self._rng = simulation_rng(rng, simulation=self.simulation)
 
     @property
     def epsilon_rag(self) -> float:
@@ -431,6 +430,7 @@ class ThresholdRetriever(Retriever):
             "max_retrievals": self.max_retrievals,
             "bin_size": self.bin_size,
             "accounting": self.accounting,
+            "simulation": self.simulation,
             "target_epsilon": self.target_epsilon,
         }
 
