@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from ragprivacy.corpus import background_texts, synthesize
@@ -8,6 +10,7 @@ from ragprivacy.eval.metrics import longest_verbatim_run, match
 from ragprivacy.generate import Task, create_generator, tokenize
 from ragprivacy.rag import NonRAG, Query, StandardRAG, create_system
 from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
+from ragprivacy.types import NonPrivateEvent
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,9 @@ def test_response_records_retrieval_but_public_view_hides_it(world) -> None:
     assert len(r.retrieved_ids) == 3 and q.support_ids[0] in r.retrieved_ids
     assert r.logprobs is not None and len(r.logprobs) == len(r.tokens)
     assert r.public().retrieval is None and r.public().text == r.text
-    assert r.privacy.epsilon == 0.0
+    # plain RAG has no guarantee: it says so, with an infinite ε, never ε = 0
+    assert isinstance(r.privacy.event, NonPrivateEvent) and r.privacy.epsilon == math.inf
+    assert not r.privacy.guaranteed
 
 
 def test_continuation_query_copies_the_retrieved_document() -> None:

@@ -11,6 +11,9 @@ import pytest
 
 from ragprivacy.corpus import Corpus
 from ragprivacy.dp import (
+    GaussianEvent,
+    NonPrivateEvent,
+    NoOpEvent,
     SqliteBudgetStore,
     account_sigma_exact,
     collusion_sigma,
@@ -278,23 +281,25 @@ def test_projection_variance_is_one_over_k() -> None:
 def test_projection_retrievers(kb: KnowledgeBase) -> None:
     rp = ProjectionRetriever(kb, k=2, dim=64, rng=0)
     assert rp.projected.shape == (6, 64)  # projected once, offline
-    assert rp.retrieve("green pears autumn").event is None
+    assert rp.retrieve("green pears autumn").event == NonPrivateEvent()  # no guarantee
     dp = DPProjectionRetriever(
         kb, k=2, dim=16, epsilon=5.0, delta=1e-4, clip=0.5, simulation=True, rng=0
     )
     assert np.linalg.norm(dp.clipped, axis=1).max() <= 0.5 + 1e-6
-    assert dp.sigma == pytest.approx(0.5 * math.sqrt(2 * math.log(1.25 / 1e-4)) / 5.0)
+    # Replace-one neighbours: Δ = 2c, so σ is twice RP Alg. 2 line 9's σ
+    assert dp.sigma == pytest.approx(2 * 0.5 * math.sqrt(2 * math.log(1.25 / 1e-4)) / 5.0)
     ev = dp.retrieve("apples").event
-    assert ev.sigma == dp.sigma and ev.sensitivity == 0.5
+    assert ev.sigma == dp.sigma and ev.sensitivity == 1.0
     once = DPProjectionRetriever(kb, k=2, dim=16, noise="once", simulation=True, rng=0)
     events = [once.retrieve(q).event for q in ("apples", "night", "harbour")]
-    assert events[0] is not None and events[1:] == [None, None]  # one release in total
+    assert isinstance(events[0], GaussianEvent)
+    assert events[1:] == [NoOpEvent(), NoOpEvent()]  # one release in total
     clip = DPProjectionRetriever(kb, k=2, dim=16, clip_only=True, simulation=True, rng=0)
-    assert clip.retrieve("apples").event is None
+    assert clip.retrieve("apples").event == NonPrivateEvent()
     assert dp_rp_sigma(1.0, 1e-5, 1.0, calibration="analytic") < dp_rp_sigma(1.0, 1e-5, 1.0)
-    # RP Alg. 2 line 9 as printed, for every ε (the paper's ε ∈ {1, 5, 10, 20} included)
+    # RP Alg. 2 line 9 with Δ = 2c, for every ε (the paper's ε ∈ {1, 5, 10, 20} included)
     for eps in (0.3, 1.0, 5.0, 20.0):
-        expected = 0.7 * math.sqrt(2 * math.log(1.25 / 1e-4)) / eps
+        expected = 2 * 0.7 * math.sqrt(2 * math.log(1.25 / 1e-4)) / eps
         assert dp_rp_sigma(eps, 1e-4, 0.7) == expected
     with pytest.raises(ConfigError, match="'delta'"):
         dp_rp_sigma(1.0, 1.0, 1.0)

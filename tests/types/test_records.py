@@ -1,8 +1,20 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from ragprivacy.types import Completion, Document, PIISpan, PrivacyCost, Response, Retrieval
+from ragprivacy.types import (
+    Completion,
+    Document,
+    NonPrivateEvent,
+    NoOpEvent,
+    PIISpan,
+    PrivacyCost,
+    PrivacyEvent,
+    Response,
+    Retrieval,
+)
 
 
 def test_document_round_trip_and_validation() -> None:
@@ -18,18 +30,37 @@ def test_document_round_trip_and_validation() -> None:
         doc.metadata["kind"] = "y"  # type: ignore[index]
 
 
+class _Pure(PrivacyEvent):
+    def to_dict(self) -> dict[str, object]:
+        return {"type": "test"}
+
+
 def test_response_public_view_hides_retrieval() -> None:
     r = Response(
         "answer",
         tokens=("answer",),
         logprobs=(-0.1,),
-        privacy=PrivacyCost(epsilon=0.5),
+        privacy=PrivacyCost(event=_Pure(), epsilon=0.5),
         retrieval=Retrieval(("a",), (0,), (0.9,)),
     )
     assert r.retrieved_ids == ("a",)
     pub = r.public()
     assert pub.retrieval is None and pub.retrieved_ids == ()
     assert pub.text == "answer" and pub.logprobs == (-0.1,) and pub.privacy.epsilon == 0.5
+
+
+def test_privacy_cost_never_says_zero_for_no_guarantee() -> None:
+    assert PrivacyCost().epsilon == math.inf and not PrivacyCost().guaranteed
+    assert PrivacyCost(event=NonPrivateEvent(), epsilon=0.0).epsilon == math.inf
+    assert PrivacyCost(event=NoOpEvent()).epsilon == 0.0
+    assert PrivacyCost(event=NoOpEvent()).guaranteed
+    with pytest.raises(ValueError, match="must state its epsilon"):
+        PrivacyCost(event=_Pure())
+    with pytest.raises(TypeError, match="PrivacyEvent"):
+        PrivacyCost(event="gaussian")  # type: ignore[arg-type]
+    # a retrieval without an event has no guarantee, said explicitly
+    assert Retrieval(("a",), (0,), (0.9,)).event == NonPrivateEvent()
+    assert Retrieval(("a",), (0,), (0.9,), event=None).event == NonPrivateEvent()  # type: ignore[arg-type]
 
 
 def test_completion_checks_alignment() -> None:

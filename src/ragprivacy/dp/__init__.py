@@ -1,6 +1,7 @@
 """Differential privacy core of ragprivacy: events, calibration, accountants, collusion
 bounds, membership-inference predictions, secure samplers, mechanisms and per-document
-filters. Usable on its own (it imports no other ragprivacy layer). See docs/dp.md.
+filters. Usable on its own (of the other layers it imports only the shared records of
+``ragprivacy.types``, where the event base class lives). See docs/dp.md.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from ragprivacy.dp.accounting import (
     advanced_composition,
     basic_composition,
     epsilon_for,
+    event_epsilon,
     exact_gaussian_epsilon,
     pld_epsilon,
     rdp_curve,
@@ -53,6 +55,7 @@ from ragprivacy.dp.events import (
     DiscreteLaplaceEvent,
     GaussianEvent,
     LaplaceEvent,
+    NonPrivateEvent,
     NoOpEvent,
     PrivacyEvent,
     PureDpEvent,
@@ -144,6 +147,7 @@ __all__ = [
     "NoOpEvent",
     "NoisyCounts",
     "NoisySelection",
+    "NonPrivateEvent",
     "PerQueryBudget",
     "PrefixThreshold",
     "PrivacyEvent",
@@ -176,6 +180,7 @@ __all__ = [
     "epsilon_audit",
     "epsilon_audit_table",
     "epsilon_for",
+    "event_epsilon",
     "event_from_dict",
     "exact_gaussian_epsilon",
     "exponential_mechanism",

@@ -31,6 +31,7 @@ from ragprivacy.dp.events import (
     DiscreteLaplaceEvent,
     GaussianEvent,
     LaplaceEvent,
+    NonPrivateEvent,
     NoOpEvent,
     PrivacyEvent,
     PureDpEvent,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # dp_accounting is imported lazily (it takes over a second to
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 __all__ = [
+    "event_epsilon",
     "ACCOUNTING_METHODS",
     "DEFAULT_RDP_ORDERS",
     "Accountant",
@@ -99,7 +101,9 @@ def basic_composition(event: PrivacyEvent) -> tuple[float, float]:
     """
     eps = delta = 0.0
     for leaf, count in event.flatten():
-        if isinstance(leaf, PureDpEvent | LaplaceEvent | DiscreteLaplaceEvent):
+        if isinstance(leaf, NonPrivateEvent):
+            eps = math.inf
+        elif isinstance(leaf, PureDpEvent | LaplaceEvent | DiscreteLaplaceEvent):
             eps += count * leaf.epsilon
         elif isinstance(leaf, ApproxDpEvent):
             eps += count * leaf.epsilon
@@ -165,7 +169,9 @@ def rdp_curve(event: PrivacyEvent, orders: Sequence[float] = DEFAULT_RDP_ORDERS)
         raise ConfigError(f"RDP orders must be finite numbers > 1; got {list(orders)!r}.")
     total = np.zeros_like(alpha)
     for leaf, count in event.flatten():
-        if isinstance(leaf, GaussianEvent):
+        if isinstance(leaf, NonPrivateEvent):  # no guarantee: no finite curve
+            curve = np.full_like(alpha, math.inf)
+        elif isinstance(leaf, GaussianEvent):
             curve = alpha * leaf.mu**2 / 2
         elif isinstance(leaf, DiscreteLaplaceEvent):
             curve = np.minimum(
@@ -298,8 +304,8 @@ def exact_gaussian_epsilon(event: PrivacyEvent, delta: float) -> float:
     4.3772
     """
     mu_sq = _gaussian_mu_sq(event)
-    if mu_sq == 0:
-        return 0.0
+    if mu_sq == 0 or math.isinf(mu_sq):
+        return mu_sq
     return gaussian_epsilon(math.sqrt(mu_sq), delta)
 
 
@@ -307,6 +313,8 @@ def _gaussian_mu_sq(event: PrivacyEvent) -> float:
     """Σ count·μ² over the Gaussian leaves of ``event`` (the exact route's running total)."""
     mu_sq = 0.0
     for leaf, count in event.flatten():
+        if isinstance(leaf, NonPrivateEvent):
+            return math.inf
         if not isinstance(leaf, GaussianEvent):
             raise ConfigError(
                 f"Exact accounting covers Gaussian events only; got {type(leaf).__name__}. "
@@ -317,8 +325,14 @@ def _gaussian_mu_sq(event: PrivacyEvent) -> float:
 
 
 def epsilon_for(event: PrivacyEvent, delta: float, method: str = "rdp") -> float:
-    """ε at ``delta`` for ``event`` by ``method`` (``basic``, ``rdp``, ``pld`` or ``exact``)."""
+    """ε at ``delta`` for ``event`` by ``method`` (``basic``, ``rdp``, ``pld`` or ``exact``).
+
+    An event that composes a :class:`NonPrivateEvent` has no guarantee: ε = ∞ by every
+    method.
+    """
     method = check_choice("method", method, ACCOUNTING_METHODS)
+    if not event.guaranteed:
+        return math.inf
     if method == "basic":
         eps, d = basic_composition(event)
         if d > check_delta("delta", delta):
@@ -332,6 +346,48 @@ def epsilon_for(event: PrivacyEvent, delta: float, method: str = "rdp") -> float
     if method == "pld":
         return pld_epsilon(event, delta)
     return exact_gaussian_epsilon(event, delta)
+
+
+_PURE_LEAVES = (PureDpEvent, LaplaceEvent, DiscreteLaplaceEvent)
+
+
+def event_epsilon(event: PrivacyEvent, delta: float) -> tuple[float, float]:
+    """One (ε, δ) for ``event`` by the tightest route that applies (what answers report).
+
+    No guarantee: (∞, 0). Nothing spent: (0, 0). Pure-DP leaves only (pure ε, Laplace):
+    their sum, δ = 0 (Dwork & Roth Thm 3.16; exact for pure DP). Gaussian leaves only:
+    exact Gaussian DP at ``delta``. Pure and Gaussian leaves: the smaller of Rényi DP and
+    the pure sum plus the Gaussians' exact ε (sequential composition of the two parts; it
+    wins when the pure ε is large). Anything else: Rényi DP at ``delta``.
+
+    >>> from ragprivacy.dp.events import GaussianEvent, PureDpEvent, compose
+    >>> event_epsilon(compose([PureDpEvent(1.0), PureDpEvent(0.5)]), 1e-6)
+    (1.5, 0.0)
+    >>> round(event_epsilon(GaussianEvent(4.0), 1e-6)[0], 4)
+    1.0607
+    """
+    if not event.guaranteed:
+        return math.inf, 0.0
+    leaves = [leaf for leaf, _ in event.flatten()]
+    if not leaves:
+        return 0.0, 0.0
+    pure = [leaf for leaf in leaves if isinstance(leaf, _PURE_LEAVES)]
+    if len(pure) == len(leaves):
+        return basic_composition(event)[0], 0.0
+    gaussian = [leaf for leaf in leaves if isinstance(leaf, GaussianEvent)]
+    if len(gaussian) == len(leaves):
+        return exact_gaussian_epsilon(event, delta), float(delta)
+    rdp = rdp_epsilon(event, delta)
+    if len(pure) + len(gaussian) == len(leaves):
+        counted = event.flatten()
+        split = basic_composition(
+            ComposedEvent(tuple(SelfComposedEvent(e, c) for e, c in counted if e in pure))
+        )[0] + exact_gaussian_epsilon(
+            ComposedEvent(tuple(SelfComposedEvent(e, c) for e, c in counted if e in gaussian)),
+            delta,
+        )
+        rdp = min(rdp, split)
+    return rdp, float(delta)
 
 
 class Accountant:
@@ -388,14 +444,14 @@ class Accountant:
             total = self._rdp if increment is None else self._rdp + increment
             if not np.any(total):
                 return 0.0
+            if np.isinf(total).all():  # a step without guarantee was composed
+                return math.inf
             return rdp_to_epsilon(DEFAULT_RDP_ORDERS, total, delta)
         if self.method == "exact":
             mu_sq = self._mu_sq + (0.0 if increment is None else float(increment))  # type: ignore[arg-type]
-            return (
-                0.0
-                if mu_sq == 0
-                else gaussian_epsilon(math.sqrt(mu_sq), check_delta("delta", delta))
-            )
+            if mu_sq == 0 or math.isinf(mu_sq):
+                return mu_sq
+            return gaussian_epsilon(math.sqrt(mu_sq), check_delta("delta", delta))
         events = self._events if extra is None else [*self._events, extra]
         if not events:
             return 0.0

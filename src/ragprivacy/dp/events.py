@@ -12,9 +12,12 @@ vector is indexed by slot; see its docstring). A composition is meaningful for o
 relation at a time; a replace-one guarantee implies an add/remove one only when the index
 is padded to a public size with dummy documents (Private-RAG Alg. 3).
 
-The events map onto ``dp_accounting`` events (:meth:`PrivacyEvent.to_dp_accounting`) where
-that library has an equivalent; pure and approximate DP events have none, and the
-accountants in :mod:`ragprivacy.dp.accounting` treat them directly.
+The base class, :class:`NoOpEvent` and :class:`NonPrivateEvent` (no guarantee: ε = ∞)
+live in :mod:`ragprivacy.types` so that retrievals and responses carry typed events; they
+are re-exported here. The events map onto ``dp_accounting`` events
+(:meth:`PrivacyEvent.to_dp_accounting`) where that library has an equivalent; pure and
+approximate DP events have none, and the accountants in :mod:`ragprivacy.dp.accounting`
+treat them directly.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragprivacy._validation import check_positive, check_positive_int, check_probability
 from ragprivacy.errors import ConfigError
+from ragprivacy.types import NonPrivateEvent, NoOpEvent, PrivacyEvent
 
 if TYPE_CHECKING:  # imported lazily: dp_accounting takes over a second to import
     import dp_accounting
@@ -36,6 +40,7 @@ __all__ = [
     "GaussianEvent",
     "LaplaceEvent",
     "NoOpEvent",
+    "NonPrivateEvent",
     "PrivacyEvent",
     "PureDpEvent",
     "SelfComposedEvent",
@@ -43,42 +48,6 @@ __all__ = [
     "compose",
     "event_from_dict",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class PrivacyEvent:
-    """Base class of all privacy events."""
-
-    def to_dp_accounting(self) -> dp_accounting.DpEvent:
-        """The equivalent ``dp_accounting`` event (raises ConfigError if there is none)."""
-        raise ConfigError(
-            f"{type(self).__name__} has no dp_accounting equivalent; use the exact or "
-            f"advanced-composition accountant of ragprivacy.dp.accounting instead."
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready description (``{"type": ..., fields...}``), for ledgers and reports."""
-        raise NotImplementedError
-
-    def flatten(self) -> list[tuple[PrivacyEvent, int]]:
-        """The leaf events with their repetition counts (composition flattened)."""
-        return [(self, 1)]
-
-
-@dataclass(frozen=True, slots=True)
-class NoOpEvent(PrivacyEvent):
-    """A step that touched no private data (cost zero)."""
-
-    def to_dp_accounting(self) -> dp_accounting.DpEvent:
-        import dp_accounting
-
-        return dp_accounting.NoOpDpEvent()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": "noop"}
-
-    def flatten(self) -> list[tuple[PrivacyEvent, int]]:
-        return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +280,7 @@ def compose(events: Iterable[PrivacyEvent]) -> PrivacyEvent:
 
 _FROM_DICT = {
     "noop": lambda d: NoOpEvent(),
+    "non_private": lambda d: NonPrivateEvent(),
     "gaussian": lambda d: GaussianEvent(sigma=d["sigma"], sensitivity=d.get("sensitivity", 1.0)),
     "laplace": lambda d: LaplaceEvent(scale=d["scale"], sensitivity=d.get("sensitivity", 1.0)),
     "discrete_laplace": lambda d: DiscreteLaplaceEvent(

@@ -10,15 +10,25 @@ from types import MappingProxyType
 from typing import Any
 
 from ragprivacy._registry import Registry
+from ragprivacy.dp import compose, event_epsilon
 from ragprivacy.generate import Generator, Prompt, Task
 from ragprivacy.retrieval import KnowledgeBase, Retriever
-from ragprivacy.types import Completion, PrivacyCost, Response, Retrieval
+from ragprivacy.types import (
+    Completion,
+    NoOpEvent,
+    PrivacyCost,
+    PrivacyEvent,
+    Response,
+    Retrieval,
+)
 
 __all__ = [
+    "REPORT_DELTA",
     "NonRAG",
     "Query",
     "RAGSystem",
     "StandardRAG",
+    "answer_cost",
     "create_system",
     "register_system",
     "system_names",
@@ -97,6 +107,35 @@ def released_on_failure(
         raise
 
 
+REPORT_DELTA = 1e-6  # δ for answers whose events need one and whose retriever names none
+
+
+def answer_cost(
+    events: Sequence[PrivacyEvent],
+    *,
+    mechanism: str,
+    delta: float | None = None,
+    cumulative_epsilon: float | None = None,
+    per_document: Mapping[str, float] | None = None,
+) -> PrivacyCost:
+    """The :class:`PrivacyCost` of an answer whose steps consumed ``events``.
+
+    The events are composed into the answer's one event and stated as (ε, δ) by
+    :func:`ragprivacy.dp.event_epsilon` (no guarantee: ∞; no data used: 0). No events at
+    all means the answer used no private data.
+    """
+    event: PrivacyEvent = compose(events) if events else NoOpEvent()
+    epsilon, used_delta = event_epsilon(event, REPORT_DELTA if delta is None else delta)
+    return PrivacyCost(
+        event=event,
+        epsilon=epsilon,
+        delta=used_delta,
+        mechanism=mechanism,
+        cumulative_epsilon=cumulative_epsilon,
+        per_document=per_document or {},
+    )
+
+
 def _response(completion: Completion, retrieval: Retrieval | None, cost: PrivacyCost) -> Response:
     return Response(
         text=completion.text,
@@ -114,16 +153,20 @@ def _answer_with_retrievals(
     retrievals: Sequence[Retrieval],
     kb: KnowledgeBase,
     mechanism: str,
+    delta: float | None = None,
 ) -> list[Response]:
     """Prompt each query with the texts of its retrieved documents in ``kb``, generate in
-    one batch, and report each retrieval with ``mechanism`` as the privacy cost."""
+    one batch, and report each retrieval's event (named ``mechanism``, stated at
+    ``delta``) as the answer's cost: the generator sees the retrieved documents and its
+    text is released, so the answer costs exactly what the retrieval did."""
     prompts = [
         Prompt(q.task, q.text, kb.texts(r.indices), instruction, q.options)
         for q, r in zip(queries, retrievals)
     ]
     completions = generator.generate_batch(prompts)
     return [
-        _response(c, r, PrivacyCost(mechanism=mechanism)) for c, r in zip(completions, retrievals)
+        _response(c, r, answer_cost([r.event], mechanism=mechanism, delta=delta))
+        for c, r in zip(completions, retrievals)
     ]
 
 
@@ -146,7 +189,8 @@ class NonRAG(RAGSystem):
         self, queries: Sequence[str | Query], *, account: str | None = None
     ) -> list[Response]:
         prompts = [self._prompt(Query.of(q)) for q in queries]
-        return [_response(c, None, PrivacyCost()) for c in self.generator.generate_batch(prompts)]
+        cost = answer_cost([], mechanism="none")  # no private data: it spends nothing
+        return [_response(c, None, cost) for c in self.generator.generate_batch(prompts)]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "generator": self.generator.name}
@@ -155,8 +199,9 @@ class NonRAG(RAGSystem):
 class StandardRAG(RAGSystem):
     """Retrieve the top-K documents, put them in the prompt, generate (Lewis et al. 2020).
 
-    Non-private: the retrieved documents reach the generator unprotected. With a private
-    ``retriever`` the response reports the retrieval's privacy event.
+    Non-private with a plain retriever: the retrieved documents reach the generator
+    unprotected, and each answer's cost is ``NonPrivateEvent`` (ε = ∞). With a private
+    ``retriever`` the answer costs the retrieval's event (ε at the retriever's δ).
     """
 
     name = "rag"
@@ -184,6 +229,7 @@ class StandardRAG(RAGSystem):
                 retrievals,
                 self.retriever.kb,
                 self.retriever.name,
+                self.retriever.delta,
             )
 
     def describe(self) -> dict[str, Any]:

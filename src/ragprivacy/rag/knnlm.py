@@ -11,7 +11,8 @@ in the RP paper (§4.1). Any retriever plugs in — plain top-K, random projecti
 noisy top-K — so the defenses apply to kNN-LM and standard RAG alike.
 
 Privacy: each generated token is one retrieval; the response reports the composed event
-of the retrievals (Gaussian events compose exactly: ε from μ = √(Σμ²), at ``delta``).
+of the retrievals (Gaussian events compose exactly: ε from μ = √(Σμ²), at ``delta``; a
+retriever without a guarantee makes the answer's ε infinite).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import numpy as np
 
 from ragprivacy._validation import check_in_range, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus
-from ragprivacy.dp import GaussianEvent, compose, exact_gaussian_epsilon
 from ragprivacy.generate import (
     Generator,
     Prompt,
@@ -36,9 +36,9 @@ from ragprivacy.generate import (
     normalize_all,
     tokenize,
 )
-from ragprivacy.rag.base import Query, RAGSystem, register_system
+from ragprivacy.rag.base import Query, RAGSystem, answer_cost, register_system
 from ragprivacy.retrieval import Retriever
-from ragprivacy.types import Document, PrivacyCost, Response
+from ragprivacy.types import Document, PrivacyCost, PrivacyEvent, Response
 
 __all__ = ["KNNLM", "KNN_WINDOW", "knn_datastore"]
 
@@ -112,7 +112,9 @@ class KNNLM(RAGSystem):
         self.delta = check_in_range("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
         self._next = _next_tokens(retriever.kb.corpus)
 
-    def _knn(self, history: Sequence[str], account: str | None) -> tuple[dict[str, float], Any]:
+    def _knn(
+        self, history: Sequence[str], account: str | None
+    ) -> tuple[dict[str, float], PrivacyEvent]:
         r = self.retriever.retrieve(detokenize(list(history[-self.window :])), account=account)
         if not r.indices:
             return {}, r.event
@@ -169,14 +171,13 @@ class KNNLM(RAGSystem):
         history = tokenize(q.text)
         out: list[str] = []
         logprobs: list[float] = []
-        events = []
+        events: list[PrivacyEvent] = []
         calls = 0
         for _ in range(self.max_tokens):
             dist = self.generator.next_token_distribution(prompt, out)
             knn, event = self._knn(history + out, account)
             calls += 1
-            if event is not None:
-                events.append(event)
+            events.append(event)
             best, form, p_best = self._mix_argmax(dist, knn)
             if best == normalize(EOS) or best == "<unk>":
                 break
@@ -190,13 +191,10 @@ class KNNLM(RAGSystem):
             metadata={"retrievals": calls},
         )
 
-    def _cost(self, events: list[Any]) -> PrivacyCost:
-        if not events:
-            return PrivacyCost(mechanism=self.retriever.name)
-        if all(isinstance(e, GaussianEvent) for e in events):
-            eps = exact_gaussian_epsilon(compose(events), self.delta)
-            return PrivacyCost(epsilon=eps, delta=self.delta, mechanism=self.retriever.name)
-        return PrivacyCost(mechanism=self.retriever.name)
+    def _cost(self, events: list[PrivacyEvent]) -> PrivacyCost:
+        # Every generated token mixes in the neighbours of one datastore search: the answer
+        # costs the composition of the searches (no guarantee if any search gives none).
+        return answer_cost(events, mechanism=self.retriever.name, delta=self.delta)
 
     def describe(self) -> dict[str, Any]:
         return {

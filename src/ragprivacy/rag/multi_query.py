@@ -45,13 +45,19 @@ import numpy as np
 
 from ragprivacy._random import RngLike
 from ragprivacy._validation import check_positive, check_positive_int
-from ragprivacy.dp import BudgetStore, simulation_rng
+from ragprivacy.dp import BudgetStore, PureDpEvent, simulation_rng
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Generator, Prompt, tokenize
-from ragprivacy.rag.base import Query, RAGSystem, register_system, released_on_failure
+from ragprivacy.rag.base import (
+    Query,
+    RAGSystem,
+    answer_cost,
+    register_system,
+    released_on_failure,
+)
 from ragprivacy.rag.dp_vote import DPVoteConfig, VoteResult, dp_vote_generate
 from ragprivacy.retrieval import Retriever, ThresholdRetriever
-from ragprivacy.types import PrivacyCost, Response, Retrieval
+from ragprivacy.types import PrivacyCost, PrivacyEvent, Response, Retrieval
 
 __all__ = ["DPVoteRAG", "MuRAG", "MuRAGAda", "NaiveMultiRAG"]
 
@@ -169,8 +175,11 @@ def _response(result: VoteResult, retrieval: Retrieval | None, cost: PrivacyCost
 class DPVoteRAG(_Voting):
     """Single-query DP-RAG by token voting (Private-RAG Alg. 4).
 
-    The retriever's k is m·k_voter (``docs_per_voter`` = k_voter); any retriever works
-    (a private one adds its own event, reported by the retrieval).
+    The retriever's k is m·k_voter (``docs_per_voter`` = k_voter); any retriever works.
+    The vote's guarantee covers the whole answer, retrieval included (one document changes
+    one voter's context, whatever retrieved it), and the retrieved set itself is never
+    released; so a plain retriever adds nothing to the cost, and a private one adds its
+    own event (a conservative sum).
     """
 
     name = "dp_vote"
@@ -190,7 +199,20 @@ class DPVoteRAG(_Voting):
             texts = self.retriever.kb.texts(retrieval.indices)
             result, _ = self._answer_with(q, texts, self.epsilon)
         eps = result.max_discoveries * self.vote.epsilon_token
-        return _response(result, retrieval, PrivacyCost(epsilon=eps, mechanism=self.name))
+        return _response(result, retrieval, self._cost(eps, retrieval))
+
+    def _cost(
+        self, epsilon: float, retrieval: Retrieval, cumulative: float | None = None
+    ) -> PrivacyCost:
+        events: list[PrivacyEvent] = [PureDpEvent(epsilon)]
+        if retrieval.event.guaranteed:  # a private retriever's own event adds to the vote's
+            events.append(retrieval.event)
+        return answer_cost(
+            events,
+            mechanism=self.name,
+            delta=self.retriever.delta,
+            cumulative_epsilon=cumulative,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -253,11 +275,7 @@ class NaiveMultiRAG(DPVoteRAG):
             with self._lock:
                 self._spent[key] = max(self._spent.get(key, 0.0) - cost, 0.0)
             raise
-        return _response(
-            result,
-            retrieval,
-            PrivacyCost(epsilon=cost, mechanism=self.name, cumulative_epsilon=spent + cost),
-        )
+        return _response(result, retrieval, self._cost(cost, retrieval, spent + cost))
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
@@ -342,8 +360,10 @@ class MuRAG(_Voting):
             if charged:
                 spent = float(np.max(self.screener.document_epsilon(charged)))
                 self._max_spent = max(self._max_spent, spent)
-        cost = PrivacyCost(
-            epsilon=self.screener.epsilon_q if charged else 0.0,
+        # Per-document filters: the guarantee is per document, so the answer's event is
+        # what each charged document paid (ε_q); with none charged no document was used.
+        cost = answer_cost(
+            [PureDpEvent(self.screener.epsilon_q)] if charged else [],
             mechanism=self.name,
             cumulative_epsilon=self._max_spent,
             per_document=screening.charged,

@@ -268,6 +268,9 @@ class MultiTenantRAG:
     def tenant_of(self, account_id: str) -> str:
         return self._account(account_id).tenant
 
+    def policy_of(self, account_id: str) -> AccountPolicy:
+        return self._account(account_id).policy
+
     def knowledge_base(self, tenant_id: str) -> KnowledgeBase:
         if tenant_id not in self._tenants:
             raise ConfigError(f"Unknown tenant {tenant_id!r}; known: {sorted(self._tenants)}.")
@@ -443,8 +446,9 @@ class TenantRAGSystem(RAGSystem):
     """A :class:`RAGSystem` over a :class:`MultiTenantRAG`: retrieve for the account
     (noise before top-K on its tenant's index), then generate from those documents.
 
-    The response's ``privacy`` reports the Gaussian event of the retrieval; generation
-    is outside the retrieval guarantee (collusion paper §7).
+    The response's ``privacy`` reports the Gaussian event of the retrieval (ε at the
+    account policy's δ); generation is outside the retrieval guarantee (collusion paper
+    §7).
     """
 
     name = "multi-tenant"
@@ -468,8 +472,9 @@ class TenantRAGSystem(RAGSystem):
         retrievals = self.service.retrieve_batch([q.search_text for q in qs], account=account)
         kb = self.service.knowledge_base(self.service.tenant_of(account))
         try:
+            delta = self.service.policy_of(account).delta
             return _answer_with_retrievals(
-                self.generator, self.instruction, qs, retrievals, kb, "gaussian-noisy-topk"
+                self.generator, self.instruction, qs, retrievals, kb, "gaussian-noisy-topk", delta
             )
         except BaseException:  # spend only on success: no answer, no query counted
             self.service.release(account, len(retrievals))

@@ -25,10 +25,14 @@ class Retriever(ABC):
 
     This is where the privacy of retrieval is decided: a private retriever adds noise,
     screens by threshold or projects, and reports the privacy event it consumed in
-    ``Retrieval.event``; an ``account`` lets it charge per-account budgets.
+    ``Retrieval.event`` (``NonPrivateEvent`` when it gives no guarantee, as plain top-K
+    does); an ``account`` lets it charge per-account budgets.
     """
 
     name: str = "retriever"
+    #: δ at which the ε of this retriever's per-query events is stated (None: the events
+    #: are pure, or there is no guarantee).
+    delta: float | None = None
 
     def __init__(self, kb: KnowledgeBase, *, k: int = 5) -> None:
         self.kb = kb

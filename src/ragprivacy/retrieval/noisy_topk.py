@@ -224,6 +224,11 @@ class NoisyTopKRetriever(Retriever):
         self._rng = simulation_rng(rng, simulation=self.simulation)
         self._rows: Any = None
 
+    @property
+    def delta(self) -> float:  # type: ignore[override]  # a read-only view of delta_acc
+        """δ at which the per-query Gaussian event's ε is reported: the account's δ_acc."""
+        return self.delta_acc
+
     def retrieve(self, query: str, *, account: str | None = None) -> Retrieval:
         return self.retrieve_batch([query], account=account)[0]
 

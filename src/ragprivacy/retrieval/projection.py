@@ -4,19 +4,41 @@ Random projection (RP paper §3.1, Alg. 1): draw R ∈ ℝ^{k×d} once, with i.i
 N(0, 1/k) (Gaussian) or ±1/√k (Rademacher, RP paper App. H, scaled to the same variance;
 the paper's unscaled ±1 gives the same cosine ranking), project the index once offline
 (e'_i = R e_i), project each query (x' = R x) and rank by the cosine of x' with the e'_i.
-An empirical defense: it carries no DP guarantee (``Retrieval.event`` is ``None``).
+An empirical defense: it carries no DP guarantee (``Retrieval.event`` is ``NonPrivateEvent``).
 
 DP-RP-G (RP paper App. D, Alg. 2; Blocki et al. 2012): project, clip every projected row
 to L2 norm ≤ c (line 6), then per query add Z with i.i.d. N(0, σ²) entries to the projected
-index, σ = c√(2 ln(1.25/δ))/ε (lines 9–11), and rank by cosine against the noisy rows.
-Neighbouring relation: add/remove one document (one row), so the released matrix has L2
-sensitivity c; each query is a Gaussian mechanism, ``GaussianEvent(σ, c)``. Note: the
-formula is the classic Gaussian mechanism, a theorem only for ε < 1 (Dwork & Roth
-Thm A.1); the paper uses it for ε ∈ {1, 5, 10, 20} and so do we by default
-(``calibration="paper"``); ``calibration="analytic"`` uses the exact Balle–Wang σ.
-``noise="once"`` releases one noisy matrix for all queries (one event in total) instead of
-fresh noise per query (the pseudocode). ``clip_only=True`` is the clipping-only ablation
-(RP Tables 16–17): no noise, no guarantee.
+index (lines 9–11), and rank by cosine against the noisy rows.
+
+Neighbouring relation: **replace the document held by one slot** (one row of the
+projected index is replaced by another row of norm ≤ c; the index keeps its size and its
+row order). Sensitivity: the two rows differ by at most ‖r − r'‖ ≤ 2c (attained by
+r' = −r), so the released noisy matrix has L2 sensitivity Δ = 2c, σ is calibrated for
+Δ = 2c (:func:`dp_rp_sigma`) and each release is charged ``GaussianEvent(σ, 2c)``.
+Guarantee: each release is μ-GDP with μ = 2c/σ, i.e. (ε, δ)-DP at the target under the
+chosen calibration; the cosine ranking and the returned positions are post-processing.
+``GaussianEvent`` has no field for the relation: the event means replace-one here.
+
+**This deviates from the paper's accounting.** The paper (Alg. 2 line 9) calibrates
+σ = c√(2 ln(1.25/δ))/ε, i.e. sensitivity c for adding or removing one row. But the
+retriever returns the positions (and the documents at them) of the top-K: removing a row
+shifts the positions and removes a candidate that could be returned, so under add/remove
+a release is not a Gaussian mechanism and top-K is not DP without padding (docs/dp.md,
+"Neighbouring relations"; noisy top-K is in the same case). Under replace-one, the
+relation in which the output is defined, Δ = 2c, and the paper's σ gives μ = 2c/σ, twice
+the μ = c/σ it claims. So σ here is twice the paper's for the same (ε, δ). (Padding the
+index to a public size with zero rows would turn add/remove into replacing a zero row,
+Δ = c; that is not implemented.)
+
+Calibration: ``calibration="paper"`` uses the formula of line 9 with Δ = 2c, the classic
+Gaussian mechanism, a theorem only for ε < 1 (Dwork & Roth Thm A.1); the paper uses it for
+ε ∈ {1, 5, 10, 20} and so do we by default. ``calibration="analytic"`` uses the exact
+Balle–Wang σ for Δ = 2c. In secure mode the rows are rounded to a 2^-b grid, which moves
+a row by at most √dim/2 grid units, so the event's Δ is ⌈2c·2^b⌉ + ⌈√dim⌉ grid units and
+σ is calibrated with that Δ, so that σ and the event agree. ``noise="once"`` releases one
+noisy matrix for all queries (one event in total; later queries report ``NoOpEvent``)
+instead of fresh noise per query (the pseudocode). ``clip_only=True`` is the
+clipping-only ablation (RP Tables 16–17): no noise, no guarantee.
 
 Sanity checks (RP App. B, C): :func:`projection_sanity` (L2 distance ratio and cosine
 error vs k, with the JL band 1 ± √(log d / k)), :func:`expected_projected_cosine` (E[ρ'],
@@ -39,6 +61,9 @@ from ragprivacy._validation import check_choice, check_positive, check_positive_
 from ragprivacy.dp import (
     GaussianEvent,
     Grid,
+    NonPrivateEvent,
+    NoOpEvent,
+    PrivacyEvent,
     discrete_gaussian,
     gaussian_noise_float,
     gaussian_sigma_analytic,
@@ -96,7 +121,7 @@ def _unit_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(norms, 1e-12)
 
 
-def _retrieval(kb: KnowledgeBase, scores: np.ndarray, k: int, event: Any) -> Retrieval:
+def _retrieval(kb: KnowledgeBase, scores: np.ndarray, k: int, event: PrivacyEvent) -> Retrieval:
     idx = top_k_indices(scores, k)
     return Retrieval(
         ids=tuple(kb.index.id_at(int(p)) for p in idx),
@@ -151,8 +176,8 @@ class ProjectionRetriever(Retriever):
         self.projected = _index_vectors(kb) @ self.matrix.T  # offline, once (Alg. 1 l. 4)
         self._unit = _unit_rows(self.projected)
 
-    def _event(self) -> Any:
-        return None
+    def _event(self) -> PrivacyEvent:
+        return NonPrivateEvent()  # an empirical defense: no DP guarantee
 
     def _rows(self) -> np.ndarray:
         return self._unit
@@ -183,33 +208,64 @@ class ProjectionRetriever(Retriever):
         }
 
 
-def dp_rp_sigma(epsilon: float, delta: float, clip: float, *, calibration: str = "paper") -> float:
-    """σ of DP-RP-G: c√(2 ln(1.25/δ))/ε (RP Alg. 2 line 9) or the exact analytic σ.
+CALIBRATIONS = ("paper", "analytic")
 
-    The paper's σ is the classic Gaussian calibration, which it applies for ε ≥ 1 too
-    (ε ∈ {1, 5, 10, 20}), beyond the theorem's ε < 1; it is returned for every ε.
+
+def _replace_one_sensitivity(clip: float) -> float:
+    """Δ = 2c: the largest L2 distance between two rows of norm ≤ c (r' = −r)."""
+    return 2.0 * clip
+
+
+def _calibrate(epsilon: float, delta: float, sensitivity: float, calibration: str) -> float:
+    check_choice("calibration", calibration, CALIBRATIONS)
+    if calibration == "analytic":
+        return gaussian_sigma_analytic(epsilon, delta, sensitivity)
+    return gaussian_sigma_classic(epsilon, delta, sensitivity, allow_large_epsilon=True)
+
+
+def dp_rp_sigma(epsilon: float, delta: float, clip: float, *, calibration: str = "paper") -> float:
+    """σ of DP-RP-G for one (ε, δ) release under replace-one neighbours, Δ = 2c.
+
+    ``calibration="paper"``: the formula of RP Alg. 2 line 9 with Δ = 2c,
+    σ = 2c√(2 ln(1.25/δ))/ε (the classic Gaussian calibration, which the paper applies for
+    ε ≥ 1 too, ε ∈ {1, 5, 10, 20}, beyond the theorem's ε < 1; it is returned for every ε).
+    ``calibration="analytic"``: the exact Balle–Wang σ for Δ = 2c.
+
+    The paper prints σ = c√(2 ln(1.25/δ))/ε (sensitivity c, add/remove one row); this σ is
+    twice that, because the retriever is DP only under replace-one neighbours, where two
+    rows of norm ≤ c differ by up to 2c (see the module docstring).
 
     >>> round(dp_rp_sigma(1.0, 1e-5, 1.0), 4)
-    4.8448
+    9.6896
+    >>> round(dp_rp_sigma(10.0, 1e-4, 1.0), 4)  # the retriever's defaults
+    0.8687
     """
     epsilon = check_positive("epsilon", epsilon)
     clip = check_positive("clip", clip)
-    check_choice("calibration", calibration, ("paper", "analytic"))
-    if calibration == "analytic":
-        return gaussian_sigma_analytic(epsilon, delta, clip)
-    return gaussian_sigma_classic(epsilon, delta, clip, allow_large_epsilon=True)
+    return _calibrate(epsilon, delta, _replace_one_sensitivity(clip), calibration)
 
 
 class DPProjectionRetriever(ProjectionRetriever):
-    """DP-RP-G (RP paper Alg. 2): projection, clipping to ``clip``, Gaussian noise.
+    """DP-RP-G (RP paper App. D, Alg. 2): projection, clipping to ``clip``, Gaussian noise.
+
+    Neighbouring relation: replace the document held by one slot (one row of norm ≤ c
+    replaced by another; positions fixed). Sensitivity: Δ = 2c (:attr:`sensitivity`; in
+    secure mode plus the grid rounding of a row). Guarantee: each release of the noisy
+    matrix is μ-GDP with μ = Δ/σ, σ calibrated so that it is (ε, δ)-DP
+    (:func:`dp_rp_sigma`); it is charged ``GaussianEvent(σ, Δ)``. Under add/remove the
+    retriever is not DP without padding (positions shift and candidates disappear), so,
+    unlike the paper, which charges sensitivity c for add/remove, σ is calibrated for 2c:
+    twice the paper's σ for the same (ε, δ). Source: RP paper App. D, Alg. 2 (with
+    Δ = 2c instead of line 9's c); module docstring.
 
     Args:
         kb, k, dim, kind, variance: as :class:`ProjectionRetriever`.
         epsilon, delta: the per-release privacy target.
         clip: c, the clipping bound of projected rows (line 6).
         noise: ``"per_query"`` (fresh Z per query, the pseudocode) or ``"once"``.
-        calibration: ``"paper"`` or ``"analytic"`` (see :func:`dp_rp_sigma`).
-        clip_only: clip without noise (ablation; no guarantee, no event).
+        calibration: ``"paper"`` (line 9's formula with Δ = 2c) or ``"analytic"`` (see
+            :func:`dp_rp_sigma`).
+        clip_only: clip without noise (ablation; no guarantee: ``NonPrivateEvent``).
         simulation: float noise from ``rng``; otherwise the exact discrete Gaussian on a
             fixed-point grid (slow for large indices: n·dim draws per release).
         rng: seeds R and, in simulation, the noise.
@@ -242,12 +298,17 @@ class DPProjectionRetriever(ProjectionRetriever):
         self.noise = check_choice("noise", noise, ("per_query", "once"))
         self.clip_only = bool(clip_only)
         self.simulation = bool(simulation)
-        self.sigma = dp_rp_sigma(self.epsilon, self.delta, self.clip, calibration=calibration)
-        self.calibration = calibration
-        norms = np.linalg.norm(self.projected, axis=1, keepdims=True)
-        self.clipped = self.projected * np.minimum(1.0, self.clip / np.maximum(norms, 1e-12))
-        self._gen = gen
         self._grid = Grid()
+        #: Δ of one release under replace-one neighbours: 2c, plus the grid rounding of a
+        #: row in secure mode. σ is calibrated with it, so σ and the event agree.
+        self.sensitivity = self._release_sensitivity()
+        self.sigma = _calibrate(self.epsilon, self.delta, self.sensitivity, calibration)
+        self.calibration = calibration
+        # Clipped in float64 so that no row exceeds c by more than a float64 rounding.
+        projected = self.projected.astype(np.float64)
+        norms = np.linalg.norm(projected, axis=1, keepdims=True)
+        self.clipped = projected * np.minimum(1.0, self.clip / np.maximum(norms, 1e-12))
+        self._gen = gen
         self._released: np.ndarray | None = None
         self._current: np.ndarray = _unit_rows(self.clipped)
 
@@ -261,27 +322,35 @@ class DPProjectionRetriever(ProjectionRetriever):
         z = discrete_gaussian(self._grid.scale_units(self.sigma), shape)
         return self._grid.from_units(units + z)
 
-    @property
-    def event(self) -> GaussianEvent | None:
-        """One release's event (``None`` for clipping only)."""
-        if self.clip_only:
-            return None
-        sens = self.clip
-        if not self.simulation:
-            sens = self._grid.sensitivity_units(self.clip) * self._grid.resolution
-        return GaussianEvent(sigma=self.sigma, sensitivity=sens)
+    def _release_sensitivity(self) -> float:
+        base = _replace_one_sensitivity(self.clip)
+        if self.simulation:
+            return base
+        # Rounding each of the dim coordinates moves a row by ≤ √dim/2 grid units (L2),
+        # so two rounded rows differ by ≤ 2c + √dim units: ⌈2c·2^b⌉ + ⌈√dim⌉ units.
+        # (sensitivity_units gives ⌈2c·2^b⌉ + 1; isqrt(dim − 1) + 1 = ⌈√dim⌉.)
+        units = self._grid.sensitivity_units(base) + math.isqrt(self.dim - 1)
+        return units * self._grid.resolution
 
-    def _event(self) -> Any:
+    @property
+    def event(self) -> PrivacyEvent:
+        """One release's event, ``GaussianEvent(σ, Δ)`` with Δ = :attr:`sensitivity`
+        (2c) under replace-one neighbours (``NonPrivateEvent`` for clipping only)."""
+        if self.clip_only:
+            return NonPrivateEvent()
+        return GaussianEvent(sigma=self.sigma, sensitivity=self.sensitivity)
+
+    def _event(self) -> PrivacyEvent:
         if self.clip_only:
             self._current = _unit_rows(self.clipped)
-            return None
+            return NonPrivateEvent()
         if self.noise == "once":
             if self._released is None:
                 self._released = _unit_rows(self._noisy())
                 self._current = self._released
                 return self.event  # the single release pays once
             self._current = self._released
-            return None
+            return NoOpEvent()  # post-processing of the release already paid for
         self._current = _unit_rows(self._noisy())
         return self.event
 
@@ -296,6 +365,8 @@ class DPProjectionRetriever(ProjectionRetriever):
             delta=self.delta,
             clip=self.clip,
             sigma=self.sigma,
+            sensitivity=self.sensitivity,
+            neighbouring="replace_one",
             noise=self.noise,
             clip_only=self.clip_only,
             calibration=self.calibration,

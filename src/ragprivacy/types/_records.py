@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from ragprivacy.types._privacy import NonPrivateEvent, PrivacyEvent
+
 __all__ = [
     "Completion",
     "Document",
@@ -108,8 +110,9 @@ class Retrieval:
     """What a retriever returned for one query, best first.
 
     ``scores`` are the scores the selection used (noisy ones under a noisy retriever; for
-    instrumented evaluation only). ``event`` is the privacy event the retrieval consumed
-    (a ``ragprivacy.dp`` event), or ``None`` for a non-private retriever. ``charge_ids``
+    instrumented evaluation only). ``event`` is the privacy event the retrieval consumed:
+    :class:`NonPrivateEvent` (the default, and what ``None`` means) for a retriever
+    without a DP guarantee, a ``ragprivacy.dp`` event otherwise. ``charge_ids``
     name the budget-store charges it made (per-document filters), so that a request that
     fails afterwards can give them back (``Retriever.release``).
     """
@@ -117,12 +120,18 @@ class Retrieval:
     ids: tuple[str, ...]
     indices: tuple[int, ...]
     scores: tuple[float, ...]
-    event: Any = None
+    event: PrivacyEvent = field(default_factory=NonPrivateEvent)
     charge_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not len(self.ids) == len(self.indices) == len(self.scores):
             raise ValueError("Retrieval ids, indices and scores must have equal lengths.")
+        if self.event is None:
+            object.__setattr__(self, "event", NonPrivateEvent())
+        elif not isinstance(self.event, PrivacyEvent):
+            raise TypeError(
+                f"A Retrieval's event must be a PrivacyEvent; got {type(self.event).__name__}."
+            )
 
     @property
     def hits(self) -> tuple[Hit, ...]:
@@ -160,21 +169,50 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class PrivacyCost:
-    """The privacy one answer spent, as ``eval`` totals it.
+    """The privacy one answer spent: one typed event, stated as one (ε, δ) pair.
 
-    ``epsilon``/``delta`` are this answer's cost under the system's own accounting (0 for
-    a non-private system); ``cumulative_epsilon`` is the total so far where the system
-    tracks one; ``per_document`` maps document ids to what each was charged (filters).
+    ``event`` is the composed privacy event of the whole answer: a ``ragprivacy.dp`` event
+    for a DP system, :class:`NoOpEvent` for one that used no private data,
+    :class:`NonPrivateEvent` (the default) for one without a guarantee. ``epsilon`` at
+    ``delta`` is that event under the system's own accounting (``ragprivacy.dp.
+    event_epsilon``): it is ∞ for an answer without a guarantee, whatever was passed, and
+    0 for one that used no data. ``cumulative_epsilon`` is the total so far where the
+    system tracks one; ``per_document`` maps document ids to what each was charged
+    (per-document filters, whose guarantee is per document: ``event`` is then the charge
+    of one document).
+
+    >>> from ragprivacy.types import NoOpEvent
+    >>> PrivacyCost().epsilon, PrivacyCost(event=NoOpEvent()).epsilon
+    (inf, 0.0)
     """
 
-    epsilon: float = 0.0
+    event: PrivacyEvent = field(default_factory=NonPrivateEvent)
+    epsilon: float = math.nan
     delta: float = 0.0
     mechanism: str = "none"
     cumulative_epsilon: float | None = None
     per_document: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.event, PrivacyEvent):
+            raise TypeError(
+                f"A PrivacyCost's event must be a PrivacyEvent; got {type(self.event).__name__}."
+            )
+        if not self.event.guaranteed:
+            object.__setattr__(self, "epsilon", math.inf)
+        elif not self.event.flatten():  # no private data was used
+            object.__setattr__(self, "epsilon", 0.0)
+        elif math.isnan(self.epsilon):
+            raise ValueError(
+                f"A PrivacyCost of {type(self.event).__name__} must state its epsilon "
+                "(ragprivacy.dp.event_epsilon computes it)."
+            )
         object.__setattr__(self, "per_document", _frozen_mapping(self.per_document))
+
+    @property
+    def guaranteed(self) -> bool:
+        """Whether the answer has a DP guarantee (ε < ∞)."""
+        return self.event.guaranteed
 
 
 @dataclass(frozen=True, slots=True)

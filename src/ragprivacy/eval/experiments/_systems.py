@@ -31,13 +31,15 @@ per-document filters start unspent). A budget given in the spec is kept; a query
 system refuses is answered with an empty public response marked refused and counted.
 
 **Privacy spent.** :class:`PrivacyTally` reads every full response (the attack never
-sees it): Gaussian retrieval events (noisy top-K, DP-RP-G) compose exactly in Gaussian DP
-(μ² add up; ε at the experiment's δ), pure-DP answers (DP voting) add up, and per-document
-filter charges (MURAG) count per document, so the ε of a filtered system is the largest
-spend of any document; answers from a retriever without a guarantee (``topk``,
-``projection``) make the account's ε infinite, and a system that uses no data
-(``non-rag``) spends 0. Per account it gives ε and, where the composition is a pure or a
-Gaussian one, the largest AUC any membership test could reach (e^ε/(1+e^ε), Φ(μ/√2)).
+sees it), from the one typed event each answer carries (``Response.privacy.event``):
+Gaussian leaves (noisy top-K, DP-RP-G, private kNN-LM) compose exactly in Gaussian DP
+(μ² add up; ε at the experiment's δ), pure-DP leaves (DP voting) add up, other leaves
+compose by Rényi DP, and per-document filter charges (MURAG) count per document, so the
+ε of a filtered system is the largest spend of any document; an answer without a
+guarantee (``NonPrivateEvent``: plain top-K, projection, plain kNN-LM) makes the
+account's ε infinite, and a system that uses no data (``non-rag``) spends 0. Per account
+it gives ε and, where the composition is a pure or a Gaussian one, the largest AUC any
+membership test could reach (e^ε/(1+e^ε), Φ(μ/√2)).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from ragprivacy._validation import check_choice, check_positive_int
 from ragprivacy.dp import (
     GaussianEvent,
     NoOpEvent,
+    PureDpEvent,
+    SelfComposedEvent,
     compose,
     epsilon_for,
     gaussian_epsilon,
@@ -87,7 +91,6 @@ NO_LOGPROB_SYSTEMS = VOTING_SYSTEMS
 ONE_BY_ONE_SYSTEMS = (*VOTING_SYSTEMS, "knnlm")
 _SPEC_KEYS = ("budget", "k", "label", "name", "retriever", "retriever_options")
 _SIMULATED_RETRIEVERS = ("dp_projection", "noisy_topk", "threshold")
-_UNPROTECTED = ("projection", "topk")  # retrievers with no DP guarantee
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,8 +305,6 @@ class _Account:
     refused: int = 0
     mu_sq: float = 0.0
     pure: float = 0.0
-    approx_epsilon: float = 0.0
-    approx_delta: float = 0.0
     others: list[Any] = field(default_factory=list)
     per_document: dict[str, float] = field(default_factory=dict)
     unprotected: bool = False
@@ -329,26 +330,23 @@ class PrivacyTally:
             a.refused += 1
             return
         cost = response.privacy
-        if cost.mechanism in _UNPROTECTED and cost.epsilon == 0:
+        if not cost.guaranteed:
             a.unprotected = True  # the documents reached the generator unprotected
+            return
         if cost.per_document:  # a filtered system: the filters are the whole guarantee
             for doc, eps in cost.per_document.items():
                 a.per_document[doc] = a.per_document.get(doc, 0.0) + float(eps)
             return
-        event = response.retrieval.event if response.retrieval is not None else None
-        if isinstance(event, GaussianEvent):
-            a.mu_sq += event.mu**2
-        elif event is not None and not isinstance(event, NoOpEvent):
-            a.others.append(event)
-        if cost.epsilon > 0:
-            if cost.delta > 0:
-                a.approx_epsilon += cost.epsilon
-                a.approx_delta += cost.delta
+        for leaf, count in cost.event.flatten():  # the answer's one typed event
+            if isinstance(leaf, GaussianEvent):
+                a.mu_sq += count * leaf.mu**2
+            elif isinstance(leaf, PureDpEvent):
+                a.pure += count * leaf.epsilon
             else:
-                a.pure += cost.epsilon
+                a.others.append(leaf if count == 1 else SelfComposedEvent(leaf, count))
 
     def account_summary(self, account: str) -> dict[str, Any]:
-        """ε (at δ plus any δ the answers reported), μ, and the AUC bound of one account."""
+        """ε (at the tally's δ), μ, and the AUC bound of one account."""
         a = self.accounts.get(account, _Account())
         eps_gauss = gaussian_epsilon(math.sqrt(a.mu_sq), self.delta) if a.mu_sq > 0 else 0.0
         eps_other = epsilon_for(compose(a.others), self.delta, "rdp") if a.others else 0.0
@@ -356,7 +354,7 @@ class PrivacyTally:
         parts = {
             "gaussian": eps_gauss,
             "pure": a.pure + eps_doc,
-            "other": eps_other + a.approx_epsilon,
+            "other": eps_other,
         }
         epsilon = sum(parts.values())
         bound: float | None = None
@@ -366,7 +364,7 @@ class PrivacyTally:
             bound = max_auc_gdp(math.sqrt(a.mu_sq)) if a.mu_sq > 0 else 0.5
         elif parts["other"] == 0 and parts["gaussian"] == 0:
             bound = max_auc_pure_dp(parts["pure"])
-        delta = (self.delta if (a.mu_sq > 0 or a.others) else 0.0) + a.approx_delta
+        delta = self.delta if (a.mu_sq > 0 or a.others) else 0.0
         return {
             "epsilon": epsilon,
             "delta": delta,
@@ -401,7 +399,7 @@ def _refusal() -> Response:
         text="",
         tokens=(),
         logprobs=(),
-        privacy=PrivacyCost(mechanism="refused"),
+        privacy=PrivacyCost(event=NoOpEvent(), mechanism="refused"),  # nothing released
         metadata={"refused": True},
     )
 
