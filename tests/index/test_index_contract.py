@@ -133,8 +133,9 @@ def test_add_appends_in_order(backend: str, data: tuple) -> None:
 
 
 def test_vectors_accessor(filled: VectorIndex, data: tuple) -> None:
-    got = filled.vectors()  # type: ignore[attr-defined]
+    got = filled.vectors()
     np.testing.assert_array_equal(got, data[0])
+    assert not got.flags.writeable  # a view of the index's own storage: read-only
 
 
 @pytest.mark.parametrize("dim", [0, -3, 2.5, "8"])

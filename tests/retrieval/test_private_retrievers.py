@@ -121,7 +121,7 @@ def test_scores_are_clipped_into_the_range(kb: KnowledgeBase, lazy: bool) -> Non
 def test_lazy_retriever_with_buckets(kb: KnowledgeBase) -> None:
     from ragprivacy.retrieval import BucketBounds
 
-    bb = BucketBounds.build(kb.index.vectors(), buckets=3, rng=0)  # type: ignore[attr-defined]
+    bb = BucketBounds.build(kb.index.vectors(), buckets=3, rng=0)
     exact = set(TopKRetriever(kb, k=2).retrieve("green pears autumn").ids)
     r = NoisyTopKRetriever(
         kb, k=2, sigma=1e-3, simulation=True, lazy=True, candidates=2, buckets=bb, rng=0

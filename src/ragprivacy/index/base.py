@@ -73,6 +73,11 @@ class VectorIndex(ABC):
         miss some)."""
 
     @abstractmethod
+    def vectors(self) -> FloatArray:
+        """The stored vectors ``[n, dim]`` in position order, read-only and without a copy
+        (valid until the next :meth:`add`); what projection and exact re-scoring need."""
+
+    @abstractmethod
     def save(self, path: str | Path) -> None:
         """Write the index to a directory; :func:`load_index` reads it back."""
 

@@ -99,8 +99,10 @@ class _FaissIndex(VectorIndex):
         return np.asarray(xb, dtype=np.float32).reshape(n, self.dim)
 
     def vectors(self) -> FloatArray:
-        """A copy of the stored vectors ``[n, dim]``."""
-        return self._stored().copy()
+        """The stored vectors ``[n, dim]``, a read-only view of FAISS's own storage."""
+        view = self._stored()
+        view.flags.writeable = False
+        return view
 
     def add(self, vectors: FloatArray, ids: Sequence[str]) -> None:
         rows = as_vectors(vectors, self.dim)

@@ -270,9 +270,7 @@ class NoisyTopKRetriever(Retriever):
 
     def _stored_rows(self) -> Any:
         if self._rows is None:
-            index = self.kb.index
-            stored = getattr(index, "_stored", None)
-            self._rows = stored() if callable(stored) else index.vectors()  # type: ignore[attr-defined]
+            self._rows = self.kb.index.vectors()
         return self._rows
 
     def _clip(self, values: np.ndarray) -> np.ndarray:

@@ -132,13 +132,7 @@ def _retrieval(kb: KnowledgeBase, scores: np.ndarray, k: int, event: PrivacyEven
 
 
 def _index_vectors(kb: KnowledgeBase) -> np.ndarray:
-    vectors = getattr(kb.index, "vectors", None)
-    if not callable(vectors):
-        raise ConfigError(
-            f"The index {kb.index.name!r} does not expose its vectors; projection needs "
-            "them to project the index once offline (use 'exact' or a FAISS index)."
-        )
-    return np.asarray(vectors(), dtype=np.float32)
+    return np.asarray(kb.index.vectors(), dtype=np.float32)
 
 
 class ProjectionRetriever(Retriever):

@@ -71,7 +71,7 @@ def multihop_scores(
     first_pos: dict[str, int] = {}
     for pos, doc_id in enumerate(ids):
         first_pos.setdefault(_source(doc_id), pos)
-    vectors = kb.index.vectors()  # type: ignore[attr-defined]
+    vectors = kb.index.vectors()
     rows: dict[str, list[float]] = {m: [] for m in METRICS}
     for q in questions:
         r = system.answer(q.question, account=account)
