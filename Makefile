@@ -91,10 +91,14 @@ lock:
 	echo uv | $(call COMPILE,$(VENV)) $(LOCK_UPGRADE) - -o $(REQ)/uv.txt
 	@echo "locked: $$(grep -c '^[a-z0-9]' $(REQ)/lock.txt) packages in $(REQ)/lock.txt"
 
+# mypy on the whole package, and --strict on the layers that hold the privacy logic.
+STRICT_LAYERS := types dp retrieval rag audit
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks $(REQ)
 	$(VENV)/bin/ruff format --check src tests benchmarks $(REQ)
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict $(addprefix src/ragprivacy/,$(STRICT_LAYERS))
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_samplers.py

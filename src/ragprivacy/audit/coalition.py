@@ -76,7 +76,7 @@ def _similarity(
     np.putmask(w, codes[:, None] == codes[None, :], _NO_EDGE)  # only distinct accounts link
     if tau is not None and ts is not None:
         np.putmask(w, np.abs(ts[:, None] - ts[None, :]) > tau, _NO_EDGE)
-    return w
+    return np.asarray(w)
 
 
 def _max_spanning_tree(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -108,7 +108,7 @@ def _cut(tree: tuple[np.ndarray, np.ndarray, np.ndarray], n: int, theta: float) 
     a, b, wt = tree
     keep = wt >= theta - 1e-12
     graph = coo_matrix((np.ones(int(keep.sum())), (a[keep], b[keep])), shape=(n, n))
-    return connected_components(graph, directed=False)[1]
+    return np.asarray(connected_components(graph, directed=False)[1])
 
 
 def _largest(labels: np.ndarray, codes: np.ndarray) -> tuple[int, int]:
@@ -162,7 +162,7 @@ def estimate_coalition(
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+    return np.asarray(x / np.linalg.norm(x, axis=-1, keepdims=True))
 
 
 def simulate_window(

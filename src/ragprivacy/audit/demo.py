@@ -50,7 +50,7 @@ class DemoWindow:
 
 def _unit(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     v = rng.standard_normal(shape)
-    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+    return np.asarray(v / np.linalg.norm(v, axis=-1, keepdims=True))
 
 
 def demo_window(

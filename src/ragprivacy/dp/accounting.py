@@ -122,14 +122,14 @@ def _rr_rdp(epsilon: float, alpha: np.ndarray) -> np.ndarray:
     log_q = -math.log1p(math.exp(epsilon))
     a = alpha * log_p + (1 - alpha) * log_q
     b = alpha * log_q + (1 - alpha) * log_p
-    return np.logaddexp(a, b) / (alpha - 1)
+    return np.asarray(np.logaddexp(a, b) / (alpha - 1))
 
 
 def _laplace_rdp(b: float, alpha: np.ndarray) -> np.ndarray:
     """RDP of the Laplace mechanism with scale/sensitivity b (Mironov 2017, Prop. 6)."""
     t1 = np.log(alpha / (2 * alpha - 1)) + (alpha - 1) / b
     t2 = np.log((alpha - 1) / (2 * alpha - 1)) - alpha / b
-    return np.logaddexp(t1, t2) / (alpha - 1)
+    return np.asarray(np.logaddexp(t1, t2) / (alpha - 1))
 
 
 def _discrete_laplace_rdp(t: float, sensitivity: int, alpha: np.ndarray) -> np.ndarray:
@@ -152,7 +152,7 @@ def _discrete_laplace_rdp(t: float, sensitivity: int, alpha: np.ndarray) -> np.n
     total = parts[0]
     for part in parts[1:]:
         total = np.logaddexp(total, part)
-    return (log_c + total) / (alpha - 1)
+    return np.asarray((log_c + total) / (alpha - 1))
 
 
 def rdp_curve(event: PrivacyEvent, orders: Sequence[float] = DEFAULT_RDP_ORDERS) -> np.ndarray:
@@ -448,7 +448,7 @@ class Accountant:
                 return math.inf
             return rdp_to_epsilon(DEFAULT_RDP_ORDERS, total, delta)
         if self.method == "exact":
-            mu_sq = self._mu_sq + (0.0 if increment is None else float(increment))  # type: ignore[arg-type]
+            mu_sq = self._mu_sq + (0.0 if increment is None else float(increment))
             if mu_sq == 0 or math.isinf(mu_sq):
                 return mu_sq
             return gaussian_epsilon(math.sqrt(mu_sq), check_delta("delta", delta))

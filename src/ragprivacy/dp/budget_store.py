@@ -155,7 +155,7 @@ class BudgetStore(ABC):
 
     def _fits(self, spent: np.ndarray, amount: np.ndarray) -> np.ndarray:
         """Which rows of ``spent`` can pay ``amount`` in every dimension."""
-        return np.all(spent + amount <= self.capacity * (1 + _RTOL), axis=-1)
+        return np.asarray(np.all(spent + amount <= self.capacity * (1 + _RTOL), axis=-1))
 
     @abstractmethod
     def spent(self, doc_ids: Iterable[str]) -> np.ndarray:
@@ -163,7 +163,7 @@ class BudgetStore(ABC):
 
     def remaining(self, doc_ids: Iterable[str]) -> np.ndarray:
         """capacity − spent per document (may be slightly negative within tolerance)."""
-        return self.capacity - self.spent(doc_ids)
+        return np.asarray(self.capacity - self.spent(doc_ids))
 
     def can_afford(self, doc_ids: Iterable[str], amount: Amount) -> np.ndarray:
         """Boolean per document: could it pay ``amount`` now (a read, not a reservation)."""

@@ -49,7 +49,7 @@ def exponential_mechanism_probabilities(
     sensitivity = check_positive("sensitivity", sensitivity)
     logits = epsilon * (u - u.max()) / (2 * sensitivity)
     w = np.exp(logits)
-    return w / w.sum()
+    return np.asarray(w / w.sum())
 
 
 def _boundaries(

@@ -72,7 +72,8 @@ class KnowledgeBase:
         return len(self.corpus)
 
     def document(self, position: int) -> Document:
-        return self.corpus[position]
+        doc: Document = self.corpus[int(position)]
+        return doc
 
     def texts(self, positions: Sequence[int]) -> tuple[str, ...]:
         return tuple(self.corpus[int(p)].text for p in positions)

@@ -135,7 +135,7 @@ def truncated_normal_above(t: float, size: int, *, rng: RngLike = None) -> Float
         raise ConfigError(f"The truncation point t={t!r} is too far in the tail to sample.")
     u = gen.random(size)
     z = -ndtri((1.0 - u) * tail)  # 1 − U ∈ (0, 1]: the argument of ndtri is never 0
-    return np.maximum(z, t)
+    return np.asarray(np.maximum(z, t))
 
 
 def _truncated_between(a: np.ndarray, b: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -153,7 +153,7 @@ def _truncated_between(a: np.ndarray, b: np.ndarray, v: np.ndarray) -> np.ndarra
     if lo.any():
         pa, pb = ndtr(a[lo]), ndtr(b[lo])
         z[lo] = ndtri(pa + (1.0 - v[lo]) * (pb - pa))
-    return np.clip(z, np.maximum(a, -_Z_CAP), np.minimum(b, _Z_CAP))
+    return np.asarray(np.clip(z, np.maximum(a, -_Z_CAP), np.minimum(b, _Z_CAP)))
 
 
 def _prob_above(a: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -162,7 +162,7 @@ def _prob_above(a: np.ndarray, h: np.ndarray) -> np.ndarray:
     num = np.where(a >= 0, ndtr(-a) - ndtr(-h), ndtr(h) - ndtr(a))
     p = np.clip(num / below_h, 0.0, 1.0)
     p[a >= h] = 0.0
-    return p
+    return np.asarray(p)
 
 
 def lazy_noisy_topk(
@@ -313,7 +313,7 @@ class _Groups:
         """Σ_b U_b P(Z > (L − u_b)/σ | Z ≤ h_b) for each level L (over buckets in mask)."""
         a = (levels[:, None] - self.u[mask][None, :]) / sigma
         p = _prob_above(a, np.repeat(self.h[mask][None, :], levels.size, axis=0))
-        return p @ self.unrevealed[mask].astype(np.float64)
+        return np.asarray(p @ self.unrevealed[mask].astype(np.float64))
 
     def choose_level(
         self, tau: float, sigma: float, target: float, budget: float, stalled: bool
@@ -417,4 +417,4 @@ def _non_excluded_at(sorted_excluded: np.ndarray, ranks: np.ndarray) -> np.ndarr
 def _scores(score_of: object, positions: np.ndarray) -> np.ndarray:
     if callable(score_of):
         return np.asarray(score_of(positions), dtype=np.float64).reshape(-1)
-    return np.asarray(score_of, dtype=np.float64)[positions]
+    return np.asarray(np.asarray(score_of, dtype=np.float64)[positions])

@@ -276,7 +276,7 @@ class NoisyTopKRetriever(Retriever):
     def _clip(self, values: np.ndarray) -> np.ndarray:
         if self.score_range is None:
             return values
-        return np.clip(values, self.score_range[0], self.score_range[1])
+        return np.asarray(np.clip(values, self.score_range[0], self.score_range[1]))
 
     def _lazy_one(self, vector: np.ndarray) -> Retrieval:
         n = len(self.kb)

@@ -113,12 +113,12 @@ def projection_matrix(
         r = gen.standard_normal((k, dim)) * math.sqrt(v)
     else:
         r = (gen.integers(0, 2, (k, dim)) * 2 - 1) * math.sqrt(v)
-    return r.astype(np.float32)
+    return np.asarray(r.astype(np.float32))
 
 
 def _unit_rows(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)
+    return np.asarray(x / np.maximum(norms, 1e-12))
 
 
 def _retrieval(kb: KnowledgeBase, scores: np.ndarray, k: int, event: PrivacyEvent) -> Retrieval:
@@ -311,7 +311,7 @@ class DPProjectionRetriever(ProjectionRetriever):
         z: Any
         if self.simulation:
             z = gaussian_noise_float(self.sigma, shape, rng=self._gen)
-            return self.clipped + z
+            return np.asarray(self.clipped + z)
         units: Any = self._grid.to_units(self.clipped)
         z = discrete_gaussian(self._grid.scale_units(self.sigma), shape)
         return self._grid.from_units(units + z)

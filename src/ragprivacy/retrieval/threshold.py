@@ -125,7 +125,7 @@ def _bin_of(scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
     b = np.floor((edges[0] - scores) / width).astype(np.int64)
     b = np.maximum(b, 0)  # scores above the top edge join the first bin
     b[scores < edges[-1]] = -1
-    return np.minimum(b, edges.size - 2)
+    return np.asarray(np.minimum(b, edges.size - 2))
 
 
 @dataclass(frozen=True, slots=True)
