@@ -13,7 +13,7 @@ from ragprivacy.dp import GaussianNoisyTopK, exponential_mechanism, simulation_r
 from ragprivacy.errors import ConfigError
 from ragprivacy.generate import create_generator
 from ragprivacy.rag import DPVoteRAG, MultiTenantRAG, MuRAG, MuRAGAda, NaiveMultiRAG
-from ragprivacy.rag.multi_query import _partition
+from ragprivacy.rag.dp_vote import _partition
 from ragprivacy.retrieval import (
     KnowledgeBase,
     NoisyTopKRetriever,

@@ -21,9 +21,9 @@ from ragprivacy.rag.defenses import (
     create_defense,
     defense_names,
 )
-from ragprivacy.rag.dp_vote import DPVoteConfig, VoteResult, dp_vote_generate
+from ragprivacy.rag.dp_vote import DPVoteConfig, DPVoteRAG, VoteResult, dp_vote_generate
 from ragprivacy.rag.knnlm import KNN_WINDOW, KNNLM, knn_datastore
-from ragprivacy.rag.multi_query import DPVoteRAG, MuRAG, MuRAGAda, NaiveMultiRAG
+from ragprivacy.rag.murag import MuRAG, MuRAGAda, NaiveMultiRAG
 from ragprivacy.rag.tenants import (
     AccountPolicy,
     MultiTenantRAG,

@@ -1,4 +1,7 @@
-"""``dp_vote``: single-query DP-RAG by token voting (Private-RAG Alg. 4 / 7–9).
+"""``dp_vote``: single-query DP-RAG by token voting (Private-RAG Alg. 4 / 7–9), the
+vote itself (:func:`dp_vote_generate`) and the system that runs it (:class:`DPVoteRAG`,
+registered as ``dp_vote``; the multi-query pipelines of :mod:`ragprivacy.rag.murag` vote
+through the same machinery).
 
 Per query with budget ε and per-discovery budget ε_0 (Alg. 4):
 
@@ -28,6 +31,11 @@ Voters with identical contexts — in particular all-padding voters, which equal
 non-RAG prompt — share their calls. For the reference reader, whose ANSWER rule is not
 autoregressive, this rule *defines* its conditional continuation.
 
+**Voter partition.** Alg. 4 line 4 pads the m·k retrieved documents with empty ones and
+splits them uniformly at random: from the seeded stream in simulation, from the OS
+CSPRNG in secure mode (``ragprivacy.dp.simulation_rng`` refuses a seed there). A request
+whose generation fails gives back what its retriever reserved (spend only on success).
+
 **Vocabulary.** The exponential mechanism ranges over a fixed vocabulary V (Alg. 9), which
 must not depend on the private documents: pass ``vocabulary`` (an LLM's tokenizer
 vocabulary; for the word-level reference reader, the words of a public word list). Votes
@@ -39,6 +47,7 @@ document) plus ⟨EOS⟩.
 from __future__ import annotations
 
 import math
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -49,12 +58,20 @@ import numpy as np
 
 from ragprivacy._random import RngLike, make_rng
 from ragprivacy._validation import check_positive, check_positive_int
-from ragprivacy.dp import AboveThreshold, PureDpEvent, exponential_mechanism
+from ragprivacy.dp import AboveThreshold, PureDpEvent, exponential_mechanism, simulation_rng
 from ragprivacy.errors import ConfigError
-from ragprivacy.generate import Generator, Prompt, detokenize, normalize
-from ragprivacy.types import Completion
+from ragprivacy.generate import Generator, Prompt, detokenize, normalize, tokenize
+from ragprivacy.rag.base import (
+    Query,
+    RAGSystem,
+    answer_cost,
+    register_system,
+    released_on_failure,
+)
+from ragprivacy.retrieval import Retriever
+from ragprivacy.types import Completion, PrivacyCost, PrivacyEvent, Response, Retrieval
 
-__all__ = ["EOS", "DPVoteConfig", "VoteResult", "dp_vote_generate"]
+__all__ = ["EOS", "DPVoteConfig", "DPVoteRAG", "VoteResult", "dp_vote_generate"]
 
 EOS = "</s>"
 
@@ -271,3 +288,167 @@ def dp_vote_generate(
             break
     completion = Completion(text=detokenize(out), tokens=tuple(out))
     return VoteResult(completion, sv.discoveries, c, PureDpEvent(c * config.epsilon_token), calls)
+
+
+def _partition(
+    texts: Sequence[str], voters: int, per_voter: int, gen: np.random.Generator | None
+) -> list[tuple[str, ...]]:
+    """Alg. 4 line 4: pad to m·k slots with empty documents, split uniformly at random
+    (from ``gen`` in simulation, from the OS CSPRNG in secure mode)."""
+    slots = list(texts)[: voters * per_voter]
+    slots += [""] * (voters * per_voter - len(slots))
+    order = (
+        gen.permutation(len(slots)).tolist()
+        if gen is not None
+        else secrets.SystemRandom().sample(range(len(slots)), len(slots))
+    )
+    shuffled = [slots[i] for i in order]
+    return [tuple(shuffled[i * per_voter : (i + 1) * per_voter]) for i in range(voters)]
+
+
+class _Voting(RAGSystem):
+    """Shared machinery: voter settings, the vote, the optional answer memory."""
+
+    def __init__(
+        self,
+        generator: Generator,
+        *,
+        slots: int,
+        docs_per_voter: int = 1,
+        epsilon_token: float = 2.0,
+        theta: int | None = None,
+        max_tokens: int = 16,
+        simulation: bool = False,
+        vocabulary: Sequence[str] | None = None,
+        instruction: str | None = None,
+        reuse_answers: bool = False,
+        rng: RngLike = None,
+    ) -> None:
+        self.generator = generator
+        self.docs_per_voter = check_positive_int("docs_per_voter", docs_per_voter)
+        if slots % self.docs_per_voter:
+            raise ConfigError(
+                f"The {slots} retrieved documents cannot be split evenly into voters of "
+                f"{self.docs_per_voter}; choose k as a multiple of docs_per_voter."
+            )
+        self.voters = slots // self.docs_per_voter
+        self.vote = DPVoteConfig(
+            epsilon_token=epsilon_token, theta=theta, max_tokens=max_tokens, simulation=simulation
+        )
+        self.vocabulary = tuple(vocabulary) if vocabulary is not None else None
+        self.instruction = instruction
+        self.reuse_answers = bool(reuse_answers)
+        self._memory: list[tuple[str, str]] = []
+        # In secure mode (no seed) the voter partition draws from the OS CSPRNG.
+        self._gen = simulation_rng(rng, simulation=simulation)
+        self._lock = threading.Lock()
+
+    def _remembered(self, question: str) -> tuple[str, ...]:
+        if not self.reuse_answers or not self._memory:
+            return ()
+        words = {w.casefold() for w in tokenize(question)}
+        best, best_overlap = None, 0.0
+        for q, a in self._memory:
+            qw = {w.casefold() for w in tokenize(q)}
+            overlap = len(words & qw) / max(1, len(words | qw))
+            if overlap > best_overlap:
+                best, best_overlap = f"{q} {a}", overlap
+        return (best,) if best is not None and best_overlap >= 0.3 else ()
+
+    def _answer_with(
+        self, q: Query, texts: Sequence[str], epsilon: float
+    ) -> tuple[VoteResult, list[tuple[str, ...]]]:
+        contexts = _partition(texts, self.voters, self.docs_per_voter, self._gen)
+        extra = self._remembered(q.text)
+        if extra:
+            contexts = [ctx + extra for ctx in contexts]
+        prompt = Prompt(q.task, q.text, (), self.instruction, q.options)
+        result = dp_vote_generate(
+            self.generator,
+            prompt,
+            contexts,
+            epsilon,
+            self.vote,
+            vocabulary=self.vocabulary,
+            rng=self._gen if self.vote.simulation else None,
+        )
+        if self.reuse_answers and result.completion.text:
+            self._memory.append((q.text, result.completion.text))
+        return result, contexts
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "voters": self.voters,
+            "docs_per_voter": self.docs_per_voter,
+            "epsilon_token": self.vote.epsilon_token,
+            "theta": self.vote.theta if self.vote.theta is not None else self.voters // 2,
+            "max_tokens": self.vote.max_tokens,
+            "generator": self.generator.name,
+            "reuse_answers": self.reuse_answers,
+            "simulation": self.vote.simulation,
+        }
+
+
+def _response(result: VoteResult, retrieval: Retrieval | None, cost: PrivacyCost) -> Response:
+    return Response(
+        text=result.completion.text,
+        tokens=result.completion.tokens,
+        logprobs=None,
+        privacy=cost,
+        retrieval=retrieval,
+        metadata={"discoveries": result.discoveries, "generator_calls": result.calls},
+    )
+
+
+class DPVoteRAG(_Voting):
+    """Single-query DP-RAG by token voting (Private-RAG Alg. 4).
+
+    The retriever's k is m·k_voter (``docs_per_voter`` = k_voter); any retriever works.
+    The vote's guarantee covers the whole answer, retrieval included (one document changes
+    one voter's context, whatever retrieved it), and the retrieved set itself is never
+    released; so a plain retriever adds nothing to the cost, and a private one adds its
+    own event (a conservative sum).
+    """
+
+    name = "dp_vote"
+
+    def __init__(
+        self, retriever: Retriever, generator: Generator, *, epsilon: float = 10.0, **kw: Any
+    ) -> None:
+        super().__init__(generator, slots=retriever.k, **kw)
+        self.retriever = retriever
+        self.epsilon = check_positive("epsilon", epsilon)
+        self.vote.discoveries(self.epsilon)
+
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        q = Query.of(query)
+        retrieval = self.retriever.retrieve(q.search_text, account=account)
+        with released_on_failure(self.retriever, [retrieval], account):
+            texts = self.retriever.kb.texts(retrieval.indices)
+            result, _ = self._answer_with(q, texts, self.epsilon)
+        eps = result.max_discoveries * self.vote.epsilon_token
+        return _response(result, retrieval, self._cost(eps, retrieval))
+
+    def _cost(
+        self, epsilon: float, retrieval: Retrieval, cumulative: float | None = None
+    ) -> PrivacyCost:
+        events: list[PrivacyEvent] = [PureDpEvent(epsilon)]
+        if retrieval.event.guaranteed:  # a private retriever's own event adds to the vote's
+            events.append(retrieval.event)
+        return answer_cost(
+            events,
+            mechanism=self.name,
+            delta=self.retriever.delta,
+            cumulative_epsilon=cumulative,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "epsilon": self.epsilon,
+            "retriever": self.retriever.config(),
+            **self._settings(),
+        }
+
+
+register_system("dp_vote", DPVoteRAG)
