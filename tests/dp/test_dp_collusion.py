@@ -10,8 +10,6 @@ import pytest
 from ragprivacy.dp import (
     collusion_epsilon_leading,
     collusion_report,
-    epsilon_audit,
-    epsilon_audit_table,
     max_auc_gdp,
     mia_advantage_bound,
     mia_advantage_exact,
@@ -21,7 +19,6 @@ from ragprivacy.dp import (
     predicted_auc,
     predicted_auc_closed,
 )
-from ragprivacy.errors import ConfigError
 
 
 @pytest.mark.parametrize(
@@ -32,9 +29,6 @@ def test_worked_figures_of_section_3_8(k: int, eps_acc: float, expected: float) 
     assert round(collusion_epsilon_leading(eps_acc, 1e-6, k), 2) == expected
     r = collusion_report(eps_acc, 1e-6, k, 10_000, method="advanced")
     assert round(r.eps_k_leading, 2) == expected
-    # the policy view of the same number (delta_comp = delta_acc)
-    a = epsilon_audit(eps_acc, 1e-6, k, (k + 1) * 1e-6)
-    assert round(a.eps_audit_leading, 2) == expected
 
 
 def test_predicted_auc_rises_from_0531_to_0638() -> None:
@@ -100,29 +94,6 @@ def test_advanced_bound_dominates_exact_for_any_k(k: int) -> None:
     r = collusion_report(2.0, 1e-5, k, 500, method=["advanced", "exact"])
     assert r.eps_k_bound >= r.eps_k_exact
     assert r.eps_k_rdp is None and r.eps_k_pld is None
-
-
-def test_audit_epsilon_policy_check() -> None:
-    a = epsilon_audit(1.0, 1e-6, 50, 1e-4)
-    assert a.delta_comp == pytest.approx(1e-4 - 50e-6)
-    assert a.eps_audit_exact <= a.eps_audit_rdp <= a.eps_audit_bound
-    # a larger delta_comp than delta_acc makes the leading term smaller than sqrt(k) eps
-    assert a.eps_audit_leading < math.sqrt(50)
-    with pytest.raises(ConfigError, match="Ill-formed audit policy"):
-        epsilon_audit(1.0, 1e-6, 50, 50e-6)
-    with pytest.raises(ConfigError, match="Ill-formed audit policy"):
-        epsilon_audit(1.0, 1e-6, 50, 1e-5)
-    with pytest.raises(ConfigError, match="delta_acc"):
-        epsilon_audit(1.0, 1.0, 5, 0.5)
-
-
-def test_table_grid() -> None:
-    rows = epsilon_audit_table([10, 50, 100], [1.0, 2.0])
-    assert len(rows) == 6
-    got = {(r.k_max, r.epsilon_acc): round(r.eps_audit_leading, 2) for r in rows}
-    assert got[(10, 1.0)] == 3.16
-    assert got[(50, 2.0)] == 14.14
-    assert got[(100, 1.0)] == 10.0
 
 
 def test_mia_bounds() -> None:

@@ -26,6 +26,7 @@ from ragprivacy.audit.commitments import (
     verify_opening,
 )
 from ragprivacy.audit.demo import TAMPER_CASES, DemoWindow, demo_window, tamper_ledger_file
+from ragprivacy.audit.epsilon import AuditEpsilon, epsilon_audit, epsilon_audit_table
 from ragprivacy.audit.merkle import (
     EMPTY_ROOT,
     MerkleLog,
@@ -74,6 +75,7 @@ from ragprivacy.audit.report import render_report
 from ragprivacy.audit.verifier import CHECKS, CheckFailure, Verdict, Verifier, sample_size
 
 __all__ = [
+    "AuditEpsilon",
     "AuditPolicy",
     "AuditedProvider",
     "AuditorPackage",
@@ -112,6 +114,8 @@ __all__ = [
     "demo_window",
     "derived_noise",
     "embedding_commitment",
+    "epsilon_audit",
+    "epsilon_audit_table",
     "estimate_coalition",
     "fixed_point",
     "integer_scores",

@@ -21,7 +21,7 @@ Checks, in order (every check runs; the verdict names all failures, the first on
    witnessed queries bound to the ledger) and ĉ ≤ k_max.
 
 On PASS the verdict carries ε_audit of eq. (5.2) at k_max (never ĉ) with
-δ_comp = δ_policy − k_max·δ_acc (:func:`ragprivacy.dp.epsilon_audit`).
+δ_comp = δ_policy − k_max·δ_acc (:func:`ragprivacy.audit.epsilon_audit`).
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from ragprivacy.audit.commitments import (
     TenantCommitment,
     seed_commitment,
 )
+from ragprivacy.audit.epsilon import epsilon_audit
 from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclusion
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
 from ragprivacy.audit.provider import AuditorPackage, CoalitionClaim, PublicTranscript
 from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
-from ragprivacy.dp import epsilon_audit
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import RagPrivacyError
 

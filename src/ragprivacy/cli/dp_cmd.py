@@ -89,7 +89,7 @@ def audit_epsilon(
     as_json: bool = _JSON,
 ) -> None:
     """epsilon_audit of eq. (5.2) with delta_comp = delta_policy - k_max * delta_acc."""
-    from ragprivacy.dp.collusion import epsilon_audit
+    from ragprivacy.audit import epsilon_audit
 
     result = epsilon_audit(eps_acc, delta_acc, k_max, delta_policy, n=n)
     _emit(result.to_dict(), "epsilon_audit (eq. 5.2)", as_json)
@@ -128,7 +128,7 @@ def table(
     as_json: bool = _JSON,
 ) -> None:
     """The epsilon_audit grid (k x eps_acc) of the collusion paper (leading term of eq. 5.2)."""
-    from ragprivacy.dp.collusion import epsilon_audit_table
+    from ragprivacy.audit import epsilon_audit_table
 
     k_list = parse_list(ks, int)
     e_list = parse_list(eps, float)

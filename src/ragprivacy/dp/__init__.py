@@ -36,14 +36,11 @@ from ragprivacy.dp.calibration import (
     per_query_budget,
 )
 from ragprivacy.dp.collusion import (
-    AuditEpsilon,
     CollusionReport,
     collusion_epsilon_bound,
     collusion_epsilon_leading,
     collusion_epsilon_rdp_closed,
     collusion_report,
-    epsilon_audit,
-    epsilon_audit_table,
 )
 from ragprivacy.dp.empirical import (
     EmpiricalLoss,
@@ -129,7 +126,6 @@ __all__ = [
     "AboveThreshold",
     "Accountant",
     "ApproxDpEvent",
-    "AuditEpsilon",
     "BudgetStore",
     "ChaCha20Bits",
     "ChargeReceipt",
@@ -177,8 +173,6 @@ __all__ = [
     "discrete_laplace",
     "empirical_epsilon",
     "encode_record",
-    "epsilon_audit",
-    "epsilon_audit_table",
     "epsilon_for",
     "event_epsilon",
     "event_from_dict",
