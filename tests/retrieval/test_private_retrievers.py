@@ -295,6 +295,7 @@ def test_projection_retrievers(kb: KnowledgeBase) -> None:
     assert isinstance(events[0], GaussianEvent)
     assert events[1:] == [NoOpEvent(), NoOpEvent()]  # one release in total
     clip = DPProjectionRetriever(kb, k=2, dim=16, clip_only=True, simulation=True, rng=0)
+    assert clip.config()["simulation"] is True  # reports say the noise was simulated
     assert clip.retrieve("apples").event == NonPrivateEvent()
     assert dp_rp_sigma(1.0, 1e-5, 1.0, calibration="analytic") < dp_rp_sigma(1.0, 1e-5, 1.0)
     # RP Alg. 2 line 9 with Δ = 2c, for every ε (the paper's ε ∈ {1, 5, 10, 20} included)

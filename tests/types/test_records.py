@@ -72,3 +72,13 @@ def test_completion_checks_alignment() -> None:
 def test_retrieval_lengths_checked() -> None:
     with pytest.raises(ValueError):
         Retrieval(("a", "b"), (0,), (1.0,))
+
+
+def test_the_public_view_names_no_document_and_epsilon_is_checked() -> None:
+    cost = PrivacyCost(event=_Pure(), epsilon=1.0, per_document={"d7": 1.0})
+    r = Response("a", privacy=cost, retrieval=Retrieval(("d7",), (0,), (0.9,)))
+    assert r.public().privacy.per_document == {} and r.public().privacy.epsilon == 1.0
+    assert r.privacy.per_document == {"d7": 1.0}  # the evaluation view keeps it
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match="positive number"):
+            PrivacyCost(event=_Pure(), epsilon=bad)

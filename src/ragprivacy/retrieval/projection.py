@@ -364,6 +364,7 @@ class DPProjectionRetriever(ProjectionRetriever):
             noise=self.noise,
             clip_only=self.clip_only,
             calibration=self.calibration,
+            simulation=self.simulation,
         )
         return out
 

@@ -202,10 +202,11 @@ class PrivacyCost:
             object.__setattr__(self, "epsilon", math.inf)
         elif not self.event.flatten():  # no private data was used
             object.__setattr__(self, "epsilon", 0.0)
-        elif math.isnan(self.epsilon):
+        elif math.isnan(self.epsilon) or not self.epsilon > 0:
             raise ValueError(
-                f"A PrivacyCost of {type(self.event).__name__} must state its epsilon "
-                "(ragprivacy.dp.event_epsilon computes it)."
+                f"A PrivacyCost of {type(self.event).__name__} must state its epsilon, a "
+                f"positive number (ragprivacy.dp.event_epsilon computes it); got "
+                f"{self.epsilon!r}."
             )
         object.__setattr__(self, "per_document", _frozen_mapping(self.per_document))
 
@@ -243,7 +244,12 @@ class Response:
         return self.retrieval.ids if self.retrieval is not None else ()
 
     def public(self) -> Response:
-        """The view an attacker gets: text, tokens, log-probabilities; nothing retrieved."""
+        """The view an attacker gets: text, tokens, log-probabilities and the answer's cost,
+        but nothing retrieved and no document id (``per_document`` names the documents a
+        filtered system charged, i.e. the private screened set)."""
         return Response(
-            text=self.text, tokens=self.tokens, logprobs=self.logprobs, privacy=self.privacy
+            text=self.text,
+            tokens=self.tokens,
+            logprobs=self.logprobs,
+            privacy=replace(self.privacy, per_document={}),
         )
