@@ -87,6 +87,8 @@ def test_a_dp_retriever_under_standard_rag_reports_its_epsilon() -> None:
     assert event.sensitivity == 1.0
     assert answer.privacy.delta == 1e-5
     assert answer.privacy.epsilon == pytest.approx(_gaussian_epsilon(4.0, 1e-5), rel=1e-6)
+    # the guarantee covers which documents were retrieved, not the text read from them
+    assert answer.privacy.scope == "retrieval"
 
 
 def test_tenant_answers_report_the_account_gaussian_at_its_delta() -> None:
@@ -105,6 +107,7 @@ def test_dp_voting_reports_the_vote_and_adds_a_private_retriever() -> None:
     answer = plain.answer(QUESTION)
     # c = ⌊ε/ε_token⌋ = 2 discoveries at most: ε = 2·5 (Alg. 4), the retrieval adds nothing
     assert answer.privacy.event == PureDpEvent(10.0) and answer.privacy.epsilon == 10.0
+    assert answer.privacy.scope == "answer"  # the vote covers the whole released answer
     noisy = DPVoteRAG(_noisy(), LLM(), epsilon=10.0, simulation=True, rng=0, **VOTE)
     answer = noisy.answer(QUESTION, account="a")
     leaves = {type(leaf) for leaf, _ in answer.privacy.event.flatten()}

@@ -47,10 +47,12 @@ class FlakyLLM(Generator):
 
     def __init__(self) -> None:
         self.down = False
+        self.seen = ""
 
     def _check(self) -> None:
         if self.down:
-            raise BackendError("The generator endpoint did not answer (test).")
+            # a backend error that quotes its prompt, as HTTP 400 bodies may
+            raise BackendError(f"The generator did not answer; prompt held {self.seen!r}.")
 
     def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
         return self.generate_batch([prompt])[0]
@@ -58,6 +60,7 @@ class FlakyLLM(Generator):
     def generate_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int | None = None
     ) -> list[Completion]:
+        self.seen = " ".join(d for p in prompts for d in p.context)
         self._check()
         return [Completion("alpha", ("alpha",)) for _ in prompts]
 
@@ -177,8 +180,12 @@ def test_a_failed_request_spends_nothing(case: Case, tmp_path: object) -> None:
     system, spend = case(llm, tmp_path)
     llm.down = True
     for _ in range(3):
-        with pytest.raises(BackendError, match="did not answer"):
+        with pytest.raises(BackendError, match="refunded and spent nothing") as err:
             system.answer(QUESTION, account="alice")
+        # the backend's message (which quoted the retrieved documents) never reaches the
+        # caller; it stays on the error for the provider's own debugging
+        assert "record" not in str(err.value) and "did not answer" not in str(err.value)
+        assert isinstance(err.value.withheld, BackendError)  # type: ignore[attr-defined]
     assert spend() == 0.0
     llm.down = False
     system.answer(QUESTION, account="alice")

@@ -11,6 +11,7 @@ from typing import Any
 
 from ragprivacy._registry import Registry
 from ragprivacy.dp import compose, event_epsilon
+from ragprivacy.errors import BackendError
 from ragprivacy.generate import Generator, Prompt, Task
 from ragprivacy.retrieval import KnowledgeBase, Retriever
 from ragprivacy.types import (
@@ -30,6 +31,7 @@ __all__ = [
     "StandardRAG",
     "answer_cost",
     "create_system",
+    "refunded_failure",
     "register_system",
     "system_names",
 ]
@@ -91,17 +93,42 @@ class RAGSystem(ABC):
         return {"name": self.name}
 
 
+def refunded_failure(exc: Exception) -> BackendError:
+    """The error a caller sees when a request failed after retrieval and was refunded.
+
+    The backend's own message is withheld: it may describe the retrieved private
+    documents (an HTTP 400 body, a context-length error counting their tokens), and a
+    refunded request must release nothing. The original stays on ``withheld`` for the
+    provider's own debugging; it must not be forwarded to the caller.
+    """
+    err = BackendError(
+        f"Generation failed after retrieval ({type(exc).__name__}); the request was refunded "
+        "and spent nothing. The backend's message is withheld because it may describe the "
+        "retrieved documents; retry, or check the generator."
+    )
+    err.withheld = exc  # type: ignore[attr-defined]
+    return err
+
+
 @contextmanager
 def released_on_failure(
     retriever: Retriever, retrievals: Sequence[Retrieval], account: str | None
 ) -> Iterator[None]:
     """Give the retrievals' reservations back if the block fails (spend only on success).
 
-    Generation comes after retrieval; if it fails or is cancelled, no answer (and so
-    nothing retrieved) reaches the caller, so the request must spend nothing.
+    Generation comes after retrieval; if it fails or is cancelled, no answer reaches the
+    caller, so the request spends nothing. An error is replaced by
+    :func:`refunded_failure` (no backend detail reaches the caller); a cancel
+    (``KeyboardInterrupt``) propagates as it is. What remains observable is *that* the
+    request failed: if a generator's failures depend on the documents it was given
+    (context length), each refunded failure reveals one such bit; bound the failures an
+    account may cause (the service's rate limit on requests) where that matters.
     """
     try:
         yield
+    except Exception as exc:
+        retriever.release(retrievals, account=account)
+        raise refunded_failure(exc) from None
     except BaseException:
         retriever.release(retrievals, account=account)
         raise
@@ -117,12 +144,14 @@ def answer_cost(
     delta: float | None = None,
     cumulative_epsilon: float | None = None,
     per_document: Mapping[str, float] | None = None,
+    scope: str = "answer",
 ) -> PrivacyCost:
     """The :class:`PrivacyCost` of an answer whose steps consumed ``events``.
 
     The events are composed into the answer's one event and stated as (ε, δ) by
     :func:`ragprivacy.dp.event_epsilon` (no guarantee: ∞; no data used: 0). No events at
-    all means the answer used no private data.
+    all means the answer used no private data. ``scope`` is what the guarantee covers
+    (:class:`~ragprivacy.types.PrivacyCost`).
     """
     event: PrivacyEvent = compose(events) if events else NoOpEvent()
     epsilon, used_delta = event_epsilon(event, REPORT_DELTA if delta is None else delta)
@@ -133,6 +162,7 @@ def answer_cost(
         mechanism=mechanism,
         cumulative_epsilon=cumulative_epsilon,
         per_document=per_document or {},
+        scope=scope,
     )
 
 
@@ -157,15 +187,15 @@ def _answer_with_retrievals(
 ) -> list[Response]:
     """Prompt each query with the texts of its retrieved documents in ``kb``, generate in
     one batch, and report each retrieval's event (named ``mechanism``, stated at
-    ``delta``) as the answer's cost: the generator sees the retrieved documents and its
-    text is released, so the answer costs exactly what the retrieval did."""
+    ``delta``) as the answer's cost, scoped to the retrieval: the guarantee covers which
+    documents were retrieved, not their text, which the generator reads."""
     prompts = [
         Prompt(q.task, q.text, kb.texts(r.indices), instruction, q.options)
         for q, r in zip(queries, retrievals)
     ]
     completions = generator.generate_batch(prompts)
     return [
-        _response(c, r, answer_cost([r.event], mechanism=mechanism, delta=delta))
+        _response(c, r, answer_cost([r.event], mechanism=mechanism, delta=delta, scope="retrieval"))
         for c, r in zip(completions, retrievals)
     ]
 

@@ -194,7 +194,9 @@ class KNNLM(RAGSystem):
     def _cost(self, events: list[PrivacyEvent]) -> PrivacyCost:
         # Every generated token mixes in the neighbours of one datastore search: the answer
         # costs the composition of the searches (no guarantee if any search gives none).
-        return answer_cost(events, mechanism=self.retriever.name, delta=self.delta)
+        return answer_cost(
+            events, mechanism=self.retriever.name, delta=self.delta, scope="retrieval"
+        )
 
     def describe(self) -> dict[str, Any]:
         return {

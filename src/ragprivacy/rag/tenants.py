@@ -50,7 +50,7 @@ from ragprivacy.dp import (
 )
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Generator
-from ragprivacy.rag.base import Query, RAGSystem, _answer_with_retrievals
+from ragprivacy.rag.base import Query, RAGSystem, _answer_with_retrievals, refunded_failure
 from ragprivacy.retrieval import KnowledgeBase
 from ragprivacy.types import Response, Retrieval
 
@@ -476,7 +476,10 @@ class TenantRAGSystem(RAGSystem):
             return _answer_with_retrievals(
                 self.generator, self.instruction, qs, retrievals, kb, "gaussian-noisy-topk", delta
             )
-        except BaseException:  # spend only on success: no answer, no query counted
+        except Exception as exc:  # spend only on success: no answer, no query counted
+            self.service.release(account, len(retrievals))
+            raise refunded_failure(exc) from None
+        except BaseException:
             self.service.release(account, len(retrievals))
             raise
 

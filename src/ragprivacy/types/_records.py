@@ -181,6 +181,12 @@ class PrivacyCost:
     (per-document filters, whose guarantee is per document: ``event`` is then the charge
     of one document).
 
+    ``scope`` says what the guarantee covers. ``"answer"``: the whole released answer (DP
+    voting, MURAG, no data). ``"retrieval"``: *which* documents were retrieved (noisy
+    top-K, DP-RP-G, under RAG or kNN-LM) — the generator then reads the retrieved
+    documents' text, which that guarantee does not cover (collusion paper §7), so the
+    answer's own text is not ε-DP under replace-one neighbours.
+
     >>> from ragprivacy.types import NoOpEvent
     >>> PrivacyCost().epsilon, PrivacyCost(event=NoOpEvent()).epsilon
     (inf, 0.0)
@@ -192,8 +198,11 @@ class PrivacyCost:
     mechanism: str = "none"
     cumulative_epsilon: float | None = None
     per_document: Mapping[str, float] = field(default_factory=dict)
+    scope: str = "answer"
 
     def __post_init__(self) -> None:
+        if self.scope not in ("answer", "retrieval"):
+            raise ValueError(f"A PrivacyCost scope is 'answer' or 'retrieval'; got {self.scope!r}.")
         if not isinstance(self.event, PrivacyEvent):
             raise TypeError(
                 f"A PrivacyCost's event must be a PrivacyEvent; got {type(self.event).__name__}."

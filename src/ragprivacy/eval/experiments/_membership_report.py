@@ -63,7 +63,9 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         "one per target where the system's budget is per target), ε at "
         f"δ = {o.accounting_delta:g} for Gaussian compositions; *AUC bound* is the largest "
         "AUC any membership test could reach at that spend (e^ε/(1+e^ε) for pure DP, "
-        "Φ(μ/√2) for μ-GDP; – where neither applies); *refused* counts queries the "
+        "Φ(μ/√2) for μ-GDP; – where neither applies). For a private *retriever* under RAG "
+        "(noisy top-K, DP-RP-G) ε covers which documents are retrieved, not the text the "
+        "generator then reads from them (collusion paper §7); *refused* counts queries the "
         "system refused once a budget was spent (answered with an empty response).",
         "",
         "| system | attack | defense | AUC ± SE | accuracy | F1 | TPR@1%FPR | TPR@0.1%FPR "

@@ -308,6 +308,7 @@ class _Account:
     others: list[Any] = field(default_factory=list)
     per_document: dict[str, float] = field(default_factory=dict)
     unprotected: bool = False
+    retrieval_only: bool = False  # some answer's guarantee covered only its retrieval
 
 
 class PrivacyTally:
@@ -330,6 +331,7 @@ class PrivacyTally:
             a.refused += 1
             return
         cost = response.privacy
+        a.retrieval_only |= cost.scope == "retrieval"
         if not cost.guaranteed:
             a.unprotected = True  # the documents reached the generator unprotected
             return
@@ -372,6 +374,7 @@ class PrivacyTally:
             "auc_bound": bound,
             "queries": a.queries,
             "refused": a.refused,
+            "scope": "retrieval" if a.retrieval_only else "answer",
         }
 
     def summary(self) -> dict[str, Any]:
