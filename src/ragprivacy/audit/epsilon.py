@@ -33,10 +33,6 @@ TABLE_KS: tuple[int, ...] = (1, 2, 5, 10, 20, 50, 100)
 TABLE_EPSILONS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
 
 
-def check_delta(name: str, value: float) -> float:
-    return check_probability(name, value, open_interval=True)
-
-
 @dataclass(frozen=True, slots=True)
 class AuditEpsilon:
     """The verifier's ε_audit of collusion paper eq. (5.2), at final failure δ_policy.
@@ -82,9 +78,9 @@ def epsilon_audit(
     (7.07, 1e-06)
     """
     epsilon_acc = check_positive("epsilon_acc", epsilon_acc)
-    delta_acc = check_delta("delta_acc", delta_acc)
+    delta_acc = check_probability("delta_acc", delta_acc, open_interval=True)
     k_max = check_positive_int("k_max", k_max)
-    delta_policy = check_delta("delta_policy", delta_policy)
+    delta_policy = check_probability("delta_policy", delta_policy, open_interval=True)
     n = check_positive_int("n", n)
     delta_comp = delta_policy - k_max * delta_acc
     # Guard against float round-off making a policy at the boundary look well formed.

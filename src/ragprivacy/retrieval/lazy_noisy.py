@@ -417,4 +417,4 @@ def _non_excluded_at(sorted_excluded: np.ndarray, ranks: np.ndarray) -> np.ndarr
 def _scores(score_of: object, positions: np.ndarray) -> np.ndarray:
     if callable(score_of):
         return np.asarray(score_of(positions), dtype=np.float64).reshape(-1)
-    return np.asarray(np.asarray(score_of, dtype=np.float64)[positions])
+    return np.take(np.asarray(score_of, dtype=np.float64), positions)
