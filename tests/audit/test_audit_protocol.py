@@ -12,23 +12,22 @@ from ragprivacy.audit import (
     QueryRecord,
     TenantCommitment,
     Verifier,
-    attested_topk,
     demo_window,
     derived_noise,
     integer_scores,
     load_window,
-    noisy_topk,
     render_report,
     sample_size,
     save_window,
-    score_bounds_units,
     seed_commitment,
     tamper_ledger_file,
     verify_opening,
 )
-from ragprivacy.audit.noise import derived_bits
-from ragprivacy.dp import GaussianNoisyTopK, Grid, top_k_indices
+from ragprivacy.corpus import Corpus
+from ragprivacy.dp import AccountPolicy, GaussianNoisyTopK, Grid, derived_bits, top_k_indices
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.retrieval import KnowledgeBase, TenantRetriever
+from ragprivacy.types import Document
 
 
 @pytest.fixture(scope="module")
@@ -102,36 +101,59 @@ def test_forged_coalition_claim_and_foreign_key_fail(honest) -> None:
     assert v.failed_check == "commitment_integrity"
 
 
-def test_derived_noise_matches_the_dp_layer_and_is_noise_then_select() -> None:
+def _mech(sigma: float, k: int) -> GaussianNoisyTopK:
+    return GaussianNoisyTopK(sigma=sigma, k=k, grid=Grid(20), score_range=(-1.0, 1.0))
+
+
+def test_derived_noise_is_bound_to_the_record_and_noised_before_selection() -> None:
     seed = bytes(range(32))
     rec = ("acct", "tenant", "ab" * 32, 17)
-    z1 = derived_noise(seed, rec, 0.05, 50, 20)
-    assert np.array_equal(z1, derived_noise(seed, rec, 0.05, 50, 20))
-    assert not np.array_equal(z1, derived_noise(seed, (*rec[:3], 18), 0.05, 50, 20))
+    mech = _mech(0.05, 5)
+    z1 = derived_noise(seed, rec, mech, 50)
+    assert np.array_equal(z1, derived_noise(seed, rec, mech, 50))
+    assert not np.array_equal(z1, derived_noise(seed, (*rec[:3], 18), mech, 50))
     scores = np.arange(50, dtype=np.int64) * 10  # inside [-1, 1]: clipping changes nothing
-    assert np.array_equal(noisy_topk(scores, seed, rec, 0.05, 5, 20), top_k_indices(scores + z1, 5))
+    assert np.array_equal(mech.select_units(scores, z1), top_k_indices(scores + z1, 5))
 
 
 def test_one_rule_with_scores_outside_the_range_agrees_with_the_dp_mechanism() -> None:
     # Fixed-point scores can leave [-1, 1] (rounding, or a committed vector that is not unit
-    # norm). The audit rule clips to the committed range exactly as GaussianNoisyTopK does.
+    # norm). The audit's rule is the account mechanism's integer rule; its float interface
+    # selects the same on the same derived bits.
     seed = bytes(range(32))
     one = 1 << 20
     scores = np.array([3 * one // 2, one + one // 5, one, -(4 * one) // 3, one // 4] * 4)
     grid = Grid(20)
-    mech = GaussianNoisyTopK(sigma=0.05, k=3, grid=grid, score_range=(-1.0, 1.0))
+    mech = _mech(0.05, 3)
     differs = 0
     for ts in range(40):
         rec = ("acct", "tenant", "ab" * 32, ts)
-        mine = noisy_topk(scores, seed, rec, 0.05, 3, 20)
+        z = derived_noise(seed, rec, mech, scores.size)
+        mine = mech.select_units(scores, z)
         dp = mech.select(grid.from_units(scores), bits=derived_bits(seed, rec)).indices
         assert np.array_equal(mine, dp)
-        z = derived_noise(seed, rec, 0.05, scores.size, 20)
-        assert np.array_equal(
-            mine, attested_topk(scores, z, top_k=3, score_range=(-1.0, 1.0), grid_bits=20)
-        )
         differs += not np.array_equal(mine, top_k_indices(scores + z, 3))
     assert differs > 0  # unclipped selection is a different rule
+
+
+def test_the_service_and_the_audit_select_alike_on_the_same_record() -> None:
+    """A tenant retriever with a window seed draws z_q from the same derivation and runs
+    the same rule as the audited provider and the verifier."""
+    docs = [Document(f"d{i}", f"record {i} about subject {i % 3}") for i in range(12)]
+    kb = KnowledgeBase.build(Corpus(docs), embedder="hashing")
+    seed = bytes(range(32))
+    router = TenantRetriever(k=3, window_seed=seed)
+    router.add_tenant("t", kb)
+    policy = AccountPolicy(rate_limit=50, epsilon=1.0, sigma=0.2)
+    router.add_account("a", "t", policy)
+    mech = policy.mechanism(3)
+    vectors = kb.embedder.encode(["subject 1", "record 7"])
+    for r in range(2):
+        sel = router.search(vectors[r], account="a", query_hashes=[f"h{r}"])
+        ts = router._clock  # the record's timestamp is the router's last clock value
+        units = Grid().to_units(np.clip(kb.index.scores(vectors[r : r + 1])[0], -1.0, 1.0))
+        z = derived_noise(seed, ("a", "t", f"h{r}", ts), mech, len(kb))
+        np.testing.assert_array_equal(sel.indices[0], mech.select_units(units, z))
 
 
 def _outside_range_window(**misbehaviour):
@@ -171,10 +193,12 @@ def test_provider_reexecution_and_verifier_agree_on_scores_outside_the_range() -
     provider, answers = _outside_range_window()
     assert {a.positions[0] for a in answers} == {0, 1}  # the tie is broken by the noise
     pkg = provider.auditor_package()
-    for i, a in enumerate(answers):  # the provider ran the rule noisy_topk states
+    mech = provider.policy.mechanism()
+    for i, a in enumerate(answers):  # the provider ran the account's rule
         rec = QueryRecord.from_bytes(provider.transcript().records[i]).rec()
         s = integer_scores(pkg.tenant_fixed["t"], pkg.witnesses[i].query_vector(), 20)
-        assert tuple(noisy_topk(s, pkg.seed, rec, 1e-3, 1, 20)) == a.positions
+        z = derived_noise(pkg.seed, rec, mech, s.size)
+        assert tuple(mech.select_units(s, z)) == a.positions
     v = Verifier().verify(
         provider.transcript(), [a.receipt for a in answers], provider.auditor_package()
     )
@@ -204,7 +228,7 @@ def test_policy_states_its_sensitivity() -> None:
     assert cosine.noise_sigma == pytest.approx(2 * paper.noise_sigma)
     assert cosine.commitment() != paper.commitment()  # the range is bound by C_policy
     assert AuditPolicy.from_dict(cosine.to_dict()).commitment() == cosine.commitment()
-    assert score_bounds_units((-0.3, 0.7), 4) == (-4, 11)  # rounded inwards
+    assert paper.mechanism().bounds_units() == (0, 1 << 20)  # on the committed grid
     with pytest.raises(ConfigError, match="score_range"):
         AuditPolicy(**kw, score_range=(1.0, 0.0))
 

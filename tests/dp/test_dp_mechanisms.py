@@ -60,8 +60,8 @@ def test_noisy_top_k_secure_and_simulation() -> None:
     assert np.all(np.diff(sel.noisy_scores) <= 0)
     again = secure.select(scores, bits=ChaCha20Bits.derived(SEED, ("t", "q")))
     np.testing.assert_array_equal(again.noisy_scores, sel.noisy_scores)  # derived noise
-    # default Δ = 2 (cosine scores in [−1, 1]) plus one grid unit of rounding
-    assert sel.event == GaussianEvent(sigma=1e-3, sensitivity=2 + 2.0**-16)
+    # default Δ = 2 (cosine scores in [−1, 1]), clipped on the grid: no rounding unit
+    assert sel.event == GaussianEvent(sigma=1e-3, sensitivity=2.0)
     assert sel.event_per_query == sel.event
     sim = GaussianNoisyTopK(sigma=10.0, k=3, simulation=True)
     a = sim.select(np.zeros((4, 20)), rng=1)
@@ -115,7 +115,9 @@ def test_score_sensitivity_resolves_range_and_delta() -> None:
     assert GaussianNoisyTopK(sigma=1.0, k=1).sensitivity == 2.0
     grid = Grid(bits=4)
     secure = GaussianNoisyTopK(sigma=1.0, k=1, score_range=(0.0, 1.0), grid=grid)
-    assert secure.event.sensitivity == grid.rounded_sensitivity(1.0) == 17 / 16
+    assert secure.event.sensitivity == 1.0  # clipped to grid points inside the range
+    unclipped = GaussianNoisyTopK(sigma=1.0, k=1, sensitivity=1.0, grid=grid)
+    assert unclipped.event.sensitivity == grid.rounded_sensitivity(1.0) == 17 / 16
 
 
 def test_score_range_sets_and_enforces_the_sensitivity() -> None:

@@ -15,21 +15,18 @@ import dp_accounting
 import pytest
 
 from ragprivacy.corpus import Corpus
-from ragprivacy.dp import GaussianEvent, PureDpEvent, pld_epsilon
+from ragprivacy.dp import AccountPolicy, GaussianEvent, PureDpEvent, pld_epsilon
 from ragprivacy.generate import Generator, Prompt, TokenDistribution, tokenize
 from ragprivacy.rag import (
     KNNLM,
-    AccountPolicy,
     DPVoteRAG,
-    MultiTenantRAG,
     MuRAG,
     NaiveMultiRAG,
     NonRAG,
     StandardRAG,
-    TenantRAGSystem,
     knn_datastore,
 )
-from ragprivacy.retrieval import KnowledgeBase, NoisyTopKRetriever, TopKRetriever
+from ragprivacy.retrieval import KnowledgeBase, NoisyTopKRetriever, TenantRetriever, TopKRetriever
 from ragprivacy.types import Completion, Document, NonPrivateEvent, NoOpEvent
 
 QUESTION = "what does record 3 hold?"
@@ -64,7 +61,9 @@ VOTE = {"epsilon_token": 5.0, "max_tokens": 2, "vocabulary": ["alpha", "</s>"]}
 
 
 def _noisy(sigma: float = 4.0) -> NoisyTopKRetriever:
-    return NoisyTopKRetriever(KB, k=2, sigma=sigma, delta_acc=1e-5, simulation=True, rng=0)
+    return NoisyTopKRetriever(
+        KB, k=2, sigma=sigma, delta_acc=1e-5, score_range=(0.0, 1.0), simulation=True, rng=0
+    )
 
 
 def _gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
@@ -92,10 +91,10 @@ def test_a_dp_retriever_under_standard_rag_reports_its_epsilon() -> None:
 
 
 def test_tenant_answers_report_the_account_gaussian_at_its_delta() -> None:
-    svc = MultiTenantRAG(top_k=2, simulation=True, rng=0)
+    svc = TenantRetriever(k=2, simulation=True, rng=0)
     svc.add_tenant("t", KB)
     svc.add_account("a", "t", AccountPolicy(rate_limit=5, epsilon=8.0, delta=1e-6))
-    answer = TenantRAGSystem(svc, LLM()).answer(QUESTION, account="a")
+    answer = StandardRAG(svc, LLM()).answer(QUESTION, account="a")
     event = answer.privacy.event
     assert isinstance(event, GaussianEvent) and answer.privacy.delta == 1e-6
     expected = _gaussian_epsilon(event.sigma / event.sensitivity, 1e-6)
@@ -148,8 +147,8 @@ def test_knnlm_composes_one_search_per_token() -> None:
     noisy = NoisyTopKRetriever(kb, k=1, sigma=50.0, simulation=True, rng=0)
     answer = KNNLM(noisy, LLM(), lam=1.0, window=3, max_tokens=4, delta=1e-5).answer("vault")
     searches = answer.metadata["retrievals"]
-    assert answer.privacy.event.flatten() == [(GaussianEvent(50.0, 1.0), searches)]
-    expected = _gaussian_epsilon(50.0 / math.sqrt(searches), 1e-5)  # T Gaussians = one
+    assert answer.privacy.event.flatten() == [(GaussianEvent(50.0, 2.0), searches)]
+    expected = _gaussian_epsilon(25.0 / math.sqrt(searches), 1e-5)  # T Gaussians = one
     assert answer.privacy.epsilon == pytest.approx(expected, rel=1e-6)
     plain = KNNLM(TopKRetriever(kb, k=1), LLM(), lam=1.0, window=3, max_tokens=4)
     assert plain.answer("vault").privacy.epsilon == math.inf

@@ -12,11 +12,12 @@ from ragprivacy.corpus import Corpus
 from ragprivacy.dp import GaussianNoisyTopK, exponential_mechanism, simulation_rng
 from ragprivacy.errors import ConfigError
 from ragprivacy.generate import create_generator
-from ragprivacy.rag import DPVoteRAG, MultiTenantRAG, MuRAG, MuRAGAda, NaiveMultiRAG
+from ragprivacy.rag import DPVoteRAG, MuRAG, MuRAGAda, NaiveMultiRAG
 from ragprivacy.rag.dp_vote import _partition
 from ragprivacy.retrieval import (
     KnowledgeBase,
     NoisyTopKRetriever,
+    TenantRetriever,
     ThresholdRetriever,
     TopKRetriever,
 )
@@ -35,7 +36,7 @@ SECURE_WITH_SEED: list[Callable[[], object]] = [
     lambda: exponential_mechanism([0.1, 0.2], 1.0, rng=5),
     lambda: NoisyTopKRetriever(KB, k=2, rng=5),
     lambda: ThresholdRetriever(KB, k=2, rng=5),
-    lambda: MultiTenantRAG(rng=5),
+    lambda: TenantRetriever(rng=5),
     lambda: DPVoteRAG(TopKRetriever(KB, k=2), GEN, rng=5),
     lambda: NaiveMultiRAG(TopKRetriever(KB, k=2), GEN, rng=5),
     lambda: MuRAG(TopKRetriever(KB, k=2), GEN, rng=5),

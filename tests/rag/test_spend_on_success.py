@@ -15,23 +15,21 @@ import numpy as np
 import pytest
 
 from ragprivacy.corpus import Corpus
-from ragprivacy.dp import MemoryBudgetStore, SqliteBudgetStore
+from ragprivacy.dp import AccountPolicy, MemoryBudgetStore, SqliteBudgetStore
 from ragprivacy.errors import BackendError
 from ragprivacy.generate import Generator, Prompt, TokenDistribution, tokenize
 from ragprivacy.rag import (
-    AccountPolicy,
     DPVoteRAG,
-    MultiTenantRAG,
     MuRAG,
     MuRAGAda,
     NaiveMultiRAG,
     RAGSystem,
     StandardRAG,
-    TenantRAGSystem,
 )
 from ragprivacy.retrieval import (
     KnowledgeBase,
     NoisyTopKRetriever,
+    TenantRetriever,
     ThresholdRetriever,
     TopKRetriever,
 )
@@ -155,10 +153,10 @@ def _murag(cls: type[MuRAG], store: str) -> Case:
 
 
 def _tenant(llm: FlakyLLM, tmp: object) -> tuple[RAGSystem, Callable[[], float]]:
-    svc = MultiTenantRAG(top_k=2, simulation=True, rng=0)
+    svc = TenantRetriever(k=2, simulation=True, rng=0)
     svc.add_tenant("acme", KB)
     svc.add_account("alice", "acme", AccountPolicy(rate_limit=5, epsilon=8.0))
-    return TenantRAGSystem(svc, llm), lambda: float(5 - svc.remaining("alice"))
+    return StandardRAG(svc, llm), lambda: float(5 - svc.remaining("alice"))
 
 
 CASES = [

@@ -21,7 +21,6 @@ from ragprivacy.dp import (
 )
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.retrieval import (
-    AccountQueryCounter,
     DPProjectionRetriever,
     KnowledgeBase,
     NoisyTopKRetriever,
@@ -65,23 +64,24 @@ def test_calibration_paper_and_exact(kb: KnowledgeBase) -> None:
     exact = NoisyTopKRetriever(
         kb, epsilon_acc=1.0, delta_acc=1e-6, queries_per_account=10_000, calibration="exact"
     )
-    # Secure mode charges Δ = 1 + one 2^-20 grid unit; σ is calibrated with it.
-    assert paper.sigma == pytest.approx(collusion_sigma(1.0, 1e-6, 10_000), rel=2e-6)
-    assert exact.sigma == pytest.approx(account_sigma_exact(1.0, 1e-6, 10_000), rel=2e-6)
+    # Default cosine range, Δ = 2; secure scores are clipped to grid points inside the
+    # range, so the event charges Δ exactly and σ is calibrated with it.
+    assert paper.sigma == collusion_sigma(1.0, 1e-6, 10_000, 2.0)
+    assert exact.sigma == account_sigma_exact(1.0, 1e-6, 10_000, 2.0)
     assert paper.sigma / exact.sigma == pytest.approx(8.48, abs=0.05)
 
 
 def test_score_range_sets_sensitivity_and_sigma(kb: KnowledgeBase) -> None:
-    # Default: scores clipped into (0, 1), Δ = 1 (the paper's value, made true by clipping).
-    unit = NoisyTopKRetriever(kb, queries_per_account=100, simulation=True, rng=0)
-    assert unit.score_range == (0.0, 1.0) and unit.sensitivity == 1.0
-    assert unit.config()["sensitivity_source"] == "score_range"
-    assert unit.sigma == pytest.approx(collusion_sigma(1.0, 1e-6, 100, 1.0), rel=1e-12)
-    # Raw cosine range (−1, 1): Δ = 2, and σ doubles for the same budget.
-    wide = NoisyTopKRetriever(
-        kb, queries_per_account=100, score_range=(-1.0, 1.0), simulation=True, rng=0
+    # Default: the cosine range (−1, 1), Δ = 2 (dp.DEFAULT_SCORE_RANGE).
+    wide = NoisyTopKRetriever(kb, queries_per_account=100, simulation=True, rng=0)
+    assert wide.score_range == (-1.0, 1.0) and wide.sensitivity == 2.0
+    assert wide.config()["sensitivity_source"] == "score_range"
+    assert wide.sigma == pytest.approx(collusion_sigma(1.0, 1e-6, 100, 2.0), rel=1e-12)
+    # Scores clipped into (0, 1): the paper's Δ = 1 made true, and σ halves.
+    unit = NoisyTopKRetriever(
+        kb, queries_per_account=100, score_range=(0.0, 1.0), simulation=True, rng=0
     )
-    assert wide.sensitivity == 2.0 and wide.sigma == pytest.approx(2 * unit.sigma, rel=1e-12)
+    assert unit.sensitivity == 1.0 and wide.sigma == pytest.approx(2 * unit.sigma, rel=1e-12)
     # No clipping: Δ taken on trust, and said so.
     trusted = NoisyTopKRetriever(
         kb, score_range=None, sensitivity=1.0, queries_per_account=100, simulation=True, rng=0
@@ -92,8 +92,10 @@ def test_score_range_sets_sensitivity_and_sigma(kb: KnowledgeBase) -> None:
         NoisyTopKRetriever(kb, score_range=None)
     with pytest.raises(ConfigError, match="at least the width"):
         NoisyTopKRetriever(kb, score_range=(-1.0, 1.0), sensitivity=1.0)
-    # Secure mode: σ is calibrated with the Δ of the event charged (one grid unit more).
-    secure = NoisyTopKRetriever(kb, queries_per_account=100, calibration="exact")
+    # Secure and unclipped: σ is calibrated with the Δ of the event (one grid unit more).
+    secure = NoisyTopKRetriever(
+        kb, queries_per_account=100, calibration="exact", score_range=None, sensitivity=1.0
+    )
     delta_event = secure.mechanism.event.sensitivity
     assert delta_event > 1.0 and secure.sigma == pytest.approx(
         account_sigma_exact(1.0, 1e-6, 100, delta_event), rel=1e-12
@@ -159,14 +161,6 @@ def test_account_counter_refuses_before_anything(kb: KnowledgeBase) -> None:
         r.retrieve("pears", account="b")  # other accounts are separate
     finally:
         kb.embedder.encode = original  # type: ignore[method-assign]
-
-
-def test_counter_is_all_or_nothing() -> None:
-    c = AccountQueryCounter(5)
-    c.reserve("x", 4)
-    with pytest.raises(BudgetExhaustedError):
-        c.reserve("x", 2)
-    assert c.used("x") == 4
 
 
 def test_noisy_topk_modes(kb: KnowledgeBase) -> None:

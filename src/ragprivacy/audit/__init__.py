@@ -36,14 +36,7 @@ from ragprivacy.audit.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from ragprivacy.audit.noise import (
-    attested_topk,
-    derived_noise,
-    integer_scores,
-    noise_digest,
-    noisy_topk,
-    score_bounds_units,
-)
+from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
 from ragprivacy.audit.proofs import (
     AuditorReexecution,
     ClaimFailure,
@@ -105,7 +98,6 @@ __all__ = [
     "Verdict",
     "VerificationContext",
     "Verifier",
-    "attested_topk",
     "calibrate_estimator",
     "canonical_json",
     "check_score_range",
@@ -123,13 +115,11 @@ __all__ = [
     "load_window",
     "node_hash",
     "noise_digest",
-    "noisy_topk",
     "query_hash",
     "render_report",
     "root_from_leaf_hashes",
     "sample_size",
     "save_window",
-    "score_bounds_units",
     "seed_commitment",
     "simulate_window",
     "tamper_ledger_file",

@@ -31,7 +31,14 @@ import numpy as np
 from ragprivacy._typing import FloatArray
 from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.audit.merkle import EMPTY_ROOT, MerkleLog, verify_inclusion
-from ragprivacy.dp import collusion_sigma, encode_record, score_sensitivity
+from ragprivacy.dp import (
+    DEFAULT_SCORE_RANGE,
+    AccountPolicy,
+    GaussianNoisyTopK,
+    Grid,
+    encode_record,
+    score_sensitivity,
+)
 from ragprivacy.errors import ConfigError
 
 __all__ = [
@@ -138,12 +145,13 @@ class AuditPolicy:
         tau: its sliding window (same units as timestamps; None = the whole window).
         grid_bits: resolution 2^-grid_bits of the integer scores the noise is added to.
         score_range: the public interval every score is clipped to before noise (the
-            retrieval rule of :func:`ragprivacy.audit.attested_topk`). Neighbouring
+            retrieval rule of :meth:`mechanism`). Neighbouring
             relation: replace the document held by one slot of a tenant index (see
             docs/dp.md); clipping makes one score change by at most
             :attr:`sensitivity` = high − low whatever the embeddings, and σ (eq. 3.4) is
-            calibrated with that Δ. Default (−1, 1), the cosine range, Δ = 2;
-            ``(0.0, 1.0)`` gives the paper's Δ = 1 (§2.2) honestly.
+            calibrated with that Δ. Default :data:`~ragprivacy.dp.DEFAULT_SCORE_RANGE`
+            (−1, 1), the cosine range, Δ = 2; ``(0.0, 1.0)`` gives the paper's Δ = 1
+            (§2.2) honestly.
     """
 
     epsilon_acc: float
@@ -159,7 +167,7 @@ class AuditPolicy:
     theta: float = 0.8
     tau: int | None = None
     grid_bits: int = 20
-    score_range: tuple[float, float] = (-1.0, 1.0)
+    score_range: tuple[float, float] = DEFAULT_SCORE_RANGE
 
     def __post_init__(self) -> None:
         check_positive("epsilon_acc", self.epsilon_acc)
@@ -195,14 +203,17 @@ class AuditPolicy:
             raise ConfigError(f"The 'grid_bits' must be in [8, 30]; got {self.grid_bits!r}.")
         object.__setattr__(self, "score_range", check_score_range(self.score_range))
 
-    def topk_rule(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`ragprivacy.audit.attested_topk` this policy
-        commits to: ``top_k``, ``score_range``, ``grid_bits``."""
-        return {
-            "top_k": self.top_k,
-            "score_range": self.score_range,
-            "grid_bits": self.grid_bits,
-        }
+    @property
+    def account(self) -> AccountPolicy:
+        """The per-account policy this audit policy commits to (calibration eq. 3.4)."""
+        return AccountPolicy(
+            rate_limit=self.rate_limit,
+            epsilon=self.epsilon_acc,
+            delta=self.delta_acc,
+            sigma=self.sigma,
+            calibration="paper",
+            score_range=self.score_range,
+        )
 
     @property
     def sensitivity(self) -> float:
@@ -211,17 +222,18 @@ class AuditPolicy:
         The clipped integer scores differ by at most ⌊hi·2^b⌋ − ⌈lo·2^b⌉ ≤ (hi − lo)·2^b
         grid units, so the Gaussian noise of σ is (Δ/σ)-GDP per query with this Δ.
         """
-        lo, hi = self.score_range
-        return hi - lo
+        return float(self.account.sensitivity)  # type: ignore[arg-type]  # resolved
 
     @property
     def noise_sigma(self) -> float:
         """σ on every score (eq. 3.4 with Δ = :attr:`sensitivity` unless set explicitly)."""
-        if self.sigma is not None:
-            return float(self.sigma)
-        return collusion_sigma(
-            self.epsilon_acc, self.delta_acc, self.rate_limit, sensitivity=self.sensitivity
-        )
+        return self.mechanism().sigma
+
+    def mechanism(self) -> GaussianNoisyTopK:
+        """The account's noise-then-select this policy commits to: σ, K, the score range
+        and the grid of 2^-grid_bits; its :meth:`~ragprivacy.dp.GaussianNoisyTopK.select_units`
+        is the retrieval rule the provider runs and the verifier re-executes."""
+        return self.account.mechanism(self.top_k, grid=Grid(self.grid_bits))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -7,7 +7,7 @@ ledger record, and checks records for the claims
 * A2 — noise derivation: z_q = DGS(H(s_W ‖ rec_q); σ) for the committed seed and σ;
 * A3 — noise-then-select: the top-K are the K largest of clip(Score(q, E_{t(a)})) + z_q
   over the committed tenant index (scores clipped to the committed ``score_range``, noise
-  on every score, then selection: :func:`ragprivacy.audit.attested_topk`);
+  on every score, then selection: :meth:`ragprivacy.dp.GaussianNoisyTopK.select_units`);
 * A4 — tenant containment: every opened position comes from C_{D_{t(a)}}.
 
 Shipped: :class:`AuditorReexecution` — π_q is a SHA-256 commitment to the witness; a
@@ -36,7 +36,7 @@ from ragprivacy.audit.commitments import (
     fixed_point,
     verify_opening,
 )
-from ragprivacy.audit.noise import attested_topk, derived_noise, integer_scores, noise_digest
+from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
 from ragprivacy.audit.records import QueryRecord, query_hash, topk_hash
 from ragprivacy.embed import Embedder
 
@@ -189,16 +189,13 @@ class AuditorReexecution(ProofSystem):
             return []  # the remaining claims need the auditor's secrets
         fixed = ctx.tenant_fixed[record.tenant]
         # A2: the noise is derived from the committed seed and the public record.
-        z = derived_noise(
-            ctx.seed, record.rec(), policy.noise_sigma, fixed.shape[0], policy.grid_bits
-        )
+        mech = policy.mechanism()
+        z = derived_noise(ctx.seed, record.rec(), mech, fixed.shape[0])
         if noise_digest(z) != witness.noise_digest:
             return fail("A2", "the noise was not derived from the committed seed and rec_q")
-        # A3: clip to the committed score range, noise every score, then top-K (the one
-        # rule the provider ran: ragprivacy.audit.attested_topk).
-        expected = attested_topk(
-            integer_scores(fixed, q, policy.grid_bits), z, **policy.topk_rule()
-        )
+        # A3: clip to the committed score range, noise every score, then top-K (the
+        # account's one rule, GaussianNoisyTopK.select_units, that the provider ran).
+        expected = mech.select_units(integer_scores(fixed, q, policy.grid_bits), z)
         if tuple(int(p) for p in expected) != tuple(witness.positions):
             return fail(
                 "A3",

@@ -38,7 +38,7 @@ from ragprivacy.audit.commitments import (
     seed_commitment,
 )
 from ragprivacy.audit.merkle import MerkleLog
-from ragprivacy.audit.noise import attested_topk, derived_noise, integer_scores, noise_digest
+from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, RecordWitness
 from ragprivacy.audit.records import (
     ProviderKey,
@@ -225,6 +225,7 @@ class AuditedProvider:
         misbehaviour: Misbehaviour | None = None,
     ) -> None:
         self.policy = policy
+        self._mechanism = policy.mechanism()
         self.embedder = embedder
         self.key = key or ProviderKey.generate()
         self.seed = seed if seed is not None else os.urandom(32)
@@ -311,16 +312,16 @@ class AuditedProvider:
         scored = self.misbehaviour.cross_tenant.get(account, tenant)
         index = self._index[scored]
         rec = (account, tenant, hq, int(ts))
-        pol = self.policy
+        mech = self._mechanism
         seed = self.misbehaviour.noise_seed or self.seed
-        z = derived_noise(seed, rec, pol.noise_sigma, index.size, pol.grid_bits)
-        scores = integer_scores(index.fixed, q, pol.grid_bits)
-        if self.misbehaviour.select_before_noise:
-            positions = attested_topk(scores, None, **pol.topk_rule())  # footnote 1's bug
+        z = derived_noise(seed, rec, mech, index.size)
+        scores = integer_scores(index.fixed, q, self.policy.grid_bits)
+        if self.misbehaviour.select_before_noise:  # footnote 1's bug
+            positions = top_k_indices(mech.clip_units(scores), mech.k)
         elif self.misbehaviour.skip_clipping:
-            positions = top_k_indices(scores + z, pol.top_k)  # Δ no longer bounded
-        else:
-            positions = attested_topk(scores, z, **pol.topk_rule())
+            positions = top_k_indices(scores + z, mech.k)  # Δ no longer bounded
+        else:  # the account's noise-then-select, the rule the verifier re-executes
+            positions = mech.select_units(scores, z)
         positions_t = tuple(int(p) for p in positions)
         ids = tuple(self._ids[scored][p] for p in positions_t)
         openings = tuple(

@@ -1,11 +1,22 @@
 """Differential privacy core of ragprivacy: events, calibration, accountants, collusion
-bounds, membership-inference predictions, secure samplers, mechanisms and per-document
-filters. Usable on its own (of the other layers it imports only the shared records of
-``ragprivacy.types``, where the event base class lives). See docs/dp.md.
+bounds, membership-inference predictions, secure samplers, mechanisms, per-document
+filters and the account (its policy, query counter and noise-then-select). Usable on its
+own (of the other layers it imports only the shared records of ``ragprivacy.types``,
+where the event base class lives). See docs/dp.md.
 """
 
 from __future__ import annotations
 
+from ragprivacy.dp.account import (
+    DEFAULT_SCORE_RANGE,
+    PAPER_SCORE_RANGE,
+    AccountCounter,
+    AccountPolicy,
+    GaussianNoisyTopK,
+    NoisySelection,
+    Reservation,
+    derived_bits,
+)
 from ragprivacy.dp.accounting import (
     Accountant,
     advanced_composition,
@@ -77,9 +88,7 @@ from ragprivacy.dp.gaussian_dp import (
     gaussian_mu,
 )
 from ragprivacy.dp.mechanisms import (
-    GaussianNoisyTopK,
     NoisyCounts,
-    NoisySelection,
     PrefixThreshold,
     laplace_counts,
     noisy_prefix_threshold,
@@ -124,6 +133,8 @@ from ragprivacy.dp.sparse_vector import (
 
 __all__ = [
     "AboveThreshold",
+    "AccountCounter",
+    "AccountPolicy",
     "Accountant",
     "ApproxDpEvent",
     "BudgetStore",
@@ -131,6 +142,7 @@ __all__ = [
     "ChargeReceipt",
     "CollusionReport",
     "ComposedEvent",
+    "DEFAULT_SCORE_RANGE",
     "DiscreteLaplaceEvent",
     "DocumentBudgetExhaustedError",
     "EmpiricalLoss",
@@ -144,6 +156,7 @@ __all__ = [
     "NoisyCounts",
     "NoisySelection",
     "NonPrivateEvent",
+    "PAPER_SCORE_RANGE",
     "PerQueryBudget",
     "PrefixThreshold",
     "PrivacyEvent",
@@ -151,6 +164,7 @@ __all__ = [
     "PureDpFilter",
     "RecordPart",
     "RenyiFilter",
+    "Reservation",
     "ScoreSensitivity",
     "SelfComposedEvent",
     "SqliteBudgetStore",
@@ -169,6 +183,7 @@ __all__ = [
     "compose",
     "composed_gaussian_mu",
     "derive_key",
+    "derived_bits",
     "discrete_gaussian",
     "discrete_laplace",
     "empirical_epsilon",

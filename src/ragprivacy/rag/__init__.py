@@ -24,16 +24,8 @@ from ragprivacy.rag.defenses import (
 from ragprivacy.rag.dp_vote import DPVoteConfig, DPVoteRAG, VoteResult, dp_vote_generate
 from ragprivacy.rag.knnlm import KNN_WINDOW, KNNLM, knn_datastore
 from ragprivacy.rag.murag import MuRAG, MuRAGAda, NaiveMultiRAG
-from ragprivacy.rag.tenants import (
-    AccountPolicy,
-    MultiTenantRAG,
-    TenantAccessError,
-    TenantRAGSystem,
-    TenantSelection,
-)
 
 __all__ = [
-    "AccountPolicy",
     "DPVoteConfig",
     "DPVoteRAG",
     "DefendedGenerator",
@@ -43,7 +35,6 @@ __all__ = [
     "LexiconParaphraser",
     "MuRAG",
     "MuRAGAda",
-    "MultiTenantRAG",
     "NaiveMultiRAG",
     "NonRAG",
     "Paraphraser",
@@ -52,9 +43,6 @@ __all__ = [
     "Query",
     "RAGSystem",
     "StandardRAG",
-    "TenantAccessError",
-    "TenantRAGSystem",
-    "TenantSelection",
     "VoteResult",
     "create_defense",
     "create_system",

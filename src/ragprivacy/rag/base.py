@@ -257,9 +257,9 @@ class StandardRAG(RAGSystem):
                 self.instruction,
                 qs,
                 retrievals,
-                self.retriever.kb,
+                self.retriever.knowledge_base_for(account),
                 self.retriever.name,
-                self.retriever.delta,
+                self.retriever.delta_for(account),
             )
 
     def describe(self) -> dict[str, Any]:

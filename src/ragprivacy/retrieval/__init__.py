@@ -12,7 +12,7 @@ from ragprivacy.retrieval.base import (
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
 from ragprivacy.retrieval.lazy_noisy import LazySelection, lazy_noisy_topk
-from ragprivacy.retrieval.noisy_topk import AccountQueryCounter, NoisyTopKRetriever
+from ragprivacy.retrieval.noisy_topk import NoisyTopKRetriever
 from ragprivacy.retrieval.projection import (
     DPProjectionRetriever,
     ProjectionRetriever,
@@ -24,6 +24,7 @@ from ragprivacy.retrieval.projection import (
     simulate_top1_flip,
     top1_flip_bound,
 )
+from ragprivacy.retrieval.tenants import TenantAccessError, TenantRetriever, TenantSelection
 from ragprivacy.retrieval.threshold import (
     AdaptiveScreen,
     PaddedTopK,
@@ -35,7 +36,6 @@ from ragprivacy.retrieval.threshold import (
 )
 
 __all__ = [
-    "AccountQueryCounter",
     "AdaptiveScreen",
     "BucketBounds",
     "DPProjectionRetriever",
@@ -47,6 +47,9 @@ __all__ = [
     "Retriever",
     "SanityRow",
     "Screening",
+    "TenantAccessError",
+    "TenantRetriever",
+    "TenantSelection",
     "ThresholdRetriever",
     "TopKRetriever",
     "adaptive_screen",

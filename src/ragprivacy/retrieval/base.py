@@ -56,6 +56,15 @@ class Retriever(ABC):
         an answer nobody received. Retrievers without budgets keep nothing (the default).
         """
 
+    def knowledge_base_for(self, account: str | None) -> KnowledgeBase:
+        """The knowledge base ``account``'s retrievals index into (one for most retrievers;
+        the account's tenant's for a multi-tenant one)."""
+        return self.kb
+
+    def delta_for(self, account: str | None) -> float | None:
+        """δ at which the ε of ``account``'s retrieval events is stated (:attr:`delta`)."""
+        return self.delta
+
     def config(self) -> dict[str, Any]:
         return {"name": self.name, "k": self.k}
 

@@ -6,26 +6,22 @@ gives the per-query budget and eq. (3.4) the σ (``calibration="paper"``); the e
 Gaussian-DP calibration (``calibration="exact"``) gives the smallest σ for which the n
 queries compose to exactly (ε_acc, δ_acc) (``ragprivacy.dp.calibrate_account_sigma``).
 
-Each account may make at most n queries: :class:`AccountQueryCounter` checks and reserves
-a query *before* anything is embedded or scored, and refuses with
-:class:`~ragprivacy.errors.BudgetExhaustedError` once the n are spent (nothing is
-reserved then).
+The account — its policy, counter, σ calibration, score range and noise-then-select — is
+:mod:`ragprivacy.dp.account`; this retriever is that account over one knowledge base. Each
+account may make at most n queries: the :class:`~ragprivacy.dp.AccountCounter` reserves a
+query *before* anything is embedded or scored, refuses with
+:class:`~ragprivacy.errors.BudgetExhaustedError` once the n are spent (nothing is reserved
+then), and gives it back if the request fails (:meth:`NoisyTopKRetriever.release`).
 
-Neighbouring relation: **replace the document held by one slot** of the index (the score
-vector is indexed by slot; see docs/dp.md "Neighbouring relations"). Under add/remove the
-mechanism is DP only if the index is padded to a public size with dummy documents that
-score the low end of ``score_range``. Sensitivity: replacing one document moves one
-coordinate of the score vector by at most the width of the interval the scores live in.
-Scores are clipped to the public ``score_range`` first (per-coordinate post-processing of
-each document's own score), so Δ = hi − lo holds for any input: the default
-``score_range=(0, 1)`` gives the collusion paper's Δ = 1 (§2.2) *honestly* (negative
-cosine scores are clipped to 0); ``(−1, 1)`` keeps raw cosine scores and gives Δ = 2.
-``score_range=None`` with an explicit ``sensitivity`` skips clipping and takes Δ on trust
-(reported as ``sensitivity_source="trusted"``). σ is calibrated with the Δ of the event
-actually charged (in secure mode the grid adds one grid unit), so the event, the budget
-and σ agree. Guarantee: each query is a Gaussian mechanism (event ``GaussianEvent(σ, Δ)``),
-so one account's n queries are (ε_acc, δ_acc)-DP under the chosen calibration; the top-K
-indices are post-processing.
+Neighbouring relation: replace the document held by one slot of the index; Δ = the width of
+the public ``score_range`` every score is clipped to (default
+:data:`~ragprivacy.dp.DEFAULT_SCORE_RANGE` = (−1, 1), Δ = 2;
+:data:`~ragprivacy.dp.PAPER_SCORE_RANGE` = (0, 1) gives the collusion paper's Δ = 1
+honestly, and the paper-reproduction experiments use it). ``score_range=None`` with an
+explicit ``sensitivity`` skips clipping and takes Δ on trust (reported as
+``sensitivity_source="trusted"``). Guarantee: each query is a Gaussian mechanism (event
+``GaussianEvent(σ, Δ)``), so one account's n queries are (ε_acc, δ_acc)-DP under the chosen
+calibration; the top-K indices are post-processing.
 
 Modes: secure (default) — exact discrete Gaussian on a fixed-point grid
 (:class:`~ragprivacy.dp.GaussianNoisyTopK`); ``simulation=True`` — numpy float noise from
@@ -35,77 +31,29 @@ Modes: secure (default) — exact discrete Gaussian on a fixed-point grid
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ragprivacy._random import RngLike
-from ragprivacy._validation import check_choice, check_positive, check_positive_int
+from ragprivacy._validation import check_positive_int
 from ragprivacy.dp import (
-    GaussianNoisyTopK,
-    Grid,
-    calibrate_account_sigma,
-    score_sensitivity,
+    DEFAULT_SCORE_RANGE,
+    AccountCounter,
+    AccountPolicy,
     simulation_rng,
 )
-from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.errors import ConfigError
 from ragprivacy.retrieval.base import Retriever, register_retriever
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
 from ragprivacy.retrieval.lazy_noisy import lazy_noisy_topk
 from ragprivacy.types import Retrieval
 
-__all__ = ["AccountQueryCounter", "NoisyTopKRetriever"]
+__all__ = ["NoisyTopKRetriever"]
 
 ANONYMOUS = "anonymous"
-
-
-class AccountQueryCounter:
-    """Queries made per account against a limit of n each (thread-safe, in memory).
-
-    :meth:`reserve` checks that all requested queries fit, then records them as one step;
-    if they do not fit it raises :class:`BudgetExhaustedError` and records nothing.
-
-    >>> c = AccountQueryCounter(2)
-    >>> c.reserve("alice", 2)
-    2
-    >>> c.remaining("alice")
-    0
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = check_positive_int("limit", limit)
-        self._used: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def used(self, account: str) -> int:
-        with self._lock:
-            return self._used.get(account, 0)
-
-    def remaining(self, account: str) -> int:
-        return self.limit - self.used(account)
-
-    def reserve(self, account: str, count: int = 1) -> int:
-        """Record ``count`` queries for ``account``; returns how many it has used."""
-        count = check_positive_int("count", count)
-        with self._lock:
-            used = self._used.get(account, 0)
-            if used + count > self.limit:
-                raise BudgetExhaustedError(
-                    f"Account {account!r} has used {used} of its {self.limit} queries and asked "
-                    f"for {count} more; its privacy budget for this window is spent. Start a "
-                    f"new audit window (a new counter) or raise the budget."
-                )
-            self._used[account] = used + count
-            return used + count
-
-    def release(self, account: str, count: int = 1) -> None:
-        """Give back ``count`` reserved queries of a request that failed (never below 0)."""
-        count = check_positive_int("count", count)
-        with self._lock:
-            self._used[account] = max(self._used.get(account, 0) - count, 0)
 
 
 class NoisyTopKRetriever(Retriever):
@@ -121,7 +69,8 @@ class NoisyTopKRetriever(Retriever):
             ``"analytic"``/``"rdp"`` (see :func:`ragprivacy.dp.calibrate_account_sigma`).
         sigma: use this σ instead of calibrating (the budget is then only the counter).
         score_range: public (low, high) the scores are clipped into; Δ = high − low.
-            Default (0, 1): the paper's Δ = 1 with clipping. ``None``: no clipping, and
+            Default :data:`~ragprivacy.dp.DEFAULT_SCORE_RANGE` (−1, 1), Δ = 2; ``(0, 1)``
+            is the paper's Δ = 1 with clipping. ``None``: no clipping, and
             ``sensitivity`` must be given (taken on trust).
         sensitivity: L2 sensitivity Δ; with ``score_range`` it must be at least the
             range's width (default: the width); without it, Δ is the caller's claim.
@@ -133,7 +82,8 @@ class NoisyTopKRetriever(Retriever):
         buckets: per-bucket certified bounds for ``lazy``
             (:class:`~ragprivacy.retrieval.BucketBounds`, built once offline from the
             index's vectors); ``None`` uses the single bound ``score_bound``.
-        counter: a shared :class:`AccountQueryCounter` (default: a new one).
+        counter: a shared :class:`~ragprivacy.dp.AccountCounter` (default: a new one
+            with limit n).
         rng: simulation stream.
 
     >>> from ragprivacy.corpus import Corpus
@@ -157,43 +107,29 @@ class NoisyTopKRetriever(Retriever):
         queries_per_account: int = 10_000,
         calibration: str = "paper",
         sigma: float | None = None,
-        score_range: tuple[float, float] | None = (0.0, 1.0),
+        score_range: tuple[float, float] | None = DEFAULT_SCORE_RANGE,
         sensitivity: float | None = None,
         simulation: bool = False,
         lazy: bool = False,
         candidates: int | None = None,
         score_bound: float = 1.0 + 1e-5,
         buckets: BucketBounds | None = None,
-        counter: AccountQueryCounter | None = None,
+        counter: AccountCounter | None = None,
         rng: RngLike = None,
     ) -> None:
         super().__init__(kb, k=k)
-        self.epsilon_acc = check_positive("epsilon_acc", epsilon_acc)
-        self.delta_acc = float(delta_acc)
-        self.queries_per_account = check_positive_int("queries_per_account", queries_per_account)
-        self.calibration = check_choice(
-            "calibration", calibration, ("paper", "exact", "analytic", "rdp")
+        self.policy = AccountPolicy(
+            rate_limit=queries_per_account,
+            epsilon=epsilon_acc,
+            delta=delta_acc,
+            sigma=sigma,
+            calibration=calibration,
+            score_range=score_range,
+            sensitivity=sensitivity,
         )
-        resolved = score_sensitivity(score_range, sensitivity)
-        self.score_range: tuple[float, float] | None = resolved.score_range
-        self.sensitivity = resolved.sensitivity
-        self.sensitivity_source = resolved.source
         self.simulation = bool(simulation)
-        # The secure path rounds scores to the mechanism's grid, which adds one grid unit
-        # to the Δ charged per query; σ is calibrated with that Δ so event and budget agree.
-        grid = Grid()
-        charged = (
-            self.sensitivity if self.simulation else grid.rounded_sensitivity(self.sensitivity)
-        )
-        if sigma is None:
-            sigma = calibrate_account_sigma(
-                self.epsilon_acc,
-                self.delta_acc,
-                self.queries_per_account,
-                sensitivity=charged,
-                method=self.calibration,
-            )
-        self.sigma = check_positive("sigma", sigma)
+        self.mechanism = self.policy.mechanism(self.k, simulation=self.simulation)
+        self.sigma = self.mechanism.sigma
         self.lazy = bool(lazy)
         if self.lazy and not self.simulation:
             raise ConfigError(
@@ -210,17 +146,7 @@ class NoisyTopKRetriever(Retriever):
                 f"rebuild them with BucketBounds.build(index vectors)."
             )
         self.buckets = buckets
-        self.mechanism = GaussianNoisyTopK(
-            sigma=self.sigma,
-            k=self.k,
-            sensitivity=self.sensitivity,
-            score_range=self.score_range,
-            simulation=self.simulation,
-            grid=grid,
-        )
-        self.counter = (
-            counter if counter is not None else AccountQueryCounter(self.queries_per_account)
-        )
+        self.counter = counter if counter is not None else AccountCounter(self.queries_per_account)
         self._rng = simulation_rng(rng, simulation=self.simulation)
         self._rows: Any = None
 
@@ -228,6 +154,35 @@ class NoisyTopKRetriever(Retriever):
     def delta(self) -> float:  # type: ignore[override]  # a read-only view of delta_acc
         """δ at which the per-query Gaussian event's ε is reported: the account's δ_acc."""
         return self.delta_acc
+
+    # Read-only views of the account policy, under the names the constructor takes.
+    @property
+    def epsilon_acc(self) -> float:
+        return self.policy.epsilon
+
+    @property
+    def delta_acc(self) -> float:
+        return self.policy.delta
+
+    @property
+    def queries_per_account(self) -> int:
+        return self.policy.rate_limit
+
+    @property
+    def calibration(self) -> str:
+        return self.policy.calibration
+
+    @property
+    def score_range(self) -> tuple[float, float] | None:
+        return self.policy.score_range
+
+    @property
+    def sensitivity(self) -> float:
+        return float(self.policy.sensitivity)  # type: ignore[arg-type]  # resolved
+
+    @property
+    def sensitivity_source(self) -> str:
+        return self.policy.sensitivity_source
 
     def retrieve(self, query: str, *, account: str | None = None) -> Retrieval:
         return self.retrieve_batch([query], account=account)[0]
@@ -239,22 +194,25 @@ class NoisyTopKRetriever(Retriever):
             return []
         # Check and reserve the account's budget before touching any document; give it back
         # if the retrieval itself fails (nothing was returned).
-        self.counter.reserve(account or ANONYMOUS, len(queries))
+        reservation = self.counter.reserve(
+            account or ANONYMOUS, len(queries), limit=self.queries_per_account
+        )
         try:
-            return self._select(queries)
+            return self._select(queries, reservation.token)
         except BaseException:
-            self.counter.release(account or ANONYMOUS, len(queries))
+            self.counter.release(reservation)
             raise
 
     def release(self, retrievals: Sequence[Retrieval], *, account: str | None = None) -> None:
         """Give the account back the queries of ``retrievals`` (their request failed)."""
         if retrievals:
-            self.counter.release(account or ANONYMOUS, len(retrievals))
+            tokens = retrievals[0].charge_ids
+            self.counter.release_tokens(account or ANONYMOUS, len(retrievals), tokens)
 
-    def _select(self, queries: Sequence[str]) -> list[Retrieval]:
+    def _select(self, queries: Sequence[str], token: str) -> list[Retrieval]:
         vectors = self.kb.embedder.encode(list(queries))
         if self.lazy:
-            return [self._lazy_one(v) for v in vectors]
+            return [self._lazy_one(v, token) for v in vectors]
         scores = self.kb.index.scores(vectors)
         sel = self.mechanism.select(scores, rng=self._rng)
         ids = self.kb.index.ids
@@ -264,6 +222,7 @@ class NoisyTopKRetriever(Retriever):
                 indices=tuple(int(p) for p in sel.indices[row]),
                 scores=tuple(float(s) for s in sel.noisy_scores[row]),
                 event=self.mechanism.event,
+                charge_ids=(token,),
             )
             for row in range(len(queries))
         ]
@@ -278,7 +237,7 @@ class NoisyTopKRetriever(Retriever):
             return values
         return np.asarray(np.clip(values, self.score_range[0], self.score_range[1]))
 
-    def _lazy_one(self, vector: np.ndarray) -> Retrieval:
+    def _lazy_one(self, vector: np.ndarray, token: str) -> Retrieval:
         n = len(self.kb)
         found = self.kb.index.search(vector[None, :], min(self.candidates, n))
         keep = found.indices[0] >= 0
@@ -310,6 +269,7 @@ class NoisyTopKRetriever(Retriever):
             indices=tuple(int(p) for p in sel.indices),
             scores=tuple(float(s) for s in sel.noisy_scores),
             event=self.mechanism.event,
+            charge_ids=(token,),
         )
 
     def config(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ Regimes (§2.3, Table 1):
 
 Two ways to run a cell:
 
-* ``mode="service"`` sends every query through :meth:`MultiTenantRAG.search` (noise on
+* ``mode="service"`` sends every query through :meth:`TenantRetriever.search` (noise on
   all |D_t| scores, then top-K; rate limits charged; one window per trial).
 * ``mode="exact"`` uses that, for a fixed index and a fixed probe, the kn answers are
   i.i.d., so the hit count is exactly Binomial(kn, p_b) with
@@ -40,11 +40,11 @@ from ragprivacy._random import RngLike, make_rng
 from ragprivacy._typing import FloatArray
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus
+from ragprivacy.dp import AccountPolicy
 from ragprivacy.embed import HashingEmbedder
 from ragprivacy.errors import ConfigError
 from ragprivacy.index import ExactIndex
-from ragprivacy.rag import AccountPolicy, MultiTenantRAG
-from ragprivacy.retrieval import KnowledgeBase
+from ragprivacy.retrieval import KnowledgeBase, TenantRetriever
 from ragprivacy.types import Document
 
 __all__ = ["TopKCellResult", "TopKHarness", "hit_probability"]
@@ -107,7 +107,7 @@ class TopKCellResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopKHarness:
-    """The probe attack of §4.4 through :class:`~ragprivacy.rag.MultiTenantRAG`.
+    """The probe attack of §4.4 through :class:`~ragprivacy.retrieval.TenantRetriever`.
 
     Args:
         epsilon_acc: per-account ε (σ by eq. 3.4 from ``n``, or ``calibration``).
@@ -117,7 +117,7 @@ class TopKHarness:
         background: background documents in the victim index.
         dim: embedding dimension.
         regime: ``same-tenant``, ``external-m4`` or ``external``.
-        calibration: the :class:`~ragprivacy.rag.AccountPolicy` calibration.
+        calibration: the :class:`~ragprivacy.dp.AccountPolicy` calibration.
         index_seed: seed of the index and probe (shared by both worlds and every trial).
         score_range: the accounts' clipping range (Δ = its width). ``None`` (default) is
             the paper's setting as printed: no clipping and Δ = 1, which is exact for
@@ -175,14 +175,14 @@ class TopKHarness:
 
     def service(
         self, *, member: bool, k: int, simulation: bool = True, rng: RngLike = None
-    ) -> tuple[MultiTenantRAG, list[str], np.ndarray]:
+    ) -> tuple[TenantRetriever, list[str], np.ndarray]:
         """The service of one world with k attacker accounts; returns (service, account
         ids, probe). The planted slot is the last position of the victim index."""
         bg, probe, decoy, outsider = self._vectors()
         planted = probe if member else decoy
         names = [f"bg-{i}" for i in range(self.background)] + [PLANTED]
-        svc = MultiTenantRAG(
-            top_k=self.top_k,
+        svc = TenantRetriever(
+            k=self.top_k,
             shared_backend=self.regime == "external-m4",
             simulation=simulation,
             rng=rng if simulation else None,

@@ -25,10 +25,13 @@ LLM's vocabulary, as in the ``private_rag`` experiment). An option given in the 
 attacker uses one account for the whole cell (evaluation and calibration targets), and
 budgets that are sized by a query count are sized for the cell's queries (``noisy_topk``'s
 ``queries_per_account`` = the cell's query count, so the run's queries compose to exactly
-(ε_acc, δ_acc)); with ``budget: target`` every target is attacked from a fresh account of
-a freshly built system, so each membership test meets the full per-account budget (and
-per-document filters start unspent). A budget given in the spec is kept; a query the
-system refuses is answered with an empty public response marked refused and counted.
+(ε_acc, δ_acc), and its scores are clipped to the paper's
+:data:`~ragprivacy.dp.PAPER_SCORE_RANGE` (0, 1), Δ = 1, unless the spec says otherwise; the
+library's default is the cosine range, Δ = 2); with ``budget: target`` every target is
+attacked from a fresh account of a freshly built system, so each membership test meets the
+full per-account budget (and per-document filters start unspent). A budget given in the spec
+is kept; a query the system refuses is answered with an empty public response marked refused
+and counted.
 
 **Privacy spent.** :class:`PrivacyTally` reads every full response (the attack never
 sees it), from the one typed event each answer carries (``Response.privacy.event``):
@@ -51,6 +54,7 @@ from typing import Any
 
 from ragprivacy._validation import check_choice, check_positive_int
 from ragprivacy.dp import (
+    PAPER_SCORE_RANGE,
     GaussianEvent,
     NoOpEvent,
     PureDpEvent,
@@ -282,6 +286,7 @@ def build_system(
     if spec.retriever == "noisy_topk":
         ropts.setdefault("queries_per_account", max(1, int(queries)))
         ropts.setdefault("calibration", "exact")
+        ropts.setdefault("score_range", PAPER_SCORE_RANGE)
     retriever = create_retriever(spec.retriever, kb, k=spec.k or k, **ropts)
     if spec.name in (*VOTING_SYSTEMS, "knnlm"):
         inner = getattr(generator, "inner", None)

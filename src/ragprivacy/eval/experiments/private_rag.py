@@ -49,6 +49,7 @@ import numpy as np
 
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus, QAItem
+from ragprivacy.dp import PAPER_SCORE_RANGE
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import (
@@ -306,6 +307,7 @@ class PrivateRAGExperiment(Experiment):
                 delta_acc=1e-6,
                 queries_per_account=n,
                 calibration="exact",
+                score_range=PAPER_SCORE_RANGE,  # the paper's Δ = 1, with clipping
                 simulation=True,
                 rng=rng,
             )

@@ -1,4 +1,5 @@
-"""The multi-tenant model: tenant isolation, rate limits, noise before top-K, M4 switch."""
+"""The multi-tenant retriever: tenant isolation, rate limits, noise before top-K, M4 switch,
+and StandardRAG over it."""
 
 from __future__ import annotations
 
@@ -6,17 +7,11 @@ import numpy as np
 import pytest
 
 from ragprivacy.corpus import Corpus
-from ragprivacy.dp import GaussianNoisyTopK, compose, exact_gaussian_epsilon
+from ragprivacy.dp import AccountPolicy, GaussianNoisyTopK, compose, exact_gaussian_epsilon
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.generate import Prompt, create_generator
-from ragprivacy.rag import (
-    AccountPolicy,
-    MultiTenantRAG,
-    Query,
-    TenantAccessError,
-    TenantRAGSystem,
-)
-from ragprivacy.retrieval import KnowledgeBase
+from ragprivacy.rag import Query, StandardRAG
+from ragprivacy.retrieval import KnowledgeBase, TenantAccessError, TenantRetriever
 from ragprivacy.types import Document
 
 
@@ -27,8 +22,8 @@ def _kb(prefix: str, n: int = 8) -> KnowledgeBase:
     return KnowledgeBase.build(Corpus(docs, name=prefix), embedder="hashing")
 
 
-def _service(**kw) -> MultiTenantRAG:
-    svc = MultiTenantRAG(top_k=3, **kw)
+def _service(**kw) -> TenantRetriever:
+    svc = TenantRetriever(k=3, **kw)
     svc.add_tenant("acme", _kb("acme"))
     svc.add_tenant("globex", _kb("globex"))
     svc.add_account("alice", "acme", AccountPolicy(rate_limit=5, epsilon=8.0))
@@ -79,9 +74,9 @@ def test_policy_calibration_and_validation() -> None:
     with pytest.raises(ConfigError):
         AccountPolicy(rate_limit=0, epsilon=1.0)
     with pytest.raises(ConfigError):
-        MultiTenantRAG(rng=1)  # secure mode refuses a seed
+        TenantRetriever(rng=1)  # secure mode refuses a seed
     with pytest.raises(ConfigError):
-        MultiTenantRAG(window_seed=b"short")
+        TenantRetriever(window_seed=b"short")
 
 
 def test_noise_is_added_before_selection() -> None:
@@ -89,7 +84,7 @@ def test_noise_is_added_before_selection() -> None:
     # nearly uniform over the whole index (every score was noised, not only the winners).
     kb = _kb("acme", n=30)
     clean = set(np.argsort(-kb.index.scores(kb.embedder.encode(["subject 2"]))[0])[:3])
-    svc = MultiTenantRAG(top_k=3, simulation=True, rng=4)
+    svc = TenantRetriever(k=3, simulation=True, rng=4)
     svc.add_tenant("acme", kb)
     svc.add_account("quiet", "acme", AccountPolicy(rate_limit=10, epsilon=1.0, sigma=1e-6))
     svc.add_account("loud", "acme", AccountPolicy(rate_limit=2000, epsilon=1.0, sigma=50.0))
@@ -107,7 +102,7 @@ def test_scores_are_clipped_to_the_policy_range() -> None:
     scores = kb.index.scores(q)[0]
     best = int(np.argmax(scores))
     assert scores[best] > 0.3 and (scores > 0.3).sum() >= 2
-    svc = MultiTenantRAG(top_k=1, simulation=True, rng=2)
+    svc = TenantRetriever(k=1, simulation=True, rng=2)
     svc.add_tenant("acme", kb)
     pol = {"rate_limit": 400, "epsilon": 1.0, "sigma": 1e-3}
     svc.add_account("raw", "acme", AccountPolicy(**pol))
@@ -133,7 +128,7 @@ def test_secure_and_derived_noise() -> None:
 def test_tenant_rag_system_answers_for_an_account() -> None:
     svc = _service(simulation=True, rng=0)
     gen = create_generator("reference", background=["plain background text about things"])
-    system = TenantRAGSystem(svc, gen)
+    system = StandardRAG(svc, gen)
     resp = system.answer("what is record 2 about?", account="alice")
     assert isinstance(resp.text, str)
     assert resp.retrieval is not None and all(i.startswith("acme-") for i in resp.retrieval.ids)
@@ -145,7 +140,7 @@ def test_simulated_noise_is_the_seeded_stream_in_query_order() -> None:
     """One mechanism per account draws, search after search, the same noise a fresh
     GaussianNoisyTopK per search would draw from the same seeded stream."""
     kb = _kb("acme", n=12)
-    svc = MultiTenantRAG(top_k=3, simulation=True, rng=11)
+    svc = TenantRetriever(k=3, simulation=True, rng=11)
     svc.add_tenant("acme", kb)
     policies = {
         "a": AccountPolicy(rate_limit=20, epsilon=8.0, sigma=0.05),
@@ -175,7 +170,7 @@ def test_simulated_noise_is_the_seeded_stream_in_query_order() -> None:
 def test_tenant_answers_are_generated_from_the_retrieved_documents() -> None:
     """Same seed, same retrievals; each answer is the generator's on the query's prompt."""
     gen = create_generator("reference", background=["plain background text about things"])
-    system = TenantRAGSystem(_service(simulation=True, rng=5), gen, instruction="Be brief.")
+    system = StandardRAG(_service(simulation=True, rng=5), gen, instruction="Be brief.")
     twin = _service(simulation=True, rng=5)
     queries = ["what is record 2 about?", Query("subject 3", retrieval_text="record 3")]
     answers = system.answer_batch(queries, account="alice")
@@ -186,15 +181,16 @@ def test_tenant_answers_are_generated_from_the_retrieved_documents() -> None:
         assert answer.retrieval == retrieval
         prompt = Prompt(q.task, q.text, kb.texts(retrieval.indices), "Be brief.", q.options)
         assert answer.text == gen.generate_batch([prompt])[0].text
-        assert answer.privacy.mechanism == "gaussian-noisy-topk"
+        assert answer.privacy.mechanism == "tenant"
     assert system.answer_batch([], account="alice") == []
 
 
 @pytest.mark.parametrize("simulation", [False, True])
 def test_account_events_never_exceed_the_account_epsilon(simulation: bool) -> None:
-    """σ is calibrated for the Δ the events charge: in secure mode that is Δ rounded up to
-    the noise grid, so the tight ("exact") calibration must use it or overrun ε_acc."""
-    svc = MultiTenantRAG(top_k=3, simulation=simulation, rng=0 if simulation else None)
+    """σ is calibrated for the Δ the events charge, so the tight ("exact") calibration
+    composes to ε_acc and no more (secure scores are clipped to grid points inside the
+    range, so the secure Δ is the range's width, as in simulation)."""
+    svc = TenantRetriever(k=3, simulation=simulation, rng=0 if simulation else None)
     svc.add_tenant("acme", _kb("acme"))
     policy = AccountPolicy(rate_limit=5, epsilon=2.0, delta=1e-6, calibration="exact")
     svc.add_account("alice", "acme", policy)

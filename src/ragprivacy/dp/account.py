@@ -1,0 +1,432 @@
+"""The account: its policy, its query counter and its noise-then-select (collusion paper §2.1).
+
+An account a of a RAG service may send at most r queries per audit window and is promised
+(ε_acc, δ_acc)-DP retrieval over that window. Everything that promise rests on lives here,
+once, for every place that serves or re-executes an account's queries (the
+``noisy_topk`` retriever, the multi-tenant ``TenantRetriever``, the audited provider and
+the verifier's re-execution):
+
+* :class:`AccountPolicy` — r, (ε_acc, δ_acc), the calibration, the public score range and
+  so the sensitivity Δ (one default, :data:`DEFAULT_SCORE_RANGE`), and σ from
+  :func:`~ragprivacy.dp.calibrate_account_sigma`, the one calibration entry point;
+* :class:`AccountCounter` — the atomic per-account query counter of a window: reserve
+  before any document is touched, release if the request fails (spend only on success);
+* :class:`GaussianNoisyTopK` — the one noise-then-select, eq. (2.1):
+  TopK(clip(Score(q, D)) + N(0, σ²I)), integer-exact on a fixed-point grid by default
+  (:meth:`GaussianNoisyTopK.select_units` is the integer rule the audit commits to);
+* :func:`derived_bits` — with a window seed s_W, the noise of query q is derived,
+  z_q = DGS(H(s_W ‖ rec_q); σ) with rec_q = (a, t(a), H(q), ts) (§5.3, claim A2), so
+  whoever holds s_W re-derives it exactly.
+
+**Neighbouring relation: replace the document held by one slot** of the index (the score
+vector is indexed by slot and the output is slot positions; docs/dp.md). Under add/remove
+the mechanism is DP only if the index is padded to a public size with dummy documents that
+score the low end of the score range. **Sensitivity**: replacing one document moves one
+coordinate of the score vector by at most the width of the interval its scores live in;
+every score is clipped to the public ``score_range`` first (per-coordinate
+post-processing of each document's own score), so Δ = high − low holds for any input.
+The default, :data:`DEFAULT_SCORE_RANGE` = (−1, 1), is the range of cosine scores of unit
+vectors, Δ = 2. The collusion paper's Δ = 1 (§2.2) holds honestly with
+:data:`PAPER_SCORE_RANGE` = (0, 1) (negative scores clipped to 0), which the paper's
+experiments use. ``score_range=None`` with an explicit ``sensitivity`` takes Δ on trust.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Final
+
+import numpy as np
+
+from ragprivacy._random import RngLike, make_rng
+from ragprivacy._typing import FloatArray, IntArray
+from ragprivacy._validation import check_choice, check_positive, check_positive_int
+from ragprivacy.dp.calibration import CALIBRATION_METHODS, calibrate_account_sigma
+from ragprivacy.dp.events import GaussianEvent, PrivacyEvent, SelfComposedEvent
+from ragprivacy.dp.mechanisms import top_k_indices
+from ragprivacy.dp.randomness import ChaCha20Bits, RecordPart, simulation_rng
+from ragprivacy.dp.samplers import Grid, discrete_gaussian
+from ragprivacy.dp.sensitivity import score_sensitivity
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+
+__all__ = [
+    "DEFAULT_SCORE_RANGE",
+    "PAPER_SCORE_RANGE",
+    "AccountCounter",
+    "AccountPolicy",
+    "GaussianNoisyTopK",
+    "NoisySelection",
+    "Reservation",
+    "derived_bits",
+]
+
+#: The public interval scores are clipped to unless a policy says otherwise: cosine /
+#: inner-product scores of unit vectors, so Δ = 2 under replace-one-slot.
+DEFAULT_SCORE_RANGE: Final[tuple[float, float]] = (-1.0, 1.0)
+#: The collusion paper's Δ = 1 (§2.2) made true by clipping negative scores to 0.
+PAPER_SCORE_RANGE: Final[tuple[float, float]] = (0.0, 1.0)
+
+_REC_LABEL = "rec_q"
+
+
+def derived_bits(seed: bytes, rec: RecordPart) -> ChaCha20Bits:
+    """The bit source of query record rec_q: ChaCha20 keyed by HMAC-SHA256(s_W, ("rec_q", rec)).
+
+    The one derivation of §5.3 (A2): the service that serves a query, the audited provider
+    and the verifier who re-executes it all draw z_q from this source.
+    """
+    parts = tuple(rec) if isinstance(rec, tuple | list) else (rec,)
+    return ChaCha20Bits.derived(seed, (_REC_LABEL, *parts))
+
+
+# --------------------------------------------------------------------------- selection
+@dataclass(frozen=True, slots=True)
+class NoisySelection:
+    """What a noisy top-K returned: ``indices`` (best first) and the ``noisy_scores`` used.
+
+    ``event`` is the cost of the whole call: the per-query :class:`GaussianEvent` for one
+    query (1-D scores), ``SelfComposedEvent(per_query, Q)`` for a batch of Q queries (2-D
+    scores). ``event_per_query`` is the cost of one row, for callers that attach a cost to
+    each query's result. ``noisy_scores`` are for instrumented evaluation only (the
+    collusion paper's score channel, §4.5); a deployment shows neither them nor, to an
+    attacker, the indices.
+    """
+
+    indices: IntArray
+    noisy_scores: FloatArray
+    event: PrivacyEvent
+    event_per_query: GaussianEvent | None = None
+
+    def __post_init__(self) -> None:
+        if self.event_per_query is None and isinstance(self.event, GaussianEvent):
+            object.__setattr__(self, "event_per_query", self.event)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GaussianNoisyTopK:
+    """Gaussian noise-then-select: TopK(clip(Score(q, D)) + N(0, σ²I)) (collusion paper eq. 2.1).
+
+    The one noise-then-select of an account (module docstring: neighbouring relation
+    replace-one-slot, Δ = width of ``score_range``, default :data:`DEFAULT_SCORE_RANGE`).
+    Guarantee: the release of the whole noisy score vector is a Gaussian mechanism with
+    μ = Δ/σ (μ-GDP); the top-K indices are post-processing of it. Selecting first and
+    noising only the winners breaks this (footnote 1 of the paper).
+
+    **Secure mode** (default) is integer-exact: scores are placed on ``grid`` (resolution
+    2^-b), clipped to the grid points inside the range, ⌈lo·2^b⌉ … ⌊hi·2^b⌋, so that a
+    clipped score moves by at most (hi − lo)·2^b units and Δ holds exactly; discrete
+    Gaussian noise of σ·2^b units is added to every score (:meth:`noise_units`) and the top
+    K of the integers are selected, ties to the lower position (:meth:`select_units`, the
+    rule the audit commits to). Without clipping (Δ on trust) rounding to the grid moves a
+    score by up to half a unit each way, so the event charges one grid unit more.
+    **Simulation mode** (``simulation=True``) adds numpy float noise from ``rng``.
+
+    >>> m = GaussianNoisyTopK(sigma=0.5, k=2)
+    >>> sel = m.select(np.array([0.9, 0.1, 0.8, 0.2]), bits=ChaCha20Bits.derived(bytes(32), "q1"))
+    >>> sel.indices.shape, m.sensitivity, m.event.sensitivity
+    ((2,), 2.0, 2.0)
+    """
+
+    sigma: float
+    k: int
+    sensitivity: float | None = None
+    simulation: bool = False
+    grid: Grid = field(default_factory=Grid)
+    score_range: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
+        object.__setattr__(self, "k", check_positive_int("k", self.k))
+        resolved = score_sensitivity(
+            self.score_range, self.sensitivity, default_range=DEFAULT_SCORE_RANGE
+        )
+        object.__setattr__(self, "score_range", resolved.score_range)
+        object.__setattr__(self, "sensitivity", resolved.sensitivity)
+        if not isinstance(self.grid, Grid):
+            raise ConfigError(f"The 'grid' parameter must be a Grid; got {self.grid!r}.")
+        if not self.simulation:
+            self.grid.scale_units(self.sigma)  # validates the range in grid units early
+
+    @property
+    def event(self) -> GaussianEvent:
+        """The privacy event of one query (one row of scores, whatever the number of documents)."""
+        return GaussianEvent(sigma=self.sigma, sensitivity=self.charged_sensitivity)
+
+    @property
+    def charged_sensitivity(self) -> float:
+        """Δ one query is charged: Δ itself, plus one grid unit when secure scores are
+        rounded to the grid without clipping (Δ on trust)."""
+        sens = float(self.sensitivity)  # type: ignore[arg-type]  # resolved in __post_init__
+        if self.simulation or self.score_range is not None:
+            return sens
+        return self.grid.rounded_sensitivity(sens)
+
+    # -------------------------------------------------------------- the integer rule
+    def bounds_units(self) -> tuple[int, int] | None:
+        """The score range in grid units, rounded inwards: (⌈lo·2^b⌉, ⌊hi·2^b⌋), exactly."""
+        if self.score_range is None:
+            return None
+        lo, hi = (Fraction(v) * (1 << self.grid.bits) for v in self.score_range)
+        return math.ceil(lo), math.floor(hi)
+
+    def clip_units(self, scores_units: IntArray) -> IntArray:
+        """Integer scores clipped to :meth:`bounds_units` (unchanged without a range)."""
+        s = np.asarray(scores_units, dtype=np.int64)
+        bounds = self.bounds_units()
+        return s if bounds is None else np.clip(s, bounds[0], bounds[1])
+
+    def noise_units(
+        self, shape: int | tuple[int, ...], *, bits: ChaCha20Bits | None = None
+    ) -> IntArray:
+        """Discrete Gaussian noise of σ·2^b grid units (``bits``: ``None`` = OS entropy,
+        :func:`derived_bits` for noise derived from a window seed)."""
+        if self.simulation:
+            raise ConfigError("Integer noise is the secure path; this mechanism simulates.")
+        return discrete_gaussian(self.grid.scale_units(self.sigma), shape, bits=bits)
+
+    def select_units(self, scores_units: IntArray, noise_units: IntArray) -> IntArray:
+        """The integer rule: positions of TopK(clip(s) + z), ties to the lower position.
+
+        ``scores_units`` are the exact scores of every slot in grid units (one row per
+        query, or 1-D for one); ``noise_units`` one noise value per score.
+        """
+        s = np.asarray(scores_units, dtype=np.int64)
+        z = np.asarray(noise_units, dtype=np.int64)
+        if z.shape != s.shape:
+            raise ConfigError(
+                f"One noise value per score is required; got {z.shape} noise for {s.shape} scores."
+            )
+        return top_k_indices(self.clip_units(s) + z, self.k)
+
+    # -------------------------------------------------------------- scores as floats
+    def select(
+        self,
+        scores: FloatArray,
+        *,
+        rng: RngLike = None,
+        bits: ChaCha20Bits | None = None,
+    ) -> NoisySelection:
+        """Clip to ``score_range``, noise every score, then take the top K.
+
+        Args:
+            scores: shape (N,) for one query, or (Q, N) for Q queries (each row gets its
+                own noise; the returned event is then ``SelfComposedEvent(event, Q)``).
+            rng: simulation mode only.
+            bits: secure mode only: the bit source (``None`` = fresh OS entropy;
+                :func:`derived_bits` for audited noise).
+        """
+        simulation_rng(rng, simulation=self.simulation, bits=bits)
+        arr = np.asarray(scores, dtype=np.float64)
+        if arr.ndim not in (1, 2) or arr.shape[-1] == 0:
+            raise ConfigError(
+                f"Scores must be a non-empty 1-D or 2-D array; got shape {arr.shape}."
+            )
+        if not np.all(np.isfinite(arr)):
+            bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+            raise ConfigError(f"Scores must be finite; got {bad} NaN or infinite value(s).")
+        if self.score_range is not None:  # also keeps huge scores inside the grid's range
+            arr = np.clip(arr, self.score_range[0], self.score_range[1])
+        if self.simulation:
+            noisy = arr + make_rng(rng).normal(0.0, self.sigma, arr.shape)
+            idx = top_k_indices(noisy, self.k)
+            picked = np.take_along_axis(noisy, idx, axis=-1)
+        else:
+            units = self.clip_units(self.grid.to_units(arr))
+            z = self.noise_units(arr.shape, bits=bits)
+            idx = self.select_units(units, z)
+            picked = np.asarray(
+                self.grid.from_units(np.take_along_axis(units + z, idx, axis=-1)), np.float64
+            )
+        one = self.event
+        return NoisySelection(
+            indices=idx,
+            noisy_scores=picked,
+            event=one if arr.ndim == 1 else SelfComposedEvent(one, arr.shape[0]),
+            event_per_query=one,
+        )
+
+
+# --------------------------------------------------------------------------- policy
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccountPolicy:
+    """Per-account policy of §2.1: rate limit r per window and budget (ε_acc, δ_acc).
+
+    σ comes from the budget by ``calibration`` through
+    :func:`~ragprivacy.dp.calibrate_account_sigma`: ``"paper"`` is eq. (3.1) + (3.4)
+    (advanced composition; what the paper's experiments use), ``"exact"`` the tight
+    Gaussian-DP σ, ``"analytic"`` and ``"rdp"`` the others. An explicit ``sigma``
+    overrides the calibration (the guarantee is then whatever that σ gives).
+
+    ``score_range`` is the public interval scores are clipped to, Δ = its width
+    (``sensitivity`` may state a larger Δ); the default is :data:`DEFAULT_SCORE_RANGE`
+    (Δ = 2); :data:`PAPER_SCORE_RANGE` gives the paper's Δ = 1 with clipping;
+    ``score_range=None, sensitivity=1.0`` is the paper's statement as printed, Δ on trust.
+
+    >>> round(AccountPolicy(rate_limit=10_000, epsilon=1.0, delta=1e-6).noise_sigma)
+    7169
+    >>> paper = AccountPolicy(rate_limit=10_000, epsilon=1.0, score_range=None, sensitivity=1.0)
+    >>> round(paper.noise_sigma), paper.sensitivity
+    (3584, 1.0)
+    """
+
+    rate_limit: int
+    epsilon: float
+    delta: float = 1e-6
+    sigma: float | None = None
+    calibration: str = "paper"
+    score_range: tuple[float, float] | None = DEFAULT_SCORE_RANGE
+    sensitivity: float | None = None
+
+    def __post_init__(self) -> None:
+        check_positive_int("rate_limit", self.rate_limit)
+        check_positive("epsilon", self.epsilon)
+        if not 0 < float(self.delta) < 1:
+            raise ConfigError(f"The 'delta' parameter must be in (0, 1); got {self.delta!r}.")
+        check_choice("calibration", self.calibration, CALIBRATION_METHODS)
+        if self.sigma is not None:
+            check_positive("sigma", self.sigma)
+        resolved = score_sensitivity(self.score_range, self.sensitivity)
+        object.__setattr__(self, "score_range", resolved.score_range)
+        object.__setattr__(self, "sensitivity", resolved.sensitivity)
+
+    @property
+    def sensitivity_source(self) -> str:
+        """``"score_range"`` when clipping enforces Δ, ``"trusted"`` when it is claimed."""
+        return "trusted" if self.score_range is None else "score_range"
+
+    @property
+    def noise_sigma(self) -> float:
+        """σ on every score of this account's queries, calibrated with Δ."""
+        return self.sigma_for(float(self.sensitivity))  # type: ignore[arg-type]  # resolved
+
+    def sigma_for(self, charged: float) -> float:
+        """σ so that ``rate_limit`` queries, each charged sensitivity ``charged``, are
+        (ε, δ)-DP (the policy's own ``sigma`` when it fixes one)."""
+        if self.sigma is not None:
+            return float(self.sigma)
+        return calibrate_account_sigma(
+            self.epsilon, self.delta, self.rate_limit, sensitivity=charged, method=self.calibration
+        )
+
+    def mechanism(
+        self, k: int, *, simulation: bool = False, grid: Grid | None = None
+    ) -> GaussianNoisyTopK:
+        """The account's noise-then-select, σ calibrated for the Δ its events charge (so
+        the events, the budget and σ agree)."""
+        grid = grid or Grid()
+        probe = GaussianNoisyTopK(
+            sigma=1.0,
+            k=k,
+            sensitivity=self.sensitivity,
+            score_range=self.score_range,
+            simulation=simulation,
+            grid=grid,
+        )
+        return GaussianNoisyTopK(
+            sigma=self.sigma_for(probe.charged_sensitivity),
+            k=k,
+            sensitivity=self.sensitivity,
+            score_range=self.score_range,
+            simulation=simulation,
+            grid=grid,
+        )
+
+
+# --------------------------------------------------------------------------- counter
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """``count`` queries reserved for ``account`` in window number ``window``."""
+
+    account: str
+    count: int
+    window: int
+
+    @property
+    def token(self) -> str:
+        """A charge id naming the window, for :attr:`ragprivacy.types.Retrieval.charge_ids`."""
+        return f"window:{self.window}"
+
+
+class AccountCounter:
+    """Queries each account has made in the current window, against its limit (thread-safe).
+
+    A request is reserve → compute → keep or release: :meth:`reserve` checks that all
+    requested queries fit and records them as one step, or raises
+    :class:`~ragprivacy.errors.BudgetExhaustedError` and records nothing; :meth:`release`
+    gives a failed request's queries back. :meth:`open_window` starts a new window (every
+    count back to 0); a reservation made in an earlier window is released into nothing, so
+    a slow failure cannot refund the new window.
+
+    >>> c = AccountCounter(2)
+    >>> r = c.reserve("alice", 2)
+    >>> c.remaining("alice")
+    0
+    >>> c.release(r); c.remaining("alice")
+    2
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = None if limit is None else check_positive_int("limit", limit)
+        self._used: dict[str, int] = {}
+        self._window = 0
+        self._lock = threading.Lock()
+
+    @property
+    def window(self) -> int:
+        """The number of the current window (0 for the first)."""
+        return self._window
+
+    def used(self, account: str) -> int:
+        with self._lock:
+            return self._used.get(account, 0)
+
+    def remaining(self, account: str, *, limit: int | None = None) -> int:
+        return self._limit(limit) - self.used(account)
+
+    def _limit(self, limit: int | None) -> int:
+        if limit is not None:
+            return check_positive_int("limit", limit)
+        if self.limit is None:
+            raise ConfigError("This counter has no default limit; pass the account's limit.")
+        return self.limit
+
+    def reserve(self, account: str, count: int = 1, *, limit: int | None = None) -> Reservation:
+        """Record ``count`` queries for ``account`` (limit: the account's r, or the
+        counter's default); all or nothing."""
+        count = check_positive_int("count", count)
+        cap = self._limit(limit)
+        with self._lock:
+            used = self._used.get(account, 0)
+            if used + count > cap:
+                raise BudgetExhaustedError(
+                    f"Account {account!r} has used {used} of its {cap} queries in this window "
+                    f"and asked for {count} more; its privacy budget for the window is spent. "
+                    f"Wait for the next window or raise the budget."
+                )
+            self._used[account] = used + count
+            return Reservation(account, count, self._window)
+
+    def release(self, reservation: Reservation) -> None:
+        """Give back a failed request's queries (nothing if its window has closed)."""
+        with self._lock:
+            if reservation.window != self._window:
+                return
+            left = self._used.get(reservation.account, 0) - reservation.count
+            self._used[reservation.account] = max(left, 0)
+
+    def release_tokens(self, account: str, count: int, tokens: Sequence[str]) -> None:
+        """:meth:`release` from the window token a retrieval carried (``charge_ids``)."""
+        for token in tokens:
+            if token.startswith("window:"):
+                self.release(Reservation(account, count, int(token.split(":", 1)[1])))
+                return
+
+    def open_window(self) -> None:
+        """Start a new window: every account's count resets."""
+        with self._lock:
+            self._window += 1
+            self._used.clear()
