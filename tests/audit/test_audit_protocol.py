@@ -266,3 +266,24 @@ def test_rate_limit_and_window_are_enforced(honest) -> None:
         p.query("tenant-0/acct-0", vector=np.ones(32), ts=5_000)
     with pytest.raises(ConfigError):
         p.query("tenant-1/acct-0", vector=np.ones(32), ts=10**9)
+
+
+def test_a_failed_query_spends_nothing_and_appends_nothing() -> None:
+    provider, answers = _outside_range_window()  # r = 12, all 12 used
+    fresh = AuditedProvider(
+        policy=provider.policy,
+        tenants={"t": ([f"d{i}" for i in range(8)], np.eye(8, 16))},
+        accounts={"a": "t"},
+        seed=bytes(range(1, 33)),
+    )
+    fresh.commit(published_at=0)
+    for _ in range(20):  # a text query without an embedder fails after the rate check
+        with pytest.raises(ConfigError, match="embedder"):
+            fresh.query("a", "what is d3?", ts=1)
+    assert fresh.ledger.size == 0
+    q = np.eye(8, 16)[3]
+    got = [fresh.query("a", vector=q, ts=2 + i) for i in range(12)]  # all 12 still there
+    assert len(got) == 12 and fresh.ledger.size == 12
+    with pytest.raises(BudgetExhaustedError):
+        fresh.query("a", vector=q, ts=50)
+    assert fresh.ledger.size == 12 and len(answers) == 12

@@ -11,8 +11,8 @@ import pytest
 from ragprivacy.corpus import Corpus
 from ragprivacy.dp import GaussianNoisyTopK, exponential_mechanism, simulation_rng
 from ragprivacy.errors import ConfigError
-from ragprivacy.generate import create_generator
-from ragprivacy.rag import DPVoteRAG, MuRAG, MuRAGAda, NaiveMultiRAG
+from ragprivacy.generate import Prompt, create_generator
+from ragprivacy.rag import DPVoteConfig, DPVoteRAG, MuRAG, MuRAGAda, NaiveMultiRAG, dp_vote_generate
 from ragprivacy.rag.dp_vote import _partition
 from ragprivacy.retrieval import (
     KnowledgeBase,
@@ -41,6 +41,10 @@ SECURE_WITH_SEED: list[Callable[[], object]] = [
     lambda: NaiveMultiRAG(TopKRetriever(KB, k=2), GEN, rng=5),
     lambda: MuRAG(TopKRetriever(KB, k=2), GEN, rng=5),
     lambda: MuRAGAda(TopKRetriever(KB, k=2), GEN, rng=5),
+    lambda: dp_vote_generate(
+        GEN, Prompt("answer", "topic 1?"), [("record 1",)], 10.0, DPVoteConfig(), rng=5
+    ),
+    lambda: TenantRetriever(simulation=False, rng=5),
 ]
 
 

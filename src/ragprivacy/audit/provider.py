@@ -49,9 +49,9 @@ from ragprivacy.audit.records import (
     topk_hash,
     verify_signature,
 )
-from ragprivacy.dp import top_k_indices
+from ragprivacy.dp import AccountCounter, top_k_indices
 from ragprivacy.embed import Embedder
-from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.errors import ConfigError
 
 __all__ = [
     "AuditedProvider",
@@ -245,7 +245,7 @@ class AuditedProvider:
             if t not in self._index:
                 raise ConfigError(f"Account {a!r} names unknown tenant {t!r}.")
         self.accounts = dict(accounts)
-        self._used: dict[str, int] = dict.fromkeys(accounts, 0)
+        self._counter = AccountCounter(policy.rate_limit)
         self.ledger = MerkleLog(ledger_path)
         self.prompt_template = prompt_template
         self.tokenizer = tokenizer
@@ -302,11 +302,20 @@ class AuditedProvider:
                 f"Timestamp {ts} lies outside the window [{self.policy.window_start}, "
                 f"{self.policy.window_end}]."
             )
-        if self._used[account] >= self.policy.rate_limit:
-            raise BudgetExhaustedError(
-                f"Account {account!r} has used its {self.policy.rate_limit} queries in this "
-                "window; wait for the next window."
-            )
+        # The account's counter: reserved before anything is scored, kept only if the
+        # record is appended (a failed query spends nothing of the rate limit r).
+        reservation = self._counter.reserve(account, 1)
+        size = self.ledger.size
+        try:
+            return self._answer(account, text, vector, int(ts))
+        except BaseException:
+            if self.ledger.size == size:  # once r_q is in the ledger, the query counts
+                self._counter.release(reservation)
+            raise
+
+    def _answer(
+        self, account: str, text: str | None, vector: FloatArray | None, ts: int
+    ) -> QueryAnswer:
         tenant = self.accounts[account]
         q, hq = self._embed(text, vector)
         scored = self.misbehaviour.cross_tenant.get(account, tenant)
@@ -342,7 +351,6 @@ class AuditedProvider:
             account, tenant, hq, th, int(ts), self.proof_system.prove_record(witness)
         )
         pos = self.ledger.append(record.to_bytes())
-        self._used[account] += 1
         self._witnesses[pos] = witness
         self._queries[pos] = q
         size = self.ledger.size

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._random import RngLike, make_rng
+from ragprivacy._random import RngLike
 from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.dp import AboveThreshold, PureDpEvent, exponential_mechanism, simulation_rng
 from ragprivacy.errors import ConfigError
@@ -197,7 +197,7 @@ def dp_vote_generate(
         epsilon: this query's budget ε (c = ⌊ε/ε_0⌋ discoveries).
         config: the voting settings.
         vocabulary: the public token domain V of the exponential mechanism.
-        rng: simulation stream (``config.simulation``).
+        rng: simulation stream (``config.simulation``); refused in secure mode.
     """
     m = len(voter_contexts)
     if m == 0:
@@ -210,7 +210,7 @@ def dp_vote_generate(
         )
     eps_half = config.epsilon_token / 2  # ε_Expo = ε_Lap = ε_0/2 (line 1)
     theta = m // 2 if config.theta is None else config.theta
-    gen = make_rng(rng) if config.simulation else None
+    gen = simulation_rng(rng, simulation=config.simulation)  # secure mode refuses a seed
     sv = AboveThreshold(
         theta, eps_half, max_discoveries=c, below=True, simulation=config.simulation, rng=gen
     )  # θ̂ = θ + Lap(2/ε_Lap) now; Count_t + Lap(4/ε_Lap) per token (lines 2, 11)
