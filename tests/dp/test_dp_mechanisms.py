@@ -21,6 +21,7 @@ from ragprivacy.dp import (
     account_sigma_exact,
     exact_gaussian_epsilon,
     exponential_mechanism,
+    hit_probability,
     laplace_counts,
     noisy_prefix_threshold,
     score_sensitivity,
@@ -273,3 +274,15 @@ def test_above_threshold_batch() -> None:
     np.testing.assert_array_equal(pos, [[1, 3]] * 3)
     one = above_threshold(np.array([0, 0]), 10, 100.0, max_discoveries=3, bits=None)
     np.testing.assert_array_equal(one, [-1, -1, -1])
+
+
+def test_hit_probability_against_monte_carlo() -> None:
+    rng = np.random.default_rng(0)
+    scores = rng.uniform(-0.3, 0.3, 21)
+    scores[7] = 0.5
+    p = hit_probability(scores, 7, 0.4, 3)
+    noisy = scores + rng.normal(0, 0.4, (200_000, scores.size))
+    top = np.argsort(-noisy, axis=1)[:, :3]
+    mc = (top == 7).any(axis=1).mean()
+    assert p == pytest.approx(mc, abs=4 * np.sqrt(mc * (1 - mc) / 200_000))
+    assert hit_probability(scores, 0, 1.0, 21) == 1.0

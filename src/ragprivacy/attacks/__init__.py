@@ -21,7 +21,6 @@ from ragprivacy.attacks.collusion import (
     DiversifiedSplit,
     PooledMeanAttack,
     ScalarMechanism,
-    TopKHarness,
 )
 from ragprivacy.attacks.extraction import (
     ADVERSARIAL_SUFFIX,
@@ -70,7 +69,6 @@ __all__ = [
     "Segment",
     "ShadowData",
     "SpellCorrector",
-    "TopKHarness",
     "YesNoQuestion",
     "adversarial_query",
     "attack_factory",

@@ -90,6 +90,7 @@ from ragprivacy.dp.gaussian_dp import (
 from ragprivacy.dp.mechanisms import (
     NoisyCounts,
     PrefixThreshold,
+    hit_probability,
     laplace_counts,
     noisy_prefix_threshold,
     top_k_indices,
@@ -200,6 +201,7 @@ __all__ = [
     "gaussian_noise_float",
     "gaussian_sigma_analytic",
     "gaussian_sigma_classic",
+    "hit_probability",
     "laplace_counts",
     "laplace_noise_float",
     "laplace_scale",

@@ -3,6 +3,9 @@
 - :func:`top_k_indices` — the deterministic top-K selection (ties to the lower index) every
   noisy selection ends with; the account's Gaussian noise-then-select lives in
   :mod:`ragprivacy.dp.account`.
+- :func:`hit_probability` — the chance that Gaussian noise-then-select returns a given slot
+  (P(slot ∈ TopK(s + N(0, σ²I))), by quadrature): the per-query hit rate of the
+  collusion paper's top-K probe (§4.4, §4.5).
 - :func:`laplace_counts` — Laplace noisy counts (histogram release).
 - :func:`noisy_prefix_threshold` — MURAG-ADA's adaptive threshold by noisy prefix sums
   (Private-RAG Alg. 2/6, step 1).
@@ -14,13 +17,14 @@ a fixed-point :class:`~ragprivacy.dp.samplers.Grid`) and a simulation path
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ragprivacy._random import RngLike, make_rng
-from ragprivacy._typing import IntArray
+from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.dp.events import (
     DiscreteLaplaceEvent,
@@ -33,6 +37,7 @@ from ragprivacy.errors import ConfigError
 __all__ = [
     "NoisyCounts",
     "PrefixThreshold",
+    "hit_probability",
     "laplace_counts",
     "noisy_prefix_threshold",
     "top_k_indices",
@@ -69,6 +74,39 @@ def top_k_indices(values: np.ndarray, k: int) -> IntArray:
             order = np.lexsort((cand, -row[cand]))
             out[r] = cand[order[:kk]]
     return out[0] if one else out
+
+
+def hit_probability(
+    scores: FloatArray, target: int, sigma: float, top_k: int, *, nodes: int = 160
+) -> float:
+    """P(slot ``target`` is in the top-K of ``scores`` + N(0, σ²I)), by quadrature.
+
+    Conditioned on the target's noise u, every other slot j beats it independently with
+    probability Φ((s_j − s_t)/σ − u); the target is selected when fewer than K do. The
+    Poisson-binomial count is tracked up to K − 1; the outer integral over u ~ N(0, 1) uses
+    ``nodes`` Gauss–Hermite points (the integrand is smooth; 160 points give ~1e-12).
+    """
+    from scipy.special import ndtr
+
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    sigma = check_positive("sigma", sigma)
+    k = check_positive_int("top_k", top_k)
+    if not 0 <= target < s.size:
+        raise ConfigError(f"The 'target' slot must be in [0, {s.size}); got {target}.")
+    if k >= s.size:
+        return 1.0
+    x, w = np.polynomial.hermite_e.hermegauss(nodes)  # weight exp(-u²/2)
+    w = w / math.sqrt(2 * math.pi)
+    others = np.delete(s, target) - s[target]
+    beat = ndtr(others[None, :] / sigma - x[:, None])  # [nodes, N-1]
+    dist = np.zeros((x.size, k))
+    dist[:, 0] = 1.0
+    for j in range(beat.shape[1]):
+        p = beat[:, j : j + 1]
+        shifted = np.zeros_like(dist)
+        shifted[:, 1:] = dist[:, :-1]
+        dist = dist * (1 - p) + shifted * p
+    return float(np.clip(w @ dist.sum(axis=1), 0.0, 1.0))
 
 
 @dataclass(frozen=True, slots=True)

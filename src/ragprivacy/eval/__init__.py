@@ -16,6 +16,8 @@ from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments import (
     Experiment,
     ReportSection,
+    TopKCellResult,
+    TopKHarness,
     create_experiment,
     experiment_types,
     register_experiment,
@@ -33,6 +35,8 @@ __all__ = [
     "ReportSection",
     "RunContext",
     "RunResult",
+    "TopKCellResult",
+    "TopKHarness",
     "create_experiment",
     "derive_seed",
     "experiment_types",

@@ -13,6 +13,7 @@ from ragprivacy.eval.experiments.collusion_experiment import (
     CollusionExperiment,
     CollusionOptions,
 )
+from ragprivacy.eval.experiments.collusion_topk import TopKCellResult, TopKHarness
 from ragprivacy.eval.experiments.extraction import ExtractionExperiment, ExtractionOptions
 from ragprivacy.eval.experiments.leakage import LeakageExperiment, LeakageOptions
 from ragprivacy.eval.experiments.membership import MembershipExperiment, MembershipOptions
@@ -36,6 +37,8 @@ __all__ = [
     "QAExperiment",
     "QAOptions",
     "ReportSection",
+    "TopKCellResult",
+    "TopKHarness",
     "create_experiment",
     "experiment_types",
     "register_experiment",

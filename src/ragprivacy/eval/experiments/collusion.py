@@ -39,12 +39,12 @@ from ragprivacy.attacks.collusion import (
     DiversifiedSplit,
     PooledMeanAttack,
     ScalarMechanism,
-    TopKHarness,
     auc_with_se,
     bayes_llr,
 )
 from ragprivacy.dp import stream
 from ragprivacy.errors import ConfigError
+from ragprivacy.eval.experiments.collusion_topk import TopKHarness
 
 __all__ = [
     "GateVerdict",
@@ -210,7 +210,7 @@ def topk_sweep(
     ``predicted`` is the scalar score-release prediction at the same (k, ε_acc, n): an
     upper bound for top-K (Remark 3.8), so z is expected to be negative. ``mode="exact"``
     samples the hit counts from Binomial(kn, p_b) with p_b from the service's scores (see
-    :mod:`ragprivacy.attacks.collusion.topk`); ``mode="service"`` sends every query.
+    :mod:`ragprivacy.eval.experiments.collusion_topk`); ``mode="service"`` sends every query.
     """
     ks = _ints("k", ks)
     trials = check_positive_int("trials", trials)

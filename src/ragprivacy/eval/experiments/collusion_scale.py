@@ -19,7 +19,7 @@ threads setting.
 How noise on every score stays exact and fast: for a fixed index and a fixed probe, the
 kn answers of a coalition are i.i.d., so the hit count is exactly Binomial(kn, p_b) with
 p_b = P(planted slot in TopK(s + N(0, σ²I))) over *all* N scores, computed once per world
-by quadrature (:func:`ragprivacy.attacks.collusion.hit_probability`: O(N·K) per node);
+by quadrature (:func:`ragprivacy.dp.hit_probability`: O(N·K) per node);
 the scores are the exact inner products of all N stored vectors (``index.scores`` reads
 the HNSW index's flat storage: one GEMV, ~5 ms at 10⁵ × 384), not only the ANN
 candidates. The HNSW graph is not used to select: an ANN walk cannot add noise to scores
@@ -49,9 +49,14 @@ from ragprivacy.attacks.collusion import (
     PooledMeanAttack,
     ScalarMechanism,
     auc_with_se,
-    hit_probability,
 )
-from ragprivacy.dp import collusion_sigma, gaussian_noise_float, stream, top_k_indices
+from ragprivacy.dp import (
+    collusion_sigma,
+    gaussian_noise_float,
+    hit_probability,
+    stream,
+    top_k_indices,
+)
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import ConfigError
 from ragprivacy.eval.experiments._facts import FACTS

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragprivacy.attacks.collusion import TopKHarness, hit_probability
+from ragprivacy.dp import hit_probability
 from ragprivacy.eval.experiments.collusion_scale import (
     production_scale_check,
     trained_embedder_check,
 )
+from ragprivacy.eval.experiments.collusion_topk import TopKHarness
 
 
 @pytest.mark.slow

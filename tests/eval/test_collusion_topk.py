@@ -5,20 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragprivacy.attacks.collusion import TopKHarness, auc_with_se, hit_probability
+from ragprivacy.attacks.collusion import auc_with_se
 from ragprivacy.eval.experiments.collusion import topk_sweep
-
-
-def test_hit_probability_against_monte_carlo() -> None:
-    rng = np.random.default_rng(0)
-    scores = rng.uniform(-0.3, 0.3, 21)
-    scores[7] = 0.5
-    p = hit_probability(scores, 7, 0.4, 3)
-    noisy = scores + rng.normal(0, 0.4, (200_000, scores.size))
-    top = np.argsort(-noisy, axis=1)[:, :3]
-    mc = (top == 7).any(axis=1).mean()
-    assert p == pytest.approx(mc, abs=4 * np.sqrt(mc * (1 - mc) / 200_000))
-    assert hit_probability(scores, 0, 1.0, 21) == 1.0
+from ragprivacy.eval.experiments.collusion_topk import TopKHarness
 
 
 @pytest.mark.statistical

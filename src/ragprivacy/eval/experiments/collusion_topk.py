@@ -1,4 +1,6 @@
-"""The k-account probe attack through the multi-tenant service's noisy top-K (§4.4, §A.3).
+"""The worlds of the k-account probe attack through the multi-tenant service's noisy top-K
+(§4.4, §A.3): :class:`TopKHarness` builds them (corpus, embedder, index, service) and
+runs the attack in each; :func:`~ragprivacy.eval.experiments.collusion.topk_sweep` sweeps it.
 
 Setting (collusion paper Figure 2(b)): the victim tenant's index holds ``background``
 random unit documents in ``dim`` dimensions plus one *planted* slot, which holds the target
@@ -25,29 +27,27 @@ Two ways to run a cell:
   i.i.d., so the hit count is exactly Binomial(kn, p_b) with
   p_b = P(planted slot in the noisy top-K). p_b is computed from the service's own scores
   and σ by Gauss–Hermite quadrature over the planted slot's noise and a Poisson-binomial
-  recursion over the other slots' noises (truncated at K). Tests check it against the
-  service path.
+  recursion over the other slots' noises (truncated at K;
+  :func:`ragprivacy.dp.hit_probability`). Tests check it against the service path.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ragprivacy._random import RngLike, make_rng
-from ragprivacy._typing import FloatArray
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus
-from ragprivacy.dp import AccountPolicy
+from ragprivacy.dp import AccountPolicy, hit_probability
 from ragprivacy.embed import HashingEmbedder
 from ragprivacy.errors import ConfigError
 from ragprivacy.index import ExactIndex
 from ragprivacy.retrieval import KnowledgeBase, TenantRetriever
 from ragprivacy.types import Document
 
-__all__ = ["TopKCellResult", "TopKHarness", "hit_probability"]
+__all__ = ["TopKCellResult", "TopKHarness"]
 
 PLANTED = "planted"
 REGIMES = ("same-tenant", "external-m4", "external")
@@ -56,39 +56,6 @@ REGIMES = ("same-tenant", "external-m4", "external")
 def _unit(rng: np.random.Generator, dim: int) -> np.ndarray:
     v = rng.standard_normal(dim)
     return v / np.linalg.norm(v)
-
-
-def hit_probability(
-    scores: FloatArray, target: int, sigma: float, top_k: int, *, nodes: int = 160
-) -> float:
-    """P(slot ``target`` is in the top-K of ``scores`` + N(0, σ²I)), by quadrature.
-
-    Conditioned on the target's noise u, every other slot j beats it independently with
-    probability Φ((s_j − s_t)/σ − u); the target is selected when fewer than K do. The
-    Poisson-binomial count is tracked up to K − 1; the outer integral over u ~ N(0, 1) uses
-    ``nodes`` Gauss–Hermite points (the integrand is smooth; 160 points give ~1e-12).
-    """
-    from scipy.special import ndtr
-
-    s = np.asarray(scores, dtype=np.float64).ravel()
-    sigma = check_positive("sigma", sigma)
-    k = check_positive_int("top_k", top_k)
-    if not 0 <= target < s.size:
-        raise ConfigError(f"The 'target' slot must be in [0, {s.size}); got {target}.")
-    if k >= s.size:
-        return 1.0
-    x, w = np.polynomial.hermite_e.hermegauss(nodes)  # weight exp(-u²/2)
-    w = w / math.sqrt(2 * math.pi)
-    others = np.delete(s, target) - s[target]
-    beat = ndtr(others[None, :] / sigma - x[:, None])  # [nodes, N-1]
-    dist = np.zeros((x.size, k))
-    dist[:, 0] = 1.0
-    for j in range(beat.shape[1]):
-        p = beat[:, j : j + 1]
-        shifted = np.zeros_like(dist)
-        shifted[:, 1:] = dist[:, :-1]
-        dist = dist * (1 - p) + shifted * p
-    return float(np.clip(w @ dist.sum(axis=1), 0.0, 1.0))
 
 
 @dataclass(frozen=True, slots=True)
