@@ -25,7 +25,13 @@ from ragprivacy.audit.commitments import (
     seed_commitment,
     verify_opening,
 )
-from ragprivacy.audit.demo import TAMPER_CASES, DemoWindow, demo_window, tamper_ledger_file
+from ragprivacy.audit.demo import (
+    TAMPER_CASES,
+    TAMPER_HELP,
+    DemoWindow,
+    demo_window,
+    tamper_ledger_file,
+)
 from ragprivacy.audit.epsilon import AuditEpsilon, epsilon_audit, epsilon_audit_table
 from ragprivacy.audit.merkle import (
     EMPTY_ROOT,
@@ -61,6 +67,7 @@ from ragprivacy.audit.records import (
     Receipt,
     SignedTreeHead,
     query_hash,
+    query_input,
     topk_hash,
     verify_signature,
 )
@@ -94,6 +101,7 @@ __all__ = [
     "RecordWitness",
     "SignedTreeHead",
     "TAMPER_CASES",
+    "TAMPER_HELP",
     "TenantCommitment",
     "Verdict",
     "VerificationContext",
@@ -116,6 +124,7 @@ __all__ = [
     "node_hash",
     "noise_digest",
     "query_hash",
+    "query_input",
     "render_report",
     "root_from_leaf_hashes",
     "sample_size",

@@ -2,30 +2,36 @@
 
 Two (or more) tenants with random unit embeddings, honest accounts that send random
 queries, and optionally a coalition of same-tenant accounts that all send one probe
-(pattern P-A of §5.4). Tampering cases re-create what a dishonest provider would do.
+(pattern P-A of §5.4). Tampering cases re-create what a dishonest provider holding its own
+keys would do (:data:`TAMPER_HELP`); the verifier must FAIL each at a named check.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from ragprivacy._validation import check_choice
+from ragprivacy.audit.coalition import estimate_coalition
 from ragprivacy.audit.commitments import AuditPolicy
 from ragprivacy.audit.merkle import MerkleLog
+from ragprivacy.audit.proofs import RecordWitness
 from ragprivacy.audit.provider import (
     AuditedProvider,
     AuditorPackage,
+    CoalitionClaim,
     Misbehaviour,
     PublicTranscript,
 )
-from ragprivacy.audit.records import ProviderKey, QueryRecord, Receipt, SignedTreeHead
+from ragprivacy.audit.records import ProviderKey, QueryRecord, Receipt
+from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import ConfigError
 
-__all__ = ["TAMPER_CASES", "DemoWindow", "demo_window", "tamper_ledger_file"]
+__all__ = ["TAMPER_CASES", "TAMPER_HELP", "DemoWindow", "demo_window", "tamper_ledger_file"]
 
 TAMPER_CASES = (
     "none",
@@ -35,7 +41,29 @@ TAMPER_CASES = (
     "select-before-noise",
     "cross-tenant",
     "coalition",
+    "low-sigma",
+    "over-rate",
+    "tenant-switch",
+    "ground-noise",
+    "decoy-vectors",
+    "withheld-witnesses",
 )
+#: What each case does, as a provider holding its own keys would (it re-signs what it needs).
+TAMPER_HELP = {
+    "none": "an honest window",
+    "changed-record": "rewrite one record's H(top-K) and re-sign the tree head",
+    "dropped-record": "drop one receipted record and re-sign the tree head",
+    "wrong-seed": "draw the noise from another seed than the committed one",
+    "select-before-noise": "select the top-K on clean scores (footnote 1's bug)",
+    "cross-tenant": "score one account against another tenant's index",
+    "coalition": "k_max + 1 same-tenant accounts send one probe",
+    "low-sigma": "commit and use sigma = 1e-3, far below eq. (3.4)",
+    "over-rate": "serve one account four times its rate limit r",
+    "tenant-switch": "record and serve one account under a second tenant half-way",
+    "ground-noise": "shift one account's query numbers j to pick its noise",
+    "decoy-vectors": "k_max + 1 colluders send one text; witness random decoy vectors",
+    "withheld-witnesses": "k_max + 1 colluders; withhold their witnesses and claim c = 1",
+}
 
 
 @dataclass(slots=True)
@@ -65,21 +93,32 @@ def demo_window(
     k_max: int = 4,
     epsilon_acc: float = 1.0,
     seed: int = 0,
+    queries: str = "vector",
     ledger_path: str | Path | None = None,
 ) -> DemoWindow:
     """Run one window (commit, queries, receipts, ĉ) and apply one tampering case.
 
     ``colluders`` same-tenant accounts of tenant 0 all send one probe (P-A); with
-    ``tamper="coalition"`` there are k_max + 1 of them.
+    ``tamper="coalition"``, ``"decoy-vectors"`` or ``"withheld-witnesses"`` there are
+    k_max + 1 of them. ``queries="text"`` sends query texts embedded by the committed
+    hashing embedder (``"decoy-vectors"`` needs it), instead of query vectors.
     """
     if tamper not in TAMPER_CASES:
         raise ConfigError(
             f"The 'tamper' case must be one of {', '.join(TAMPER_CASES)}; got {tamper!r}."
         )
+    queries = check_choice("queries", queries, ("vector", "text"))
+    if tamper == "decoy-vectors":
+        queries = "text"
+    embedder: Embedder | None = None
+    if queries == "text":
+        embedder = create_embedder("hashing")  # rebuilt by name and checked by fingerprint
+        dim = int(embedder.encode(["x"]).shape[1])
     rng = np.random.default_rng(seed)
     tenant_ids = [f"tenant-{i}" for i in range(tenants)]
     data = {t: ([f"{t}/doc-{j}" for j in range(docs)], _unit(rng, (docs, dim))) for t in tenant_ids}
-    n_coll = k_max + 1 if tamper == "coalition" else colluders
+    big = tamper in ("coalition", "decoy-vectors", "withheld-witnesses")
+    n_coll = k_max + 1 if big else colluders
     accounts: dict[str, str] = {}
     for t in tenant_ids:
         for j in range(accounts_per_tenant):
@@ -97,17 +136,25 @@ def demo_window(
         window_start=1_000,
         window_end=1_000_000,
         top_k=5,
+        sigma=1e-3 if tamper == "low-sigma" else None,
     )
+    first = f"{tenant_ids[0]}/acct-0"
     misbehaviour = Misbehaviour(
         noise_seed=bytes(32) if tamper == "wrong-seed" else None,
         select_before_noise=tamper == "select-before-noise",
-        cross_tenant={f"{tenant_ids[0]}/acct-0": tenant_ids[1]} if tamper == "cross-tenant" else {},
+        cross_tenant={first: tenant_ids[1]} if tamper == "cross-tenant" else {},
+        ignore_rate_limit=tamper == "over-rate",
+        seq_shift={first: 7} if tamper == "ground-noise" else {},
+        decoy_vectors=(
+            {a: _unit(rng, (dim,)) for a in coalition} if tamper == "decoy-vectors" else {}
+        ),
     )
     key = ProviderKey.from_seed(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))
     provider = AuditedProvider(
         policy=policy,
         tenants=data,
         accounts=accounts,
+        embedder=embedder,
         key=key,
         seed=bytes(rng.integers(0, 256, 32, dtype=np.uint8)),
         ledger_path=ledger_path,
@@ -115,20 +162,95 @@ def demo_window(
     )
     provider.commit(published_at=999)
     probe = _unit(rng, (dim,))
+    probe_text = "which patient records mention the rare condition of the target?"
     receipts: list[Receipt] = []
     ts = 1_000
-    for _round in range(queries_per_account):
+    for step in range(queries_per_account):
+        if tamper == "tenant-switch" and step == queries_per_account // 2:
+            # half-way the provider serves the account from a second tenant's index
+            provider.misbehaviour = replace(misbehaviour, record_tenant={first: tenant_ids[1]})
+        rounds = 4 if tamper == "over-rate" else 1
         for a in accounts:
-            ts += 1
-            vec = probe if a in coalition else _unit(rng, (dim,))
-            ans = provider.query(a, vector=vec, ts=ts)
-            if a not in coalition:  # honest accounts keep and submit receipts (M5)
-                receipts.append(ans.receipt)
+            for _ in range(rounds if a == first else 1):
+                ts += 1
+                if queries == "text":
+                    text = probe_text if a in coalition else _random_question(rng)
+                    ans = provider.query(a, text, ts=ts)
+                else:
+                    vec = probe if a in coalition else _unit(rng, (dim,))
+                    ans = provider.query(a, vector=vec, ts=ts)
+                if a not in coalition:  # honest accounts keep and submit receipts (M5)
+                    receipts.append(ans.receipt)
     transcript = provider.transcript()
     package = provider.auditor_package()
     if tamper in ("changed-record", "dropped-record"):
         transcript = _rewrite(transcript, key, tamper, receipts)
+    if tamper == "withheld-witnesses":
+        transcript, package = _withhold(provider, transcript, package, set(coalition))
     return DemoWindow(provider, transcript, receipts, package)
+
+
+_WORDS = (
+    "invoice",
+    "clause",
+    "dosage",
+    "referral",
+    "audit",
+    "merger",
+    "tenancy",
+    "allergy",
+    "sprain",
+    "contract",
+    "warranty",
+    "payroll",
+    "biopsy",
+    "lease",
+    "pension",
+    "subpoena",
+    "insulin",
+    "ledger",
+    "scan",
+)
+
+
+def _random_question(rng: np.random.Generator) -> str:
+    words = rng.choice(_WORDS, size=4, replace=False)
+    return f"what does record {int(rng.integers(10**6))} say about {' '.join(words)}?"
+
+
+def _withhold(
+    provider: AuditedProvider,
+    transcript: PublicTranscript,
+    package: AuditorPackage,
+    hidden_accounts: set[str],
+) -> tuple[PublicTranscript, AuditorPackage]:
+    """Withhold the witnesses of the coalition's records and certify ĉ over the rest."""
+    keep: dict[int, RecordWitness] = {}
+    records = [QueryRecord.from_bytes(r) for r in transcript.records]
+    for pos, w in package.witnesses.items():
+        if records[pos].account not in hidden_accounts:
+            keep[pos] = w
+    positions = sorted(keep)
+    estimate = estimate_coalition(
+        np.stack([keep[p].query_vector() for p in positions]).astype(np.float64),
+        [records[p].account for p in positions],
+        theta=provider.policy.theta,
+        ts=[records[p].ts for p in positions],
+        tau=provider.policy.tau,
+    )
+    root = transcript.coalition.ledger_root
+    claim = CoalitionClaim(
+        size=estimate.size,
+        accounts=estimate.accounts,
+        theta=estimate.theta,
+        tau=estimate.tau,
+        ledger_root=root,
+        certificate=CoalitionClaim.certify(estimate, root),
+    )
+    return (
+        PublicTranscript(transcript.commitments, transcript.records, transcript.tree_head, claim),
+        replace(package, witnesses=keep),
+    )
 
 
 def _rewrite(
@@ -141,12 +263,11 @@ def _rewrite(
         del records[victim]
     else:
         rec = QueryRecord.from_bytes(records[victim])
-        forged = QueryRecord(rec.account, rec.tenant, rec.query_hash, "0" * 64, rec.ts, rec.proof)
-        records[victim] = forged.to_bytes()
+        records[victim] = replace(rec, topk_hash="0" * 64).to_bytes()
     log = MerkleLog()
     log.append_many(records)
-    unsigned = SignedTreeHead(log.size, log.root().hex())
-    sth = SignedTreeHead(unsigned.size, unsigned.root, key.sign(unsigned.message()))
+    unsigned = replace(transcript.tree_head, size=log.size, root=log.root().hex())
+    sth = replace(unsigned, signature=key.sign(unsigned.message()))
     return PublicTranscript(transcript.commitments, records, sth, transcript.coalition)
 
 

@@ -4,7 +4,8 @@ A proof system turns a query's private *witness* into the attestation π_q store
 ledger record, and checks records for the claims
 
 * A1 — embedder consistency: the query embedding is Emb(q) under the committed embedder;
-* A2 — noise derivation: z_q = DGS(H(s_W ‖ rec_q); σ) for the committed seed and σ;
+* A2 — noise derivation: z_q = DGS(H(s_W ‖ rec_q); σ) for the committed seed and σ, with
+  rec_q = (W, a, t(a), H(q), j) (:meth:`QueryRecord.rec`);
 * A3 — noise-then-select: the top-K are the K largest of clip(Score(q, E_{t(a)})) + z_q
   over the committed tenant index (scores clipped to the committed ``score_range``, noise
   on every score, then selection: :meth:`ragprivacy.dp.GaussianNoisyTopK.select_units`);
@@ -159,10 +160,19 @@ class AuditorReexecution(ProofSystem):
         if witness.query_text is not None:
             if query_hash(witness.query_text) != record.query_hash:
                 return fail("A1", "H(q) of the witnessed query differs from the record")
-            if ctx.embedder is not None:
-                expect = fixed_point(ctx.embedder.encode([witness.query_text]))[0]
-                if not np.array_equal(expect, q):
-                    return fail("A1", "the query embedding is not Emb(q) under C_emb")
+            if ctx.embedder is None:  # never PASS a text query without re-embedding it
+                return fail(
+                    "A1",
+                    "the witnessed query text cannot be re-embedded: no embedder with the "
+                    "committed fingerprint is available to the verifier (pass --embedder)",
+                )
+            expect = fixed_point(ctx.embedder.encode([witness.query_text]))[0]
+            if not np.array_equal(expect, q):
+                return fail(
+                    "A1",
+                    "the witnessed query embedding is not Emb(q) under the committed "
+                    "embedder (a decoy vector was scored or witnessed instead of the query)",
+                )
         elif hashlib.sha256(q.tobytes()).hexdigest() != record.query_hash:
             return fail("A1", "H(q) of the witnessed embedding differs from the record")
         # A4: every opened position comes from the account's own tenant commitment.
@@ -190,7 +200,7 @@ class AuditorReexecution(ProofSystem):
         fixed = ctx.tenant_fixed[record.tenant]
         # A2: the noise is derived from the committed seed and the public record.
         mech = policy.mechanism()
-        z = derived_noise(ctx.seed, record.rec(), mech, fixed.shape[0])
+        z = derived_noise(ctx.seed, record.rec(policy.window_id), mech, fixed.shape[0])
         if noise_digest(z) != witness.noise_digest:
             return fail("A2", "the noise was not derived from the committed seed and rec_q")
         # A3: clip to the committed score range, noise every score, then top-K (the

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,12 +47,13 @@ from ragprivacy.audit.records import (
     Receipt,
     SignedTreeHead,
     query_hash,
+    query_input,
     topk_hash,
     verify_signature,
 )
 from ragprivacy.dp import AccountCounter, top_k_indices
 from ragprivacy.embed import Embedder
-from ragprivacy.errors import ConfigError
+from ragprivacy.errors import ConfigError, DataError
 
 __all__ = [
     "AuditedProvider",
@@ -68,7 +70,14 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Commitments:
-    """Phase A, published and signed before the window opens."""
+    """Phase A, published and signed before the window opens.
+
+    Besides the hashes of §5.2, the provider publishes what a verifier needs to check the
+    records against them: the account → tenant map t(a) of the window (every record must
+    name its account's committed tenant), and the embedder's name, fingerprint, prompt
+    template and tokenizer (C_emb is their hash with the schema; a verifier re-embeds a
+    witnessed query text with an embedder of that fingerprint, claim A1).
+    """
 
     c_emb: str
     c_idx: dict[str, tuple[str, int]]
@@ -77,6 +86,8 @@ class Commitments:
     c_policy: str
     policy: dict[str, Any]
     schema: dict[str, Any]
+    accounts: dict[str, str]
+    embedder: dict[str, str]
     published_at: int
     provider_key: str
     signature: str = ""
@@ -99,7 +110,10 @@ class Commitments:
     def from_dict(cls, d: Mapping[str, Any]) -> Commitments:
         d = dict(d)
         d["c_idx"] = {t: (str(v[0]), int(v[1])) for t, v in d["c_idx"].items()}
-        return cls(**d)
+        try:
+            return cls(**d)
+        except TypeError as exc:
+            raise DataError(f"commitments.json is not a window's commitments: {exc}.") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +157,26 @@ class QueryAnswer:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Misbehaviour:
-    """Deviations for testing the verifier (never for deployment)."""
+    """Deviations for testing the verifier (never for deployment).
+
+    ``noise_seed``: noise from another seed; ``select_before_noise``: footnote 1's bug;
+    ``skip_clipping``: noise on unclipped scores; ``cross_tenant``: account → the tenant
+    index its queries are scored against (recorded under its own tenant);
+    ``record_tenant``: account → another tenant it is recorded *and* served under (t(a)
+    not as committed); ``ignore_rate_limit``: serve past r; ``seq_shift``: account → an
+    offset added to its query numbers j (the provider choosing j to pick the noise);
+    ``decoy_vectors``: account → a vector scored and witnessed instead of Emb(q) of its
+    text queries.
+    """
 
     noise_seed: bytes | None = None
     select_before_noise: bool = False
     skip_clipping: bool = False
     cross_tenant: Mapping[str, str] = field(default_factory=dict)
+    record_tenant: Mapping[str, str] = field(default_factory=dict)
+    ignore_rate_limit: bool = False
+    seq_shift: Mapping[str, int] = field(default_factory=dict)
+    decoy_vectors: Mapping[str, FloatArray] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -246,9 +274,12 @@ class AuditedProvider:
                 raise ConfigError(f"Account {a!r} names unknown tenant {t!r}.")
         self.accounts = dict(accounts)
         self._counter = AccountCounter(policy.rate_limit)
+        self._seq: dict[str, int] = dict.fromkeys(self.accounts, 0)  # records per account
+        self._lock = threading.Lock()  # one query at a time: j follows the ledger order
         self.ledger = MerkleLog(ledger_path)
         self.prompt_template = prompt_template
         self.tokenizer = tokenizer
+        self._last_ts = 0
         self._witnesses: dict[int, RecordWitness] = {}
         self._queries: dict[int, np.ndarray] = {}
         self._commitments: Commitments | None = None
@@ -271,6 +302,13 @@ class AuditedProvider:
             c_policy=self.policy.commitment().hex(),
             policy=self.policy.to_dict(),
             schema=self.schema(),
+            accounts=dict(sorted(self.accounts.items())),
+            embedder={
+                "name": self.embedder.name if self.embedder is not None else "",
+                "fingerprint": fp,
+                "prompt_template": self.prompt_template,
+                "tokenizer": self.tokenizer,
+            },
             published_at=int(published_at),
             provider_key=self.key.public_hex,
         )
@@ -302,25 +340,38 @@ class AuditedProvider:
                 f"Timestamp {ts} lies outside the window [{self.policy.window_start}, "
                 f"{self.policy.window_end}]."
             )
-        # The account's counter: reserved before anything is scored, kept only if the
-        # record is appended (a failed query spends nothing of the rate limit r).
-        reservation = self._counter.reserve(account, 1)
-        size = self.ledger.size
-        try:
-            return self._answer(account, text, vector, int(ts))
-        except BaseException:
-            if self.ledger.size == size:  # once r_q is in the ledger, the query counts
-                self._counter.release(reservation)
-            raise
+        with self._lock:
+            # The account's counter: reserved before anything is scored, kept only if the
+            # record is appended (a failed query spends nothing of the rate limit r).
+            if self.misbehaviour.ignore_rate_limit:
+                limit = max(self.policy.rate_limit, self._counter.used(account) + 1)
+                reservation = self._counter.reserve(account, 1, limit=limit)
+            else:
+                reservation = self._counter.reserve(account, 1)
+            size = self.ledger.size
+            try:
+                return self._answer(account, text, vector, int(ts))
+            except BaseException:
+                if self.ledger.size == size:  # once r_q is in the ledger, the query counts
+                    self._counter.release(reservation)
+                raise
 
     def _answer(
         self, account: str, text: str | None, vector: FloatArray | None, ts: int
     ) -> QueryAnswer:
-        tenant = self.accounts[account]
+        if self.ledger.size and ts <= self._last_ts:
+            raise ConfigError(
+                f"Timestamps must increase with the ledger: {ts} follows {self._last_ts}."
+            )
+        bad = self.misbehaviour
+        tenant = bad.record_tenant.get(account, self.accounts[account])
         q, hq = self._embed(text, vector)
-        scored = self.misbehaviour.cross_tenant.get(account, tenant)
+        if text is not None and account in bad.decoy_vectors:
+            q = fixed_point(np.asarray(bad.decoy_vectors[account], dtype=np.float64))[0]
+        scored = bad.cross_tenant.get(account, tenant)
         index = self._index[scored]
-        rec = (account, tenant, hq, int(ts))
+        seq = self._seq[account] + 1 + bad.seq_shift.get(account, 0)
+        rec = query_input(self.policy.window_id, account, tenant, hq, seq)
         mech = self._mechanism
         seed = self.misbehaviour.noise_seed or self.seed
         z = derived_noise(seed, rec, mech, index.size)
@@ -348,20 +399,26 @@ class AuditedProvider:
         )
         th = topk_hash(tenant, positions_t, ids)
         record = QueryRecord(
-            account, tenant, hq, th, int(ts), self.proof_system.prove_record(witness)
+            account, tenant, hq, th, int(ts), seq, self.proof_system.prove_record(witness)
         )
         pos = self.ledger.append(record.to_bytes())
+        self._seq[account] += 1
+        self._last_ts = int(ts)
         self._witnesses[pos] = witness
         self._queries[pos] = q
         size = self.ledger.size
-        unsigned = Receipt(account, hq, th, pos, size, self.ledger.root(size).hex())
+        unsigned = Receipt(
+            self.policy.window_id, account, hq, th, pos, size, self.ledger.root(size).hex()
+        )
         receipt = Receipt(**{**asdict(unsigned), "signature": self.key.sign(unsigned.message())})
         return QueryAnswer(positions_t, ids, receipt)
 
     def tree_head(self) -> SignedTreeHead:
         """The signed current ledger root C_ledger,t."""
-        unsigned = SignedTreeHead(self.ledger.size, self.ledger.root().hex())
-        return SignedTreeHead(unsigned.size, unsigned.root, self.key.sign(unsigned.message()))
+        unsigned = SignedTreeHead(self.policy.window_id, self.ledger.size, self.ledger.root().hex())
+        return SignedTreeHead(
+            **{**asdict(unsigned), "signature": self.key.sign(unsigned.message())}
+        )
 
     # ------------------------------------------------------------------ phase C
     def coalition_claim(self) -> CoalitionClaim:

@@ -1,9 +1,19 @@
 """Phase B artefacts: ledger records r_q, signed receipts ρ_q and tree heads (§5.3).
 
-r_q = (a, t(a), H(q), H(top-K), ts, π_q) is appended to the Merkle ledger; the querying
-account receives ρ_q = (a, H(q), H(top-K), pos_q, C_ledger,t) signed with the provider's
-long-term Ed25519 key (RFC 8032, via ``cryptography``). Raw content is stored only as
-hashes. Every artefact has a canonical byte encoding (what is hashed or signed).
+r_q = (a, t(a), H(q), H(top-K), ts, j, π_q) is appended to the Merkle ledger, j being the
+account's query number in the window (1, 2, …, at most r); the querying account receives
+ρ_q = (W, a, H(q), H(top-K), pos_q, C_ledger,t) signed with the provider's long-term
+Ed25519 key (RFC 8032, via ``cryptography``), and tree heads name the window W too. Raw
+content is stored only as hashes. Every artefact has a canonical byte encoding (what is
+hashed or signed).
+
+**Deviation from the paper (§5.3):** the public input of the derived noise is
+rec_q = (W, a, t(a), H(q), j), not (a, t(a), H(q), ts). The provider picks ts, so noise
+keyed by ts could be ground (re-derived for many timestamps until it favours a chosen
+document); j is fixed by the ledger (the verifier checks that the j-th record of account a
+carries j), so the noise of a query is determined before the provider can act. ts stays
+in the record, strictly increasing with the ledger position, for the coalition
+estimator's sliding window.
 """
 
 from __future__ import annotations
@@ -30,9 +40,18 @@ __all__ = [
     "Receipt",
     "SignedTreeHead",
     "query_hash",
+    "query_input",
     "topk_hash",
     "verify_signature",
 ]
+
+
+def query_input(
+    window_id: str, account: str, tenant: str, query_hash: str, seq: int
+) -> tuple[str, str, str, str, int]:
+    """rec_q = (W, a, t(a), H(q), j), the one public input of a query's derived noise
+    (``ragprivacy.dp.derived_bits(s_W, rec_q)``)."""
+    return (str(window_id), str(account), str(tenant), str(query_hash), int(seq))
 
 
 def query_hash(text: str) -> str:
@@ -86,18 +105,20 @@ def verify_signature(public_hex: str, message: bytes, signature_hex: str) -> boo
 
 @dataclass(frozen=True, slots=True)
 class QueryRecord:
-    """r_q: account, its tenant, H(q), H(top-K), timestamp and the attestation π_q."""
+    """r_q: account, its tenant, H(q), H(top-K), timestamp, the account's query number j
+    in the window, and the attestation π_q."""
 
     account: str
     tenant: str
     query_hash: str
     topk_hash: str
     ts: int
+    seq: int
     proof: str
 
-    def rec(self) -> tuple[str, str, str, int]:
-        """rec_q = (a, t(a), H(q), ts): the public input of the derived noise (A2)."""
-        return (self.account, self.tenant, self.query_hash, int(self.ts))
+    def rec(self, window_id: str) -> tuple[str, str, str, str, int]:
+        """rec_q = (W, a, t(a), H(q), j): the public input of the derived noise (A2)."""
+        return query_input(window_id, self.account, self.tenant, self.query_hash, self.seq)
 
     def to_bytes(self) -> bytes:
         return canonical_json(asdict(self))
@@ -115,6 +136,7 @@ class QueryRecord:
 class Receipt:
     """ρ_q, co-signed at query time: what an honest account can later show the verifier."""
 
+    window_id: str
     account: str
     query_hash: str
     topk_hash: str
@@ -138,14 +160,17 @@ class Receipt:
 
 @dataclass(frozen=True, slots=True)
 class SignedTreeHead:
-    """The ledger root C_ledger at ``size``, signed by the provider."""
+    """The ledger root C_ledger at ``size`` of window ``window_id``, signed by the provider."""
 
+    window_id: str
     size: int
     root: str
     signature: str = ""
 
     def message(self) -> bytes:
-        return b"tree-head:" + canonical_json({"size": self.size, "root": self.root})
+        return b"tree-head:" + canonical_json(
+            {"window_id": self.window_id, "size": self.size, "root": self.root}
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,20 +4,32 @@ Checks, in order (every check runs; the verdict names all failures, the first on
 
 1. ``commitment_integrity`` — the commitments are signed by the provider key and were
    published no later than the window start; C_ledger,0 is the empty root; C_policy is
-   the hash of the published policy, which is well formed (δ_policy > k_max·δ_acc).
-   With the auditor package: C_seed = H(s_W) and every C_{D_t} is the Merkle root of the
-   embeddings the auditor received.
-2. ``ledger_integrity`` — the signed tree head is the provider's; the RFC 9162 root
-   recomputed from the published records equals it; every record decodes and lies in W.
-3. ``receipt_consistency`` — for every receipt an honest account submits (M5): the
-   provider's signature, a valid consistency proof from the receipt's root to the final
-   root (append-only), a valid inclusion proof of the record at pos_q, and the receipted
-   (a, H(q), H(top-K)) equal to the ledger's record. A dropped or rewritten record fails
-   here.
-4. ``per_record`` — claims A1–A4 by the proof system, for every record (``mode="full"``)
+   the hash of the published policy, which is well formed (δ_policy > k_max·δ_acc) and
+   whose σ is at least the σ eq. (3.4) gives for (ε_acc, δ_acc, r, Δ) (a smaller σ does
+   not deliver the per-account (ε_acc, δ_acc) that ε_audit is computed from); C_emb is
+   the hash of the published embedder fingerprint, prompt template, tokenizer and schema,
+   and an embedder given to the verifier has that fingerprint; the account map names
+   committed tenants. With the auditor package: C_seed = H(s_W) and every C_{D_t} is the
+   Merkle root of the embeddings the auditor received.
+2. ``ledger_integrity`` — the signed tree head is the provider's and names the window;
+   the RFC 9162 root recomputed from the published records equals it; every record
+   decodes and lies in W, and timestamps increase strictly with the ledger position.
+3. ``account_policy`` — every record names a committed account under its committed
+   tenant t(a) (M4 caught); the j-th record of an account carries query number j (the
+   noise input rec_q = (W, a, t(a), H(q), j) is fixed by the ledger, not chosen by the
+   provider); no account has more than r records in W.
+4. ``receipt_consistency`` — for every receipt an honest account submits (M5): the
+   provider's signature and the window id, a valid consistency proof from the receipt's
+   root to the final root (append-only), a valid inclusion proof of the record at pos_q,
+   and the receipted (a, H(q), H(top-K)) equal to the ledger's record. A dropped or
+   rewritten record fails here.
+5. ``per_record`` — claims A1–A4 by the proof system, for every record (``mode="full"``)
    or for s = ⌈log(1/η)/β⌉ uniformly sampled ones (``mode="sampled"``: any β-fraction of
-   bad records is caught with probability ≥ 1 − (1 − β)^s ≥ 1 − η).
-5. ``policy_cap`` — π_coal verifies (re-execution: the auditor recomputes ĉ from the
+   bad records is caught with probability ≥ 1 − (1 − β)^s ≥ 1 − η). A witnessed query
+   text is always re-embedded (A1); without an embedder of the committed fingerprint the
+   record fails.
+6. ``policy_cap`` — every record has its witness (the cap needs every query vector, in
+   every mode), π_coal verifies (re-execution: the auditor recomputes ĉ from the
    witnessed queries bound to the ledger) and ĉ ≤ k_max.
 
 On PASS the verdict carries ε_audit of eq. (5.2) at k_max (never ĉ) with
@@ -27,8 +39,8 @@ On PASS the verdict carries ε_audit of eq. (5.2) at k_max (never ĉ) with
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +52,7 @@ from ragprivacy.audit.commitments import (
     EMPTY_LEDGER,
     AuditPolicy,
     TenantCommitment,
+    embedding_commitment,
     seed_commitment,
 )
 from ragprivacy.audit.epsilon import epsilon_audit
@@ -47,7 +60,7 @@ from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclus
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
 from ragprivacy.audit.provider import AuditorPackage, CoalitionClaim, PublicTranscript
 from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
-from ragprivacy.embed import Embedder
+from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import RagPrivacyError
 
 __all__ = ["CHECKS", "CheckFailure", "Verdict", "Verifier", "sample_size"]
@@ -55,6 +68,7 @@ __all__ = ["CHECKS", "CheckFailure", "Verdict", "Verifier", "sample_size"]
 CHECKS = (
     "commitment_integrity",
     "ledger_integrity",
+    "account_policy",
     "receipt_consistency",
     "per_record",
     "policy_cap",
@@ -122,7 +136,8 @@ class Verifier:
         proof_system: how per-record attestations are verified.
         mode: ``"full"`` or ``"sampled"``.
         beta, eta: the sampled-mode guarantee (β-fraction detected with prob. ≥ 1 − η).
-        embedder: the committed embedder, for claim A1 on text queries.
+        embedder: the committed embedder, for claim A1 on text queries (default: rebuilt
+            from the committed name when that gives the committed fingerprint).
         rng: the sampling stream.
     """
 
@@ -172,6 +187,31 @@ class Verifier:
                 )
         if com.c_ledger0 != EMPTY_LEDGER.hex():
             failures.append(CheckFailure("commitment_integrity", "C_ledger,0 is not H(⊥)"))
+        if policy is not None:
+            failures.extend(_sigma_floor(policy))
+        emb = com.embedder
+        if (
+            embedding_commitment(
+                emb.get("fingerprint", ""),
+                emb.get("prompt_template", ""),
+                emb.get("tokenizer", ""),
+                com.schema,
+            ).hex()
+            != com.c_emb
+        ):
+            failures.append(
+                CheckFailure("commitment_integrity", "C_emb ≠ H(the published embedder, schema)")
+            )
+        embedder = self._embedder(emb.get("name", ""), emb.get("fingerprint", ""), failures)
+        unknown = sorted({t for t in com.accounts.values() if t not in com.c_idx})
+        if not com.accounts or unknown:
+            failures.append(
+                CheckFailure(
+                    "commitment_integrity",
+                    "the account → tenant map is empty or names tenants without a committed "
+                    f"index ({', '.join(unknown)})",
+                )
+            )
         if package is not None:
             if seed_commitment(package.seed).hex() != com.c_seed:
                 failures.append(CheckFailure("commitment_integrity", "C_seed ≠ H(s_W)"))
@@ -188,6 +228,8 @@ class Verifier:
         log.append_many(transcript.records)
         if not verify_signature(key, sth.message(), sth.signature):
             failures.append(CheckFailure("ledger_integrity", "bad signature on the tree head"))
+        if policy is not None and sth.window_id != policy.window_id:
+            failures.append(CheckFailure("ledger_integrity", "the tree head is for another window"))
         if sth.size != log.size or log.root().hex() != sth.root:
             failures.append(
                 CheckFailure(
@@ -208,14 +250,31 @@ class Verifier:
                 and not (policy.window_start <= rec.ts <= policy.window_end)
             ):
                 failures.append(CheckFailure("ledger_integrity", f"record {i} lies outside W"))
+            previous = next((r for r in reversed(records) if r is not None), None)
+            if rec is not None and previous is not None and rec.ts <= previous.ts:
+                failures.append(
+                    CheckFailure(
+                        "ledger_integrity",
+                        f"record {i}: its timestamp does not follow the previous record's "
+                        "(timestamps must increase with the ledger position)",
+                    )
+                )
             records.append(rec)
-        # 3. receipts (M5)
+        # 3. the account policy: t(a), query numbers j, the rate limit r
+        if policy is not None:
+            failures.extend(_account_policy(records, com.accounts, policy))
+        # 4. receipts (M5)
         final = log.size
         final_root = log.root()
         for r in receipts:
             where = f"receipt of {r.account!r} at position {r.position}"
             if not verify_signature(key, r.message(), r.signature):
                 failures.append(CheckFailure("receipt_consistency", f"{where}: bad signature"))
+                continue
+            if policy is not None and r.window_id != policy.window_id:
+                failures.append(
+                    CheckFailure("receipt_consistency", f"{where}: a receipt of another window")
+                )
                 continue
             if r.tree_size > final or not 0 <= r.position < r.tree_size:
                 failures.append(
@@ -253,7 +312,7 @@ class Verifier:
                 failures.append(
                     CheckFailure("receipt_consistency", f"{where}: contradicted by the ledger")
                 )
-        # 4. per-record attestation
+        # 5. per-record attestation
         positions = [i for i, r in enumerate(records) if r is not None]
         detection = None
         if self.mode == "sampled" and len(positions) > self.s:
@@ -267,7 +326,7 @@ class Verifier:
                 seed=package.seed if package else None,
                 tenant_fixed=package.tenant_fixed if package else {},
                 tenant_ids=package.tenant_ids if package else {},
-                embedder=self.embedder,
+                embedder=embedder,
             )
             for pos in positions:
                 rec = records[pos]
@@ -277,7 +336,7 @@ class Verifier:
                     failures.append(
                         CheckFailure("per_record", f"record {pos}: claim {f.claim}: {f.detail}")
                     )
-            # 5. policy cap
+            # 6. policy cap
             failures.extend(self._policy_cap(transcript.coalition, policy, records, package, log))
         failures.sort(key=lambda f: CHECKS.index(f.check))
         passed = not failures and policy is not None
@@ -293,6 +352,10 @@ class Verifier:
             )
             audit = a.to_dict()
             eps = a.eps_audit_leading
+        if package is not None:
+            audit["vector_queries"] = sum(
+                1 for w in package.witnesses.values() if w.query_text is None
+            )
         return Verdict(
             passed=passed,
             epsilon_audit=eps,
@@ -303,6 +366,31 @@ class Verifier:
             detection_probability=detection,
             audit={**audit, "coalition_estimate": transcript.coalition.size},
         )
+
+    def _embedder(
+        self, name: str, fingerprint: str, failures: list[CheckFailure]
+    ) -> Embedder | None:
+        """The embedder that re-embeds witnessed query texts (claim A1): the one given to
+        the verifier, or else the committed one rebuilt by name; either must have the
+        committed fingerprint. ``None`` when neither is available."""
+        if self.embedder is not None:
+            if self.embedder.fingerprint() != fingerprint:
+                failures.append(
+                    CheckFailure(
+                        "commitment_integrity",
+                        "the embedder given to the verifier is not the committed one "
+                        "(fingerprints differ)",
+                    )
+                )
+                return None
+            return self.embedder
+        if not name:
+            return None
+        try:
+            built = create_embedder(name)
+        except RagPrivacyError:
+            return None  # e.g. a model that is not on this machine: A1 fails on text records
+        return built if built.fingerprint() == fingerprint else None
 
     def _policy_cap(
         self,
@@ -317,6 +405,19 @@ class Verifier:
             out.append(CheckFailure("policy_cap", "π_coal is not for the final ledger"))
         if (claim.theta, claim.tau) != (policy.theta, policy.tau):
             out.append(CheckFailure("policy_cap", "the estimator's settings differ from C_policy"))
+        if package is not None:
+            missing = [
+                i for i, r in enumerate(records) if r is not None and i not in package.witnesses
+            ]
+            if missing:
+                out.append(
+                    CheckFailure(
+                        "policy_cap",
+                        f"{len(missing)} record(s) have no witness (first: {missing[0]}): the "
+                        "coalition cap needs every query vector, so π_coal cannot be checked",
+                    )
+                )
+                return out
         if package is not None and records:
             good = [
                 (i, r) for i, r in enumerate(records) if r is not None and i in package.witnesses
@@ -353,3 +454,73 @@ class Verifier:
                 )
             )
         return out
+
+
+def _sigma_floor(policy: AuditPolicy) -> list[CheckFailure]:
+    """The committed σ against eq. (3.4) for the committed (ε_acc, δ_acc, r, Δ).
+
+    ε_audit (eq. 5.2) composes k_max accounts that are each (ε_acc, δ_acc)-DP over r
+    queries; that premise holds only if σ is at least the calibrated one, so a smaller σ
+    FAILs here rather than being turned into a larger ε_audit (the policy promised
+    ε_acc to every account, and a smaller σ breaks that promise whatever the coalition).
+    """
+    need = replace(policy, sigma=None).noise_sigma
+    if policy.noise_sigma >= need * (1 - 1e-12):
+        return []
+    return [
+        CheckFailure(
+            "commitment_integrity",
+            f"the committed σ = {policy.noise_sigma:.6g} is below the σ = {need:.6g} that "
+            f"eq. (3.4) gives for ε_acc = {policy.epsilon_acc:g}, δ_acc = "
+            f"{policy.delta_acc:g}, r = {policy.rate_limit}, Δ = {policy.sensitivity:g}: the "
+            "per-account guarantee ε_audit rests on does not hold",
+        )
+    ]
+
+
+def _account_policy(
+    records: Sequence[QueryRecord | None], accounts: Mapping[str, str], policy: AuditPolicy
+) -> list[CheckFailure]:
+    """t(a) as committed, query numbers j = 1, 2, … in ledger order, at most r per account."""
+    out: list[CheckFailure] = []
+    count: dict[str, int] = {}
+    for i, rec in enumerate(records):
+        if rec is None:
+            continue
+        committed = accounts.get(rec.account)
+        if committed is None:
+            out.append(
+                CheckFailure(
+                    "account_policy", f"record {i}: account {rec.account!r} is not committed"
+                )
+            )
+            continue
+        if rec.tenant != committed:
+            out.append(
+                CheckFailure(
+                    "account_policy",
+                    f"record {i}: account {rec.account!r} is recorded under tenant "
+                    f"{rec.tenant!r}, but its committed tenant t(a) is {committed!r}",
+                )
+            )
+        count[rec.account] = count.get(rec.account, 0) + 1
+        if rec.seq != count[rec.account]:
+            out.append(
+                CheckFailure(
+                    "account_policy",
+                    f"record {i}: it is query {count[rec.account]} of account "
+                    f"{rec.account!r} in the ledger but carries query number {rec.seq}: a "
+                    "record of the account is missing before it, or the provider chose the "
+                    "noise input rec_q",
+                )
+            )
+    over = sorted(a for a, n in count.items() if n > policy.rate_limit)
+    for a in over:
+        out.append(
+            CheckFailure(
+                "account_policy",
+                f"account {a!r} has {count[a]} records in the window, more than its rate "
+                f"limit r = {policy.rate_limit} (the per-account guarantee assumes at most r)",
+            )
+        )
+    return out

@@ -22,13 +22,21 @@ def commit(
     tamper: str = typer.Option(
         "none",
         "--tamper",
-        help="none, changed-record, changed-record-in-place, dropped-record, "
-        "wrong-seed, select-before-noise, cross-tenant or coalition.",
+        help="none, changed-record, changed-record-in-place, dropped-record, wrong-seed, "
+        "select-before-noise, cross-tenant, coalition, low-sigma, over-rate, tenant-switch, "
+        "ground-noise, decoy-vectors or withheld-witnesses (a provider cheating with its own "
+        "keys; the verifier must FAIL each).",
     ),
     k_max: int = typer.Option(4, "--k-max", help="Declared coalition cap."),
     colluders: int = typer.Option(3, "--colluders", help="Same-tenant colluding accounts."),
     queries: int = typer.Option(6, "--queries", help="Queries per account (= rate limit)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload."),
+    queries_mode: str = typer.Option(
+        "vector",
+        "--queries-mode",
+        help="vector (accounts send embeddings) or text (query texts, embedded by the "
+        "committed hashing embedder and re-embedded by the verifier).",
+    ),
 ) -> None:
     """Run a synthetic window as a provider: commitments, ledger, receipts, ĉ."""
     from ragprivacy._validation import check_choice
@@ -43,6 +51,7 @@ def commit(
         colluders=colluders,
         queries_per_account=queries,
         seed=seed,
+        queries=queries_mode,
     )
     save_window(out, w.transcript, w.receipts, w.package)
     if in_place:
@@ -53,11 +62,17 @@ def commit(
     )
 
 
-def _verdict(directory: Path, mode: str, beta: float, eta: float, seed: int) -> dict:
+def _verdict(
+    directory: Path, mode: str, beta: float, eta: float, seed: int, embedder: str | None = None
+) -> dict:
     from ragprivacy.audit import Verifier, load_window
+    from ragprivacy.embed import create_embedder
 
     transcript, receipts, package = load_window(directory)
-    v = Verifier(mode=mode, beta=beta, eta=eta, rng=seed).verify(transcript, receipts, package)
+    emb = create_embedder(embedder) if embedder else None
+    v = Verifier(mode=mode, beta=beta, eta=eta, rng=seed, embedder=emb).verify(
+        transcript, receipts, package
+    )
     return v.to_dict()
 
 
@@ -68,10 +83,17 @@ def verify(
     beta: float = typer.Option(0.01, "--beta", help="Sampled: bad fraction to detect."),
     eta: float = typer.Option(2**-20, "--eta", help="Sampled: miss probability."),
     seed: int = typer.Option(0, "--seed", help="Sampled: sampling seed."),
+    embedder: str | None = typer.Option(
+        None,
+        "--embedder",
+        help="The committed embedder (a spec such as 'hashing' or "
+        "'sentence-transformers:PATH') to re-embed witnessed query texts; default: rebuilt "
+        "from the committed name when its fingerprint matches.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
 ) -> None:
     """Verify a window: (PASS, ε_audit), or FAIL with the failed check (exit code 2)."""
-    record = _verdict(directory, mode, beta, eta, seed)
+    record = _verdict(directory, mode, beta, eta, seed, embedder)
     if as_json:
         typer.echo(json.dumps(record, indent=1))
     elif record["verdict"] == "PASS":

@@ -88,9 +88,8 @@ def advanced_composition(
     delta = check_positive("delta", delta, allow_zero=True)
     count = check_positive_int("count", count)
     delta_slack = check_delta("delta_slack", delta_slack)
-    eps = math.sqrt(2 * count * math.log(1 / delta_slack)) * epsilon + count * epsilon * math.expm1(
-        epsilon
-    )
+    growth = math.expm1(epsilon) if epsilon < 700 else math.inf  # e^ε₀ overflows past ~709
+    eps = math.sqrt(2 * count * math.log(1 / delta_slack)) * epsilon + count * epsilon * growth
     return eps, count * delta + delta_slack
 
 

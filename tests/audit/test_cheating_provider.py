@@ -1,0 +1,241 @@
+"""A provider that controls its own keys, seed and ledger tries to PASS while cheating.
+
+Each cheat is built the way such a provider would build it: it runs its own provider code
+(``Misbehaviour``), rewrites what it publishes and re-signs it with its own key. The
+verifier is never touched. Every cheat must FAIL at the check that names the violated
+assumption, through the library and through ``ragprivacy audit verify``; the honest window
+still PASSes with the same ε_audit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ragprivacy.audit import (
+    AuditedProvider,
+    AuditPolicy,
+    Misbehaviour,
+    ProviderKey,
+    PublicTranscript,
+    QueryRecord,
+    Verifier,
+    demo_window,
+)
+from ragprivacy.audit.merkle import MerkleLog
+from ragprivacy.cli import main
+from ragprivacy.embed import create_embedder
+
+CHEATS = [
+    ("low-sigma", "commitment_integrity", "below the σ"),
+    ("over-rate", "account_policy", "more than its rate limit"),
+    ("tenant-switch", "account_policy", "its committed tenant t(a)"),
+    ("ground-noise", "account_policy", "chose the noise input"),
+    ("decoy-vectors", "per_record", "claim A1"),
+    ("withheld-witnesses", "per_record", "no witness"),
+    ("wrong-seed", "per_record", "claim A2"),
+    ("select-before-noise", "per_record", "claim A3"),
+    ("cross-tenant", "per_record", "claim A4"),
+    ("dropped-record", "account_policy", "is missing before it"),
+    ("changed-record", "receipt_consistency", "append-only"),
+    ("coalition", "policy_cap", "exceeds k_max"),
+]
+
+
+def _verify(w, **kw):
+    return Verifier(**kw).verify(w.transcript, w.receipts, w.package)
+
+
+def _resign(transcript: PublicTranscript, records: list[bytes], key: ProviderKey):
+    """What a provider does after editing its ledger: a fresh, validly signed tree head."""
+    log = MerkleLog()
+    log.append_many(records)
+    head = replace(transcript.tree_head, size=log.size, root=log.root().hex())
+    head = replace(head, signature=key.sign(head.message()))
+    coalition = replace(transcript.coalition, ledger_root=head.root)
+    return PublicTranscript(transcript.commitments, records, head, coalition)
+
+
+@pytest.fixture(scope="module")
+def honest():
+    return demo_window(seed=2)
+
+
+def test_the_honest_window_still_passes_with_the_same_epsilon(honest) -> None:
+    v = _verify(honest)
+    assert v.passed and v.epsilon_audit == pytest.approx(2.0)  # √k_max · ε_acc, eq. 5.2
+    text = _verify(demo_window(seed=2, queries="text"))  # text queries re-embedded (A1)
+    assert text.passed and text.epsilon_audit == pytest.approx(2.0)
+    assert text.audit["vector_queries"] == 0 and v.audit["vector_queries"] == v.records
+
+
+@pytest.mark.parametrize(("case", "check", "words"), CHEATS)
+def test_each_cheat_fails_at_its_check(case: str, check: str, words: str) -> None:
+    v = _verify(demo_window(tamper=case, seed=2))
+    assert not v.passed and v.epsilon_audit is None
+    assert v.failed_check == check, v.failures[:3]
+    assert any(words in f.detail for f in v.failures if f.check == check)
+
+
+def test_sigma_at_or_above_calibration_passes_and_below_fails() -> None:
+    base = dict(
+        epsilon_acc=1.0,
+        delta_acc=1e-6,
+        rate_limit=6,
+        k_max=4,
+        delta_policy=5e-6,
+        window_id="w",
+        window_start=0,
+        window_end=10,
+    )
+    need = AuditPolicy(**base).noise_sigma
+    assert need == pytest.approx(144.9, abs=0.1)  # eq. 3.4 at r = 6, Δ = 2
+    from ragprivacy.audit.verifier import _sigma_floor
+
+    assert _sigma_floor(AuditPolicy(**base, sigma=2 * need)) == []  # more noise is fine
+    assert _sigma_floor(AuditPolicy(**base, sigma=need * 0.999))  # less is not
+
+
+def test_noise_does_not_depend_on_the_timestamp_so_grinding_it_gains_nothing() -> None:
+    """Two providers with the same seed answer the same query at different timestamps:
+    the noise input rec_q = (W, a, t(a), H(q), j) has no timestamp, so the top-K is the
+    same — trying 200 timestamps per query cannot pick the noise."""
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((30, 16))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    policy = AuditPolicy(
+        epsilon_acc=1.0,
+        delta_acc=1e-6,
+        rate_limit=1,
+        k_max=1,
+        delta_policy=3e-6,
+        window_id="w",
+        window_start=0,
+        window_end=10**6,
+        top_k=3,
+        sigma=0.5,  # above eq. 3.4 is not needed here: no verification, only the noise
+    )
+    q = vectors[4]
+    answers = set()
+    for ts in range(1, 201):
+        p = AuditedProvider(
+            policy=policy,
+            tenants={"t": ([f"d{i}" for i in range(30)], vectors)},
+            accounts={"a": "t"},
+            seed=bytes(range(32)),
+        )
+        p.commit(published_at=0)
+        answers.add(p.query("a", vector=q, ts=ts).positions)
+    assert len(answers) == 1
+
+
+def test_timestamps_going_backwards_fail_the_ledger(honest) -> None:
+    t = honest.transcript
+    records = [QueryRecord.from_bytes(r) for r in t.records]
+    records[10] = replace(records[10], ts=records[9].ts)  # re-stamped, ledger re-signed
+    key = honest.provider.key
+    forged = _resign(t, [r.to_bytes() for r in records], key)
+    v = Verifier().verify(forged, [], honest.package)
+    assert not v.passed and "ledger_integrity" in v.failed_checks
+    assert any("timestamp" in f.detail for f in v.failures)
+
+
+def test_a_receipt_or_tree_head_of_another_window_fails(honest) -> None:
+    key = honest.provider.key
+    r = honest.receipts[0]
+    other = replace(r, window_id="W-other")
+    other = replace(other, signature=key.sign(other.message()))
+    v = Verifier().verify(honest.transcript, [other], honest.package)
+    assert v.failed_check == "receipt_consistency"
+    assert any("another window" in f.detail for f in v.failures)
+    head = replace(honest.transcript.tree_head, window_id="W-other")
+    head = replace(head, signature=key.sign(head.message()))
+    v = Verifier().verify(replace(honest.transcript, tree_head=head), [], honest.package)
+    assert v.failed_check == "ledger_integrity"
+
+
+def test_a_text_window_never_passes_without_re_embedding() -> None:
+    w = demo_window(seed=3, queries="text")
+    key = w.provider.key
+    com = w.transcript.commitments
+    # The provider hides which embedder it committed to (its name), and re-signs.
+    hidden = replace(com, embedder={**com.embedder, "name": ""})
+    hidden = replace(hidden, signature=key.sign(hidden.message()))
+    t = replace(w.transcript, commitments=hidden)
+    v = Verifier().verify(t, w.receipts, w.package)
+    assert v.failed_check == "per_record"
+    assert any("cannot be re-embedded" in f.detail for f in v.failures)
+    # An auditor who has the committed embedder re-embeds and PASSes the same window.
+    assert Verifier(embedder=create_embedder("hashing")).verify(t, w.receipts, w.package).passed
+    # One with a different embedder is told so.
+    other = create_embedder("hashing", dim=1024)
+    v = Verifier(embedder=other).verify(t, w.receipts, w.package)
+    assert v.failed_check == "commitment_integrity"
+    assert any("not the committed one" in f.detail for f in v.failures)
+
+
+def test_decoys_are_caught_in_sampled_mode_whenever_a_colluder_record_is_sampled() -> None:
+    w = demo_window(tamper="decoy-vectors", seed=2)
+    v = _verify(w)  # full mode: every colluder record fails A1
+    bad = {f.detail.split(":")[0] for f in v.failures if "claim A1" in f.detail}
+    assert len(bad) == 5 * 6  # k_max + 1 colluders, r = 6 queries each
+
+
+def test_withheld_witnesses_fail_the_cap_for_every_verifier_seed() -> None:
+    """5 of 85 accounts (6 % of the records) have no witness: the sampled per-record check
+    (47 records at β = 0.1, η = 0.01) misses them now and then; the coalition cap needs
+    every query vector, so it FAILs on every seed."""
+    w = demo_window(tamper="withheld-witnesses", seed=2, accounts_per_tenant=40)
+    assert w.transcript.coalition.size <= 4  # the claim the provider certified
+    misses = 0
+    for seed in range(60):
+        v = _verify(w, mode="sampled", beta=0.1, eta=0.01, rng=seed)
+        assert not v.passed and "policy_cap" in v.failed_checks
+        assert any("no witness" in f.detail for f in v.failures if f.check == "policy_cap")
+        misses += "per_record" not in v.failed_checks
+    assert misses > 0  # the sample alone would have let some seeds through
+
+
+def test_an_uncommitted_account_fails(honest) -> None:
+    t = honest.transcript
+    records = [QueryRecord.from_bytes(r) for r in t.records]
+    records[3] = replace(records[3], account="ghost")
+    forged = _resign(t, [r.to_bytes() for r in records], honest.provider.key)
+    v = Verifier().verify(forged, [], honest.package)
+    assert "account_policy" in v.failed_checks
+    assert any("'ghost' is not committed" in f.detail for f in v.failures)
+
+
+def test_misbehaviour_over_rate_is_refused_by_an_honest_provider() -> None:
+    w = demo_window(seed=2)
+    p = w.provider
+    a = next(iter(p.accounts))
+    from ragprivacy.errors import BudgetExhaustedError
+
+    with pytest.raises(BudgetExhaustedError):
+        p.query(a, vector=np.ones(32), ts=999_999)
+    assert Misbehaviour().ignore_rate_limit is False
+
+
+@pytest.mark.parametrize(("case", "check", "words"), CHEATS)
+def test_ragprivacy_audit_verify_fails_each_cheat(tmp_path, capsys, case, check, words) -> None:
+    out = tmp_path / case
+    assert main(["audit", "commit", "--out", str(out), "--tamper", case, "--seed", "2"]) == 0
+    capsys.readouterr()
+    assert main(["audit", "verify", "--dir", str(out), "--json"]) == 2
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["verdict"] == "FAIL" and verdict["failed_check"] == check
+    assert any(words in f["detail"] for f in verdict["failures"])
+
+
+def test_ragprivacy_audit_verify_passes_the_honest_windows(tmp_path, capsys) -> None:
+    for extra in ([], ["--queries-mode", "text"]):
+        out = tmp_path / ("honest" + "-".join(extra))
+        assert main(["audit", "commit", "--out", str(out), "--seed", "2", *extra]) == 0
+        capsys.readouterr()
+        assert main(["audit", "verify", "--dir", str(out), "--json"]) == 0
+        verdict = json.loads(capsys.readouterr().out)
+        assert verdict["verdict"] == "PASS" and verdict["epsilon_audit"] == pytest.approx(2.0)
