@@ -20,7 +20,6 @@ from ragprivacy.attacks.classifier import fit_classifier
 from ragprivacy.attacks.collusion import (
     DiversifiedSplit,
     PooledMeanAttack,
-    ScalarMechanism,
 )
 from ragprivacy.attacks.extraction import (
     ADVERSARIAL_SUFFIX,
@@ -65,7 +64,6 @@ __all__ = [
     "RagMIAAttack",
     "S2MIAAttack",
     "SRAGAttack",
-    "ScalarMechanism",
     "Segment",
     "ShadowData",
     "SpellCorrector",

@@ -123,6 +123,7 @@ from ragprivacy.dp.samplers import (
     gaussian_noise_float,
     laplace_noise_float,
 )
+from ragprivacy.dp.scalar import ScalarMechanism
 from ragprivacy.dp.sensitivity import (
     ScoreSensitivity,
     score_sensitivity,
@@ -166,6 +167,7 @@ __all__ = [
     "RecordPart",
     "RenyiFilter",
     "Reservation",
+    "ScalarMechanism",
     "ScoreSensitivity",
     "SelfComposedEvent",
     "SqliteBudgetStore",

@@ -1,7 +1,8 @@
 """The k-account collusion attack (collusion paper §3.5, §4, App. A).
 
-* :class:`ScalarMechanism` (M*, eq. 3.3–3.4) and its adversaries: :class:`PooledMeanAttack`
-  (A*), :func:`bayes_llr` (§A.2 (i)), :class:`DiversifiedSplit` (§A.2 (ii));
+* the adversaries against M* (:class:`ragprivacy.dp.ScalarMechanism`, eq. 3.3–3.4):
+  :class:`PooledMeanAttack` (A*), :func:`bayes_llr` (§A.2 (i)), :class:`DiversifiedSplit`
+  (§A.2 (ii));
 * :func:`auc_with_se` — Mann–Whitney AUC with its DeLong standard error.
 """
 
@@ -11,7 +12,6 @@ from ragprivacy.attacks.collusion._roc import auc_with_se
 from ragprivacy.attacks.collusion.scalar import (
     DiversifiedSplit,
     PooledMeanAttack,
-    ScalarMechanism,
     bayes_llr,
     bayes_llr_samples,
 )
@@ -19,7 +19,6 @@ from ragprivacy.attacks.collusion.scalar import (
 __all__ = [
     "DiversifiedSplit",
     "PooledMeanAttack",
-    "ScalarMechanism",
     "auc_with_se",
     "bayes_llr",
     "bayes_llr_samples",

@@ -38,11 +38,10 @@ from ragprivacy._validation import check_choice, check_positive_int
 from ragprivacy.attacks.collusion import (
     DiversifiedSplit,
     PooledMeanAttack,
-    ScalarMechanism,
     auc_with_se,
     bayes_llr,
 )
-from ragprivacy.dp import stream
+from ragprivacy.dp import ScalarMechanism, stream
 from ragprivacy.errors import ConfigError
 from ragprivacy.eval.experiments.collusion_topk import TopKHarness
 

@@ -45,12 +45,9 @@ from typing import Any
 import numpy as np
 
 from ragprivacy._validation import check_positive_int
-from ragprivacy.attacks.collusion import (
-    PooledMeanAttack,
-    ScalarMechanism,
-    auc_with_se,
-)
+from ragprivacy.attacks.collusion import PooledMeanAttack, auc_with_se
 from ragprivacy.dp import (
+    ScalarMechanism,
     collusion_sigma,
     gaussian_noise_float,
     hit_probability,
