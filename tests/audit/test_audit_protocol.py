@@ -150,9 +150,9 @@ def test_the_service_and_the_audit_select_alike_on_the_same_record() -> None:
     vectors = kb.embedder.encode(["subject 1", "record 7"])
     for r in range(2):
         sel = router.search(vectors[r], account="a", query_hashes=[f"h{r}"])
-        ts = router._clock  # the record's timestamp is the router's last clock value
         units = Grid().to_units(np.clip(kb.index.scores(vectors[r : r + 1])[0], -1.0, 1.0))
-        z = derived_noise(seed, ("a", "t", f"h{r}", ts), mech, len(kb))
+        rec = QueryRecord("a", "t", f"h{r}", "", ts=5, seq=r + 1, proof="").rec("W0")
+        z = derived_noise(seed, rec, mech, len(kb))
         np.testing.assert_array_equal(sel.indices[0], mech.select_units(units, z))
 
 

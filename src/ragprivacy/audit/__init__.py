@@ -67,7 +67,6 @@ from ragprivacy.audit.records import (
     Receipt,
     SignedTreeHead,
     query_hash,
-    query_input,
     topk_hash,
     verify_signature,
 )
@@ -124,7 +123,6 @@ __all__ = [
     "node_hash",
     "noise_digest",
     "query_hash",
-    "query_input",
     "render_report",
     "root_from_leaf_hashes",
     "sample_size",

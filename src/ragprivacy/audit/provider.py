@@ -47,11 +47,10 @@ from ragprivacy.audit.records import (
     Receipt,
     SignedTreeHead,
     query_hash,
-    query_input,
     topk_hash,
     verify_signature,
 )
-from ragprivacy.dp import AccountCounter, top_k_indices
+from ragprivacy.dp import AccountCounter, query_input, top_k_indices
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import ConfigError, DataError
 

@@ -8,11 +8,9 @@ content is stored only as hashes. Every artefact has a canonical byte encoding (
 hashed or signed).
 
 **Deviation from the paper (§5.3):** the public input of the derived noise is
-rec_q = (W, a, t(a), H(q), j), not (a, t(a), H(q), ts). The provider picks ts, so noise
-keyed by ts could be ground (re-derived for many timestamps until it favours a chosen
-document); j is fixed by the ledger (the verifier checks that the j-th record of account a
-carries j), so the noise of a query is determined before the provider can act. ts stays
-in the record, strictly increasing with the ledger position, for the coalition
+rec_q = (W, a, t(a), H(q), j) (:func:`ragprivacy.dp.query_input`), not (a, t(a), H(q), ts):
+the provider picks ts, so noise keyed by ts could be ground; j is fixed by the ledger. ts
+stays in the record, strictly increasing with the ledger position, for the coalition
 estimator's sliding window.
 """
 
@@ -32,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ragprivacy.audit.commitments import canonical_json
+from ragprivacy.dp import query_input
 from ragprivacy.errors import DataError
 
 __all__ = [
@@ -44,14 +43,6 @@ __all__ = [
     "topk_hash",
     "verify_signature",
 ]
-
-
-def query_input(
-    window_id: str, account: str, tenant: str, query_hash: str, seq: int
-) -> tuple[str, str, str, str, int]:
-    """rec_q = (W, a, t(a), H(q), j), the one public input of a query's derived noise
-    (``ragprivacy.dp.derived_bits(s_W, rec_q)``)."""
-    return (str(window_id), str(account), str(tenant), str(query_hash), int(seq))
 
 
 def query_hash(text: str) -> str:

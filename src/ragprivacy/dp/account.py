@@ -62,6 +62,7 @@ __all__ = [
     "NoisySelection",
     "Reservation",
     "derived_bits",
+    "query_input",
 ]
 
 #: The public interval scores are clipped to unless a policy says otherwise: cosine /
@@ -73,11 +74,26 @@ PAPER_SCORE_RANGE: Final[tuple[float, float]] = (0.0, 1.0)
 _REC_LABEL = "rec_q"
 
 
+def query_input(
+    window_id: str, account: str, tenant: str, query_hash: str, seq: int
+) -> tuple[str, str, str, str, int]:
+    """rec_q = (W, a, t(a), H(q), j): the public input of a query's derived noise.
+
+    j is the account's query number in window W (1, 2, …, at most r). **Deviation from
+    the paper** (§5.3 uses (a, t(a), H(q), ts)): a timestamp is the provider's choice, so
+    noise keyed by it could be ground — re-derived for many timestamps until it favours a
+    chosen document; j is fixed by the ledger (the verifier checks that the j-th record of
+    account a carries j), so nothing in rec_q is left to choose.
+    """
+    return (str(window_id), str(account), str(tenant), str(query_hash), int(seq))
+
+
 def derived_bits(seed: bytes, rec: RecordPart) -> ChaCha20Bits:
     """The bit source of query record rec_q: ChaCha20 keyed by HMAC-SHA256(s_W, ("rec_q", rec)).
 
     The one derivation of §5.3 (A2): the service that serves a query, the audited provider
-    and the verifier who re-executes it all draw z_q from this source.
+    and the verifier who re-executes it all draw z_q from this source, with rec_q from
+    :func:`query_input`.
     """
     parts = tuple(rec) if isinstance(rec, tuple | list) else (rec,)
     return ChaCha20Bits.derived(seed, (_REC_LABEL, *parts))
@@ -339,11 +355,13 @@ class AccountPolicy:
 # --------------------------------------------------------------------------- counter
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """``count`` queries reserved for ``account`` in window number ``window``."""
+    """``count`` queries reserved for ``account`` in window number ``window``; the first
+    is the account's query number ``first`` of the window (1-based)."""
 
     account: str
     count: int
     window: int
+    first: int = 1
 
     @property
     def token(self) -> str:
@@ -408,7 +426,7 @@ class AccountCounter:
                     f"Wait for the next window or raise the budget."
                 )
             self._used[account] = used + count
-            return Reservation(account, count, self._window)
+            return Reservation(account, count, self._window, used + 1)
 
     def release(self, reservation: Reservation) -> None:
         """Give back a failed request's queries (nothing if its window has closed)."""

@@ -25,8 +25,6 @@ external-collusion experiment (§A.3), never as a deployment option.
 from __future__ import annotations
 
 import hashlib
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +42,7 @@ from ragprivacy.dp import (
     GaussianNoisyTopK,
     Reservation,
     derived_bits,
+    query_input,
     simulation_rng,
 )
 from ragprivacy.errors import ConfigError
@@ -92,8 +91,10 @@ class TenantRetriever(Retriever):
         simulation: use the dp layer's float fast path (keyword ``rng``) instead of the
             secure discrete Gaussian; for experiments only.
         window_seed: with secure noise, derive each query's noise from
-            H(s_W ‖ rec_q), rec_q = (account, tenant, H(q), ts) (§5.3 A2) instead of OS
-            entropy. At least 32 bytes.
+            H(s_W ‖ rec_q), rec_q = (W, account, tenant, H(q), j) (§5.3 A2,
+            :func:`ragprivacy.dp.query_input`; j is the account's query number in the
+            window) instead of OS entropy. At least 32 bytes.
+        window_id: the name W of the current window (``open_window`` starts the next).
         rng: the simulation stream.
 
     >>> from ragprivacy.corpus import Corpus
@@ -116,6 +117,7 @@ class TenantRetriever(Retriever):
         shared_backend: bool = False,
         simulation: bool = False,
         window_seed: bytes | None = None,
+        window_id: str = "W0",
         rng: RngLike = None,
     ) -> None:
         # No super().__init__: a tenant router has one knowledge base per tenant, not one.
@@ -135,8 +137,9 @@ class TenantRetriever(Retriever):
         self._tenants: dict[str, KnowledgeBase] = {}
         self._accounts: dict[str, _Account] = {}
         self.counter = AccountCounter()
-        self._clock = 0
-        self._clock_lock = threading.Lock()
+        if not isinstance(window_id, str) or not window_id:
+            raise ConfigError(f"The 'window_id' must be a non-empty string; got {window_id!r}.")
+        self.window_id = window_id
 
     @property
     def kb(self) -> KnowledgeBase:
@@ -209,9 +212,11 @@ class TenantRetriever(Retriever):
         acc = self._account(account_id)
         return self.counter.remaining(acc.id, limit=acc.policy.rate_limit)
 
-    def open_window(self) -> None:
-        """Open a new audit window: every account's rate budget resets (M2)."""
+    def open_window(self, window_id: str | None = None) -> None:
+        """Open a new audit window (named ``window_id``, default ``W<n>``): every
+        account's rate budget resets (M2) and query numbers start again at 1."""
         self.counter.open_window()
+        self.window_id = window_id or f"W{self.counter.window}"
 
     def _account(self, account_id: str | None) -> _Account:
         if account_id is None or account_id not in self._accounts:
@@ -266,11 +271,6 @@ class TenantRetriever(Retriever):
             self.counter.release(reservation)
             raise
 
-    def _next_ts(self) -> int:
-        with self._clock_lock:  # strictly increasing, so two records never share ts
-            self._clock = max(self._clock + 1, time.time_ns())
-            return self._clock
-
     def _select(
         self,
         acc: _Account,
@@ -287,11 +287,12 @@ class TenantRetriever(Retriever):
         elif self.window_seed is None:
             sel = mech.select(scores, bits=ChaCha20Bits.from_entropy())
             idx, noisy = sel.indices, sel.noisy_scores
-        else:  # one derived key per query record rec_q = (a, t(a), H(q), ts)
+        else:  # one derived key per query record rec_q = (W, a, t(a), H(q), j)
             rows_i, rows_s = [], []
             for r in range(q.shape[0]):
                 hq = hashes[r] if hashes else hashlib.sha256(q[r].tobytes()).hexdigest()
-                rec = (acc.id, acc.tenant, hq, self._next_ts())
+                seq = reservation.first + r
+                rec = query_input(self.window_id, acc.id, acc.tenant, hq, seq)
                 one = mech.select(scores[r], bits=derived_bits(self.window_seed, rec))
                 rows_i.append(one.indices)
                 rows_s.append(one.noisy_scores)
