@@ -16,6 +16,7 @@ from ragprivacy.dp.account import (
     NoisySelection,
     Reservation,
     derived_bits,
+    query_input,
 )
 from ragprivacy.dp.accounting import (
     Accountant,
@@ -219,6 +220,7 @@ __all__ = [
     "pld_epsilon",
     "predicted_auc",
     "predicted_auc_closed",
+    "query_input",
     "rdp_curve",
     "rdp_epsilon",
     "rdp_to_epsilon",
