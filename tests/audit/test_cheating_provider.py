@@ -239,3 +239,15 @@ def test_ragprivacy_audit_verify_passes_the_honest_windows(tmp_path, capsys) -> 
         assert main(["audit", "verify", "--dir", str(out), "--json"]) == 0
         verdict = json.loads(capsys.readouterr().out)
         assert verdict["verdict"] == "PASS" and verdict["epsilon_audit"] == pytest.approx(2.0)
+
+
+def test_a_window_signed_by_another_key_fails_against_the_known_key(tmp_path, capsys) -> None:
+    out = tmp_path / "w"
+    assert main(["audit", "commit", "--out", str(out), "--seed", "2"]) == 0
+    known = ProviderKey.generate().public_hex  # the key the auditor expects
+    capsys.readouterr()
+    assert main(["audit", "verify", "--dir", str(out), "--provider-key", known, "--json"]) == 2
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["failed_check"] == "commitment_integrity"
+    assert main(["audit", "verify", "--dir", str(out), "--provider-key", "beef"]) == 2
+    assert "64 hex characters" in capsys.readouterr().err

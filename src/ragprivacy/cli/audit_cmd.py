@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import typer
@@ -63,16 +64,22 @@ def commit(
 
 
 def _verdict(
-    directory: Path, mode: str, beta: float, eta: float, seed: int, embedder: str | None = None
+    directory: Path,
+    mode: str,
+    beta: float,
+    eta: float,
+    seed: int,
+    embedder: str | None = None,
+    provider_key: str | None = None,
 ) -> dict:
     from ragprivacy.audit import Verifier, load_window
     from ragprivacy.embed import create_embedder
 
     transcript, receipts, package = load_window(directory)
     emb = create_embedder(embedder) if embedder else None
-    v = Verifier(mode=mode, beta=beta, eta=eta, rng=seed, embedder=emb).verify(
-        transcript, receipts, package
-    )
+    v = Verifier(
+        mode=mode, beta=beta, eta=eta, rng=seed, embedder=emb, provider_key=provider_key
+    ).verify(transcript, receipts, package)
     return v.to_dict()
 
 
@@ -90,10 +97,22 @@ def verify(
         "'sentence-transformers:PATH') to re-embed witnessed query texts; default: rebuilt "
         "from the committed name when its fingerprint matches.",
     ),
+    provider_key: str | None = typer.Option(
+        None,
+        "--provider-key",
+        help="The provider's Ed25519 public key (hex), known in advance; default: the key "
+        "in the commitments.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
 ) -> None:
     """Verify a window: (PASS, ε_audit), or FAIL with the failed check (exit code 2)."""
-    record = _verdict(directory, mode, beta, eta, seed, embedder)
+    if provider_key is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", provider_key):
+        from ragprivacy.errors import ConfigError
+
+        raise ConfigError(
+            "--provider-key must be the provider's Ed25519 public key as 64 hex characters."
+        )
+    record = _verdict(directory, mode, beta, eta, seed, embedder, provider_key)
     if as_json:
         typer.echo(json.dumps(record, indent=1))
     elif record["verdict"] == "PASS":
