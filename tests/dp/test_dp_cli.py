@@ -58,6 +58,12 @@ def test_collusion_all_fields() -> None:
         assert isinstance(out[key], float), key
     assert out["sigma"] / out["sigma_exact"] > 8
     assert out["eps_k_pld"] is None  # PLD is opt-in (slow at large k*n)
+    # every epsilon says the delta it holds at: delta + k*delta_acc, not the --delta slack
+    at = out["at_delta"]
+    assert at["eps_k_exact"] == at["eps_k_rdp"] == out["delta_joint"] == pytest.approx(1.1e-5)
+    assert out["delta"] == 1e-6 and at["eps_acc_exact"] == 1e-6
+    assert at["eps_k_bound"] == pytest.approx(10 * 10_000 * out["delta_per_query"] + 1e-6)
+    assert "eps_k_pld" not in at
     pld = _json("collusion", "--k", "10", "--n", "10000", "--method", "pld")
     assert pld["eps_k_pld"] == pytest.approx(out["eps_k_exact"], rel=1e-3)
     assert out["eps_k_exact"] < out["eps_k_rdp"] < out["eps_k_bound"]

@@ -39,11 +39,19 @@ def _emit(record: Mapping[str, Any], title: str, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(dict(record), indent=2))
         return
+    at_delta: Mapping[str, float] = record.get("at_delta") or {}
     table = Table(title=title)
     table.add_column("quantity")
     table.add_column("value", justify="right")
+    if at_delta:
+        table.add_column("at δ", justify="right")
     for key, value in record.items():
-        table.add_row(key, _fmt(value))
+        if key == "at_delta":
+            continue
+        row = [key, _fmt(value)]
+        if at_delta:
+            row.append(_fmt(at_delta[key]) if key in at_delta and value is not None else "")
+        table.add_row(*row)
     Console().print(table)
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
@@ -116,7 +116,10 @@ class CollusionReport:
     ``eps_k_exact_at_sigma_exact`` the coalition's exact ε had σ been ``sigma_exact``.
     ``classic_sigma_valid`` is False when ε_q ≥ 1, outside the hypothesis of the classic
     Gaussian σ that eq. (3.4) uses (the per-query claim then does not follow).
-    Fields a method did not compute are ``None``.
+    Fields a method did not compute are ``None``. ``at_delta`` names the δ each ε is
+    stated at: ``delta_joint`` = δ + kδ_acc for the coalition's ε's (not ``delta``, the
+    composition slack), the bound's own δ for ``eps_k_bound``, δ_acc for
+    ``eps_acc_exact`` and δ_q for ``eps_per_query``.
     """
 
     epsilon_acc: float
@@ -142,6 +145,7 @@ class CollusionReport:
     eps_k_exact_at_sigma_exact: float | None = None
     eps_k_rdp_paper: float | None = None
     classic_sigma_valid: bool = True
+    at_delta: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -207,8 +211,15 @@ def collusion_report(
     sigma_exact = account_sigma_exact(epsilon_acc, delta_acc, n, sensitivity)
     leading = collusion_epsilon_leading(epsilon_acc, delta_acc, k, delta)
     fields: dict[str, Any] = {}
+    at_delta: dict[str, float] = {
+        "eps_per_query": budget.delta,
+        "eps_acc_exact": delta_acc,
+        "eps_k_leading": delta_joint,
+    }
     if "advanced" in methods:
-        fields["eps_k_bound"] = collusion_epsilon_bound(epsilon_acc, delta_acc, k, n, delta)[0]
+        fields["eps_k_bound"], at_delta["eps_k_bound"] = collusion_epsilon_bound(
+            epsilon_acc, delta_acc, k, n, delta
+        )
         fields["eps_k_residual_bound"] = leading + k * epsilon_acc**2 / math.log(1 / delta_acc)
     event = SelfComposedEvent(GaussianEvent(sigma=sigma, sensitivity=sensitivity), k * n)
     if "rdp" in methods:
@@ -242,5 +253,9 @@ def collusion_report(
         delta_joint=delta_joint,
         eps_k_leading=leading,
         classic_sigma_valid=budget.epsilon < 1,
+        at_delta={
+            **at_delta,
+            **{name: delta_joint for name in fields if name not in at_delta},
+        },
         **fields,
     )
