@@ -16,10 +16,10 @@ from typing import Any, ClassVar, TypeVar
 from ragprivacy.eval.cache import CachedGenerator
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext, derive_seed
+from ragprivacy.eval.experiments._budgeted import BudgetedSystem
+from ragprivacy.eval.experiments._privacy_tally import PrivacyTally
 from ragprivacy.eval.experiments._systems import (
     ONE_BY_ONE_SYSTEMS,
-    BudgetedSystem,
-    PrivacyTally,
     SystemSpec,
     build_system,
     parse_system_specs,
@@ -104,7 +104,7 @@ class AttackedSystemsExperiment(Experiment):
         kb: KnowledgeBase | None,
     ) -> BudgetedSystem:
         """The system ``label`` under ``defense`` over ``kb``, rebuilt per budget scope
-        (see :class:`~ragprivacy.eval.experiments._systems.BudgetedSystem`)."""
+        (see :class:`~ragprivacy.eval.experiments._budgeted.BudgetedSystem`)."""
         spec = self.systems[label]
         gen = self._generator(ctx)
         defense_opts = dict(self.options.defense_options.get(defense, {}) or {})

@@ -47,10 +47,8 @@ from ragprivacy.attacks.extraction import (
 )
 from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments._attacked import AttackedSystemsExperiment, memo, memo_key
-from ragprivacy.eval.experiments._systems import (
-    BudgetedSystem,
-    parse_system_specs,
-)
+from ragprivacy.eval.experiments._budgeted import BudgetedSystem
+from ragprivacy.eval.experiments._systems import parse_system_specs
 from ragprivacy.eval.experiments.base import ReportSection, register_experiment
 from ragprivacy.eval.metrics.extraction import DatastoreIndex, max_rouge_l
 from ragprivacy.eval.metrics.leakage import pii_leaked

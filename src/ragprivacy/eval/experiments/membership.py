@@ -13,10 +13,12 @@ an independent seed, or any config corpus), split half in, half out.
 
 Systems under attack: ``systems`` (registered names) or ``system_specs`` (names or
 mappings with options: private retrievers, DP voting, MURAG; see
-:mod:`ragprivacy.eval.experiments._systems` for the keys, the offline defaults, how
-budgets are sized and refusals recorded). Each defense (prompt modifying, paraphrasing)
-wraps each of them, and every cell reports the privacy the attacker's account(s) spent
-(ε at ``accounting_delta``, the AUC bound it implies, refusals) next to the attack metrics.
+:mod:`ragprivacy.eval.experiments._systems` for the keys, the offline defaults and how
+budgets are sized, :mod:`~ragprivacy.eval.experiments._budgeted` for budget scopes and
+refusals, :mod:`~ragprivacy.eval.experiments._privacy_tally` for the privacy spent). Each
+defense (prompt modifying, paraphrasing) wraps each of them, and every cell reports the
+privacy the attacker's account(s) spent (ε at ``accounting_delta``, the AUC bound it
+implies, refusals) next to the attack metrics.
 
 Options (besides ``type``, ``corpus``, ``systems``, ``k``): see
 :class:`MembershipOptions`. Parameter studies (MBA 5.7, S-RAG 5.4–5.5) are ``studies``
@@ -50,13 +52,13 @@ from ragprivacy.attacks import (
 from ragprivacy.errors import ConfigError
 from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments._attacked import AttackedSystemsExperiment, memo, memo_key
+from ragprivacy.eval.experiments._budgeted import BudgetedSystem
 from ragprivacy.eval.experiments._membership_report import (
     membership_overview,
     membership_report,
 )
 from ragprivacy.eval.experiments._systems import (
     NO_LOGPROB_SYSTEMS,
-    BudgetedSystem,
     SystemSpec,
     parse_system_specs,
 )

@@ -1,0 +1,120 @@
+"""Budgets and refusals: the system under attack as the attack harness runs it.
+
+Budgeted systems refuse once spent (:class:`~ragprivacy.errors.BudgetExhaustedError`).
+With ``budget: run`` (default) the attacker uses one account for the whole cell
+(evaluation and calibration targets), and the system's budgets are sized for the cell's
+queries (see :func:`~ragprivacy.eval.experiments._systems.build_system`); with
+``budget: target`` every target is attacked from a fresh account of a freshly built
+system, so each membership test meets the full per-account budget (and per-document
+filters start unspent). A query the system refuses is answered with an empty public
+response marked refused and counted; every response's privacy goes to a
+:class:`~ragprivacy.eval.experiments._privacy_tally.PrivacyTally`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ragprivacy._validation import check_choice
+from ragprivacy.dp import NoOpEvent
+from ragprivacy.errors import BudgetExhaustedError
+from ragprivacy.eval.experiments._privacy_tally import PrivacyTally
+from ragprivacy.rag import Query, RAGSystem
+from ragprivacy.types import PrivacyCost, Response
+
+__all__ = ["BudgetedSystem"]
+
+
+def _refusal() -> Response:
+    return Response(
+        text="",
+        tokens=(),
+        logprobs=(),
+        privacy=PrivacyCost(event=NoOpEvent(), mechanism="refused"),  # nothing released
+        metadata={"refused": True},
+    )
+
+
+class BudgetedSystem(RAGSystem):
+    """The system under attack as the harness runs it: built on demand, budgets per scope,
+    refusals turned into empty responses, and every response's privacy tallied.
+
+    Args:
+        build: ``build(queries)`` returns the (defended) system, its budgets sized for
+            ``queries`` queries of one account.
+        scope: ``"run"`` — one system for every account, built for ``run_queries``;
+            ``"target"`` — a fresh system per account, built for that account's first
+            batch of queries.
+        run_queries: the queries of the whole cell (``scope="run"``).
+        tally: where the privacy spent is recorded.
+        one_by_one: send queries one at a time (for systems whose batch call is not
+            all-or-nothing: a refusal in the middle of a batch would lose the answers
+            already paid for).
+    """
+
+    name = "budgeted"
+
+    def __init__(
+        self,
+        build: Callable[[int], RAGSystem],
+        *,
+        scope: str = "run",
+        run_queries: int = 1,
+        tally: PrivacyTally | None = None,
+        one_by_one: bool = False,
+    ) -> None:
+        self._build = build
+        self.one_by_one = bool(one_by_one)
+        self.scope = check_choice("scope", scope, ("run", "target"))
+        self.run_queries = max(1, int(run_queries))
+        self.tally = tally if tally is not None else PrivacyTally()
+        self._system: RAGSystem | None = None
+        self._account: str | None = None
+        self.refusals = 0
+
+    def _for(self, account: str, count: int) -> RAGSystem:
+        if self.scope == "run":
+            if self._system is None:
+                self._system = self._build(self.run_queries)
+            return self._system
+        if self._system is None or account != self._account:
+            self._system, self._account = self._build(max(1, count)), account
+        return self._system
+
+    @property
+    def system(self) -> RAGSystem:
+        """The system currently built (the run's, or the last account's)."""
+        return self._for(self._account or "attacker", self.run_queries)
+
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        return self.answer_batch([query], account=account)[0]
+
+    def answer_batch(
+        self, queries: Sequence[str | Query], *, account: str | None = None
+    ) -> list[Response]:
+        key = account or "attacker"
+        system = self._for(key, len(queries))
+        out: list[Response] = []
+        refused: list[bool] = []
+        try:
+            if self.one_by_one:
+                raise BudgetExhaustedError("answer one by one")
+            out = list(system.answer_batch(list(queries), account=key))
+            refused = [False] * len(out)
+        except BudgetExhaustedError:  # a batch that does not fit spent nothing
+            out, refused = [], []
+            for q in queries:
+                try:
+                    out.append(system.answer(q, account=key))
+                    refused.append(False)
+                except BudgetExhaustedError:
+                    out.append(_refusal())
+                    refused.append(True)
+        for r, no in zip(out, refused):
+            self.tally.record(key, r, refused=no)
+        self.refusals += sum(refused)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"budget": self.scope, **self.system.describe()}
