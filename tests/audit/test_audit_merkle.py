@@ -211,3 +211,30 @@ def test_sqlite_log_is_durable_and_detects_edits(tmp_path) -> None:
     db.close()
     with MerkleLog(path) as damaged, pytest.raises(VerificationError, match="leaf 2"):
         damaged.verify_storage()
+
+
+def test_two_writers_on_one_file_share_one_log(tmp_path) -> None:
+    """Two processes' logs on one SQLite file (as two service workers): each append first
+    loads the other's leaves, so indices never collide and both see one tree."""
+    path = tmp_path / "ledger.sqlite"
+    a, b = MerkleLog(path), MerkleLog(path)
+    got = []
+    for i in range(10):
+        got.append((a if i % 2 else b).append(f"r{i}".encode()))
+    assert got == list(range(10))
+    assert a.refresh() == b.refresh() == 10
+    assert (
+        a.root()
+        == b.root()
+        == root_from_leaf_hashes([leaf_hash(f"r{i}".encode()) for i in range(10)])
+    )
+
+    def refuse(log: MerkleLog) -> None:
+        if log.size >= 10:
+            raise ValueError("full")
+
+    with pytest.raises(ValueError, match="full"):
+        a.append(b"late", guard=refuse)
+    assert MerkleLog(path).size == 10  # the refused append wrote nothing
+    a.close()
+    b.close()

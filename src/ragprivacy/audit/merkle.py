@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ragprivacy._sqlite import connect_wal
@@ -265,12 +265,20 @@ class MerkleLog:
         for level, nodes in enumerate(self._levels):
             del nodes[count >> level :]
 
-    def append(self, data: bytes) -> int:
+    def append(self, data: bytes, *, guard: Callable[[MerkleLog], None] | None = None) -> int:
         """Append one leaf and return its index (durable once this returns)."""
-        return self.append_many([data])[0]
+        return self.append_many([data], guard=guard)[0]
 
-    def append_many(self, items: Iterable[bytes]) -> list[int]:
-        """Append several leaves in one transaction; returns their indices."""
+    def append_many(
+        self, items: Iterable[bytes], *, guard: Callable[[MerkleLog], None] | None = None
+    ) -> list[int]:
+        """Append several leaves in one transaction; returns their indices.
+
+        Several processes may append to one file: each append holds the file's write lock,
+        first loads what the others appended, then adds its leaves. ``guard(log)`` runs
+        inside that step, on the caught-up log, and may raise to refuse the append (nothing
+        is written): a check-then-append that no other writer can interleave.
+        """
         datas = []
         for d in items:
             if not isinstance(d, bytes | bytearray | memoryview):
@@ -279,12 +287,22 @@ class MerkleLog:
                 )
             datas.append(bytes(d))
         with self._lock:
+            if self._db is not None:
+                self._db.execute("BEGIN IMMEDIATE")  # one writer at a time, any process
+                try:
+                    self._catch_up()
+                    if guard is not None:
+                        guard(self)
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            elif guard is not None:
+                guard(self)
             start = len(self._data)
             new_nodes: list[tuple[int, int, bytes]] = []
             indices = [self._push(d, new_nodes) for d in datas]
             if self._db is not None:
                 try:
-                    self._db.execute("BEGIN IMMEDIATE")
                     self._db.executemany(
                         "INSERT INTO leaves (idx, data, hash) VALUES (?, ?, ?)",
                         [(i, self._data[i], self._levels[0][i]) for i in indices],
@@ -299,6 +317,28 @@ class MerkleLog:
                     self._rollback(start)
                     raise
             return indices
+
+    def _catch_up(self) -> None:
+        """Load the leaves another process appended to the same file since we last looked
+        (their nodes are recomputed; each stored leaf hash is checked)."""
+        assert self._db is not None
+        rows = self._db.execute(
+            "SELECT idx, data, hash FROM leaves WHERE idx >= ? ORDER BY idx", (len(self._data),)
+        ).fetchall()
+        for idx, data, h in rows:
+            if idx != len(self._data) or leaf_hash(bytes(data)) != bytes(h):
+                raise DataError(
+                    f"The Merkle log at {self.path} is damaged at leaf {idx}; restore it from "
+                    "a backup."
+                )
+            self._push(bytes(data), [])
+
+    def refresh(self) -> int:
+        """Catch up with appends made by other processes; returns the new size."""
+        with self._lock:
+            if self._db is not None:
+                self._catch_up()
+            return len(self._data)
 
     # ------------------------------------------------------------------ reads
     @property
