@@ -147,7 +147,8 @@ def test_dp_systems_report_privacy_refusals_and_progress(tmp_path: Path) -> None
     # one fresh account per target: each target's single query composes to ε_acc
     assert p["accounts"] == 16 and p["refused"] == 0
     assert p["epsilon"] == pytest.approx(2.0, rel=1e-6)
-    assert 0.5 < p["auc_bound"] < 1.0
+    # ... which covers the retrieval, not the generated text: no membership AUC bound
+    assert p["scope"] == "retrieval" and p["auc_bound"] is None
     assert res["system"]["name"] == "prompt-modifying"
 
     result = run_config(cfg, tmp_path, progress=False)
@@ -162,6 +163,8 @@ def test_dp_systems_report_privacy_refusals_and_progress(tmp_path: Path) -> None
     assert "log-probabilities" in skipped["skipped"]
     report = (tmp_path / "report.md").read_text()
     assert "ε spent" in report and "| noisy | rag-mia | none |" in report
+    noisy = [line for line in report.splitlines() if line.startswith("| noisy | rag-mia |")]
+    assert noisy and all("| — (retrieval ε) |" in line for line in noisy)
 
 
 def test_overview_matrix_spans_every_membership_experiment(tmp_path: Path) -> None:

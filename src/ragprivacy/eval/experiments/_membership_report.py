@@ -17,6 +17,9 @@ from ragprivacy.eval.experiments.base import ReportSection, format_cell
 
 __all__ = ["membership_overview", "membership_report", "roc_plot"]
 
+NO_BOUND_RETRIEVAL = "— (retrieval ε)"
+"""The AUC-bound cell where the ε spent covers only which documents were retrieved."""
+
 
 def roc_plot(path: Path, curves: dict[str, tuple[list[float], list[float]]], title: str) -> Path:
     """ROC curves on linear axes with the chance diagonal."""
@@ -44,7 +47,12 @@ def _privacy_cells(p: dict[str, Any] | None) -> str:
     spent = "0" if not eps else ("∞" if math.isinf(eps) else f"{eps:.3g}")
     if p.get("budget") == "target" and p.get("accounts", 0) > 1:
         spent += " /target"
-    return f"{spent} | {format_cell(p.get('auc_bound'))} | {p.get('refused', 0)}"
+    bound = p.get("auc_bound")
+    if bound is None and p.get("scope") == "retrieval":
+        cell = NO_BOUND_RETRIEVAL  # ε covers the retrieval, not the generated text
+    else:
+        cell = format_cell(bound)
+    return f"{spent} | {cell} | {p.get('refused', 0)}"
 
 
 def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
@@ -65,8 +73,9 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         "AUC any membership test could reach at that spend (e^ε/(1+e^ε) for pure DP, "
         "Φ(μ/√2) for μ-GDP; – where neither applies). For a private *retriever* under RAG "
         "(noisy top-K, DP-RP-G) ε covers which documents are retrieved, not the text the "
-        "generator then reads from them (collusion paper §7); *refused* counts queries the "
-        "system refused once a budget was spent (answered with an empty response).",
+        "generator then reads from them (collusion paper §7), so no membership AUC bound "
+        f"follows from it: *AUC bound* reads {NO_BOUND_RETRIEVAL}. *refused* counts queries "
+        "the system refused once a budget was spent (answered with an empty response).",
         "",
         "| system | attack | defense | AUC ± SE | accuracy | F1 | TPR@1%FPR | TPR@0.1%FPR "
         "| recall | queries/target | ε spent | AUC bound | refused |",

@@ -88,7 +88,9 @@ class PrivacyTally:
                 a.others.append(leaf if count == 1 else SelfComposedEvent(leaf, count))
 
     def account_summary(self, account: str) -> dict[str, Any]:
-        """ε (at the tally's δ), μ, and the AUC bound of one account."""
+        """ε (at the tally's δ), μ, the AUC bound of one account (None where no bound
+        follows: a mixed composition, or an ε that covers only the retrieval) and the
+        scope of its guarantee."""
         a = self.accounts.get(account, _Account())
         eps_gauss = gaussian_epsilon(math.sqrt(a.mu_sq), self.delta) if a.mu_sq > 0 else 0.0
         eps_other = epsilon_for(compose(a.others), self.delta, "rdp") if a.others else 0.0
@@ -102,6 +104,8 @@ class PrivacyTally:
         bound: float | None = None
         if a.unprotected:
             epsilon, bound = math.inf, 1.0
+        elif a.retrieval_only:
+            pass  # ε covers which documents were retrieved, not the text generated from them
         elif parts["other"] == 0 and parts["pure"] == 0:
             bound = max_auc_gdp(math.sqrt(a.mu_sq)) if a.mu_sq > 0 else 0.5
         elif parts["other"] == 0 and parts["gaussian"] == 0:
@@ -119,7 +123,8 @@ class PrivacyTally:
 
     def summary(self) -> dict[str, Any]:
         """Over accounts: the largest ε (and its δ and AUC bound), the mean ε, queries and
-        refusals in all."""
+        refusals in all, and the scope (``"retrieval"`` if any account's ε covers only the
+        retrieval)."""
         rows = [self.account_summary(k) for k in self.accounts]
         if not rows:
             return {"accounts": 0, "epsilon": 0.0, "queries": 0, "refused": 0}
@@ -134,4 +139,5 @@ class PrivacyTally:
             "auc_bound": None if any(b is None for b in bounds) else max(bounds),  # type: ignore[type-var]
             "queries": sum(r["queries"] for r in rows),
             "refused": sum(r["refused"] for r in rows),
+            "scope": "retrieval" if any(r["scope"] == "retrieval" for r in rows) else "answer",
         }
