@@ -51,6 +51,7 @@ from ragprivacy.audit.proofs import (
     VerificationContext,
 )
 from ragprivacy.audit.provider import (
+    POLICY_OVERRIDES,
     AuditedProvider,
     AuditorPackage,
     CoalitionClaim,
@@ -58,6 +59,9 @@ from ragprivacy.audit.provider import (
     Misbehaviour,
     PublicTranscript,
     QueryAnswer,
+    WitnessStore,
+    account_policy,
+    answer_query,
     load_window,
     save_window,
 )
@@ -91,6 +95,7 @@ __all__ = [
     "FIXED_BITS",
     "MerkleLog",
     "Misbehaviour",
+    "POLICY_OVERRIDES",
     "ProofSystem",
     "ProviderKey",
     "PublicTranscript",
@@ -105,6 +110,9 @@ __all__ = [
     "Verdict",
     "VerificationContext",
     "Verifier",
+    "WitnessStore",
+    "account_policy",
+    "answer_query",
     "calibrate_estimator",
     "canonical_json",
     "check_score_range",

@@ -99,8 +99,9 @@ class ClaimFailure:
 
 @dataclass(slots=True)
 class VerificationContext:
-    """What a verifier checks records against: the policy, the committed tenant roots and
-    sizes, and (for re-execution) the auditor's secrets: seed and committed embeddings."""
+    """What a verifier checks records against: the policy (and each account's own, where
+    committed), the committed tenant roots and sizes, and (for re-execution) the auditor's
+    secrets: seed and committed embeddings."""
 
     policy: AuditPolicy
     index_roots: Mapping[str, tuple[bytes, int]]
@@ -108,6 +109,7 @@ class VerificationContext:
     tenant_fixed: Mapping[str, np.ndarray] = field(default_factory=dict)
     tenant_ids: Mapping[str, Sequence[str]] = field(default_factory=dict)
     embedder: Embedder | None = None
+    account_policies: Mapping[str, AuditPolicy] = field(default_factory=dict)
 
 
 class ProofSystem(ABC):
@@ -154,7 +156,7 @@ class AuditorReexecution(ProofSystem):
             return fail("binding", "the provider gave no witness for this record")
         if witness.digest() != record.proof:
             return fail("binding", "the witness does not open the record's attestation π_q")
-        policy = ctx.policy
+        policy = ctx.account_policies.get(record.account, ctx.policy)
         q = witness.query_vector()
         # A1: the query embedding is Emb(q) for the committed embedder.
         if witness.query_text is not None:

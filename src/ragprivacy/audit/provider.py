@@ -20,8 +20,8 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,12 @@ from ragprivacy.audit.records import (
     topk_hash,
     verify_signature,
 )
-from ragprivacy.dp import AccountCounter, query_input, top_k_indices
+from ragprivacy.dp import GaussianNoisyTopK, query_input, top_k_indices
 from ragprivacy.embed import Embedder
-from ragprivacy.errors import ConfigError, DataError
+from ragprivacy.errors import BudgetExhaustedError, ConfigError, DataError
 
 __all__ = [
+    "POLICY_OVERRIDES",
     "AuditedProvider",
     "AuditorPackage",
     "CoalitionClaim",
@@ -62,6 +63,9 @@ __all__ = [
     "Misbehaviour",
     "PublicTranscript",
     "QueryAnswer",
+    "WitnessStore",
+    "account_policy",
+    "answer_query",
     "load_window",
     "save_window",
 ]
@@ -73,9 +77,12 @@ class Commitments:
 
     Besides the hashes of §5.2, the provider publishes what a verifier needs to check the
     records against them: the account → tenant map t(a) of the window (every record must
-    name its account's committed tenant), and the embedder's name, fingerprint, prompt
-    template and tokenizer (C_emb is their hash with the schema; a verifier re-embeds a
-    witnessed query text with an embedder of that fingerprint, claim A1).
+    name its account's committed tenant), each account's own policy where it differs from
+    the window's (``account_policies``: a smaller ε_acc, δ_acc or r, its σ and K; the
+    window policy is the largest budget any account has, which ε_audit is computed from),
+    and the embedder's name, fingerprint, prompt template and tokenizer (C_emb is their
+    hash with the schema; a verifier re-embeds a witnessed query text with an embedder of
+    that fingerprint, claim A1).
     """
 
     c_emb: str
@@ -86,6 +93,7 @@ class Commitments:
     policy: dict[str, Any]
     schema: dict[str, Any]
     accounts: dict[str, str]
+    account_policies: dict[str, dict[str, Any]]
     embedder: dict[str, str]
     published_at: int
     provider_key: str
@@ -221,6 +229,122 @@ class AuditorPackage:
         )
 
 
+def answer_query(
+    *,
+    window_id: str,
+    mechanism: GaussianNoisyTopK,
+    grid_bits: int,
+    index: TenantCommitment,
+    ids: Sequence[str],
+    seed: bytes,
+    account: str,
+    tenant: str,
+    query_fixed: np.ndarray,
+    query_hash: str,
+    query_text: str | None,
+    seq: int,
+    ts: int,
+    proof_system: ProofSystem,
+    scored_tenant: str | None = None,
+    select_before_noise: bool = False,
+    skip_clipping: bool = False,
+) -> tuple[QueryRecord, RecordWitness]:
+    """Answer one query privately: the one implementation every audited path runs.
+
+    Exact integer scores of the fixed-point query against every committed embedding of
+    the tenant's index, noise z_q derived from (s_W, rec_q = (W, a, t(a), H(q), j)) on every
+    score, the account mechanism's integer noise-then-select, then the record r_q with its
+    attestation π_q and the private witness (Merkle openings of the selected positions).
+    Appending the record, charging the account and signing the receipt are the caller's
+    (:class:`AuditedProvider`, the service). ``select_before_noise`` and ``skip_clipping``
+    are the deviations a cheating provider would run (tests only).
+    """
+    rec = query_input(window_id, account, tenant, query_hash, seq)
+    z = derived_noise(seed, rec, mechanism, index.size)
+    scores = integer_scores(index.fixed, query_fixed, grid_bits)
+    if select_before_noise:  # footnote 1's bug
+        positions = top_k_indices(mechanism.clip_units(scores), mechanism.k)
+    elif skip_clipping:
+        positions = top_k_indices(scores + z, mechanism.k)  # Δ no longer bounded
+    else:  # the account's noise-then-select, the rule the verifier re-executes
+        positions = mechanism.select_units(scores, z)
+    chosen = tuple(int(p) for p in positions)
+    chosen_ids = tuple(ids[p] for p in chosen)
+    openings = []
+    for p in chosen:
+        vector, proof = index.opening(p)
+        openings.append((p, vector.hex(), tuple(h.hex() for h in proof)))
+    witness = RecordWitness(
+        query_text=query_text,
+        query_fixed=np.asarray(query_fixed).astype("<i4").tobytes().hex(),
+        scored_tenant=scored_tenant or tenant,
+        noise_digest=noise_digest(z),
+        positions=chosen,
+        ids=chosen_ids,
+        openings=tuple(openings),
+    )
+    record = QueryRecord(
+        account,
+        tenant,
+        query_hash,
+        topk_hash(tenant, chosen, chosen_ids),
+        int(ts),
+        int(seq),
+        proof_system.prove_record(witness),
+    )
+    return record, witness
+
+
+class WitnessStore:
+    """Where a provider keeps its private witnesses, keyed by the record's attestation π_q
+    (the witness digest), so that a witness can be stored *before* its record is appended
+    (a crash in between leaves an unused witness, never a record without one). In memory
+    by default; a service keeps them durable."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, RecordWitness] = {}
+        self._lock = threading.Lock()
+
+    def put(self, proof: str, witness: RecordWitness) -> None:
+        with self._lock:
+            self._items[proof] = witness
+
+    def get(self, proof: str) -> RecordWitness | None:
+        with self._lock:
+            return self._items.get(proof)
+
+
+POLICY_OVERRIDES = ("epsilon_acc", "delta_acc", "rate_limit", "sigma", "top_k")
+
+
+def account_policy(policy: AuditPolicy, overrides: Mapping[str, Any] | None) -> AuditPolicy:
+    """An account's own policy: the window's with ``overrides`` (of
+    :data:`POLICY_OVERRIDES`), which may only lower ε_acc, δ_acc and r — the window policy
+    states the largest per-account budget, which ε_audit (eq. 5.2) is computed from."""
+    if not overrides:
+        return policy
+    unknown = sorted(set(overrides) - set(POLICY_OVERRIDES))
+    if unknown:
+        raise ConfigError(
+            f"An account policy may set {', '.join(POLICY_OVERRIDES)}; got {', '.join(unknown)}."
+        )
+    mine = replace(policy, **dict(overrides))
+    if (
+        mine.epsilon_acc > policy.epsilon_acc * (1 + 1e-12)
+        or mine.delta_acc > policy.delta_acc * (1 + 1e-12)
+        or mine.rate_limit > policy.rate_limit
+    ):
+        raise ConfigError(
+            "An account's epsilon_acc, delta_acc and rate_limit may not exceed the window "
+            "policy's (the window states the largest per-account budget); raise the window's."
+        )
+    return mine
+
+
+class _StaleCount(Exception):
+    """Another writer appended a record of the same account meanwhile: derive again."""
+
+
 class AuditedProvider:
     """Runs one audit window of the multi-tenant retrieval with audit instrumentation.
 
@@ -250,9 +374,11 @@ class AuditedProvider:
         tokenizer: str = "",
         proof_system: ProofSystem | None = None,
         misbehaviour: Misbehaviour | None = None,
+        account_policies: Mapping[str, Mapping[str, Any]] | None = None,
+        witness_store: WitnessStore | None = None,
+        commitments: Commitments | None = None,
     ) -> None:
         self.policy = policy
-        self._mechanism = policy.mechanism()
         self.embedder = embedder
         self.key = key or ProviderKey.generate()
         self.seed = seed if seed is not None else os.urandom(32)
@@ -272,16 +398,27 @@ class AuditedProvider:
             if t not in self._index:
                 raise ConfigError(f"Account {a!r} names unknown tenant {t!r}.")
         self.accounts = dict(accounts)
-        self._counter = AccountCounter(policy.rate_limit)
-        self._seq: dict[str, int] = dict.fromkeys(self.accounts, 0)  # records per account
-        self._lock = threading.Lock()  # one query at a time: j follows the ledger order
+        self.account_policies = {
+            a: dict(o) for a, o in sorted((account_policies or {}).items()) if o
+        }
+        unknown = sorted(set(self.account_policies) - set(self.accounts))
+        if unknown:
+            raise ConfigError(f"Policies given for unknown accounts: {', '.join(unknown)}.")
+        self._policies = {
+            a: account_policy(policy, self.account_policies.get(a)) for a in self.accounts
+        }
+        self._mechanisms = {a: p.mechanism() for a, p in self._policies.items()}
+        # The ledger is the counter: an account's queries are its records, counted as the
+        # ledger is read (also what other processes appended to the same file).
+        self._count: dict[str, int] = dict.fromkeys(self.accounts, 0)
+        self._scanned = 0
+        self._last_ts = 0
+        self._lock = threading.Lock()
         self.ledger = MerkleLog(ledger_path)
+        self.witnesses = witness_store or WitnessStore()
         self.prompt_template = prompt_template
         self.tokenizer = tokenizer
-        self._last_ts = 0
-        self._witnesses: dict[int, RecordWitness] = {}
-        self._queries: dict[int, np.ndarray] = {}
-        self._commitments: Commitments | None = None
+        self._commitments: Commitments | None = commitments
 
     # ------------------------------------------------------------------ phase A
     def schema(self) -> dict[str, Any]:
@@ -302,6 +439,10 @@ class AuditedProvider:
             policy=self.policy.to_dict(),
             schema=self.schema(),
             accounts=dict(sorted(self.accounts.items())),
+            account_policies={
+                a: {**o, "sigma": self._policies[a].noise_sigma}
+                for a, o in self.account_policies.items()
+            },
             embedder={
                 "name": self.embedder.name if self.embedder is not None else "",
                 "fingerprint": fp,
@@ -339,78 +480,108 @@ class AuditedProvider:
                 f"Timestamp {ts} lies outside the window [{self.policy.window_start}, "
                 f"{self.policy.window_end}]."
             )
+        q, hq = self._embed(text, vector)
+        with self._lock:  # one query of this process at a time; other processes: the guard
+            for _ in range(64):
+                self._scan()
+                expected = self._count[account]
+                try:
+                    return self._answer(account, text, q, hq, int(ts), expected)
+                except _StaleCount:
+                    continue
+        raise ConfigError("The ledger is too busy for this account; retry the query.")
+
+    def policy_of(self, account: str) -> AuditPolicy:
+        """The account's own policy (the window's, or its committed overrides)."""
+        return self._policies[account]
+
+    def used(self, account: str) -> int:
+        """Records of ``account`` in the ledger (its queries in the window so far)."""
         with self._lock:
-            # The account's counter: reserved before anything is scored, kept only if the
-            # record is appended (a failed query spends nothing of the rate limit r).
-            if self.misbehaviour.ignore_rate_limit:
-                limit = max(self.policy.rate_limit, self._counter.used(account) + 1)
-                reservation = self._counter.reserve(account, 1, limit=limit)
-            else:
-                reservation = self._counter.reserve(account, 1)
-            size = self.ledger.size
-            try:
-                return self._answer(account, text, vector, int(ts))
-            except BaseException:
-                if self.ledger.size == size:  # once r_q is in the ledger, the query counts
-                    self._counter.release(reservation)
-                raise
+            self._scan()
+            return self._count[account]
+
+    def _scan(self, *, refresh: bool = True) -> None:
+        """Count the records appended since the last scan (by any process)."""
+        if refresh:
+            self.ledger.refresh()
+        for i in range(self._scanned, self.ledger.size):
+            rec = QueryRecord.from_bytes(self.ledger.leaf(i))
+            self._count[rec.account] = self._count.get(rec.account, 0) + 1
+            self._last_ts = rec.ts
+        self._scanned = self.ledger.size
+
+    def _guard(self, account: str, expected: int, ts: int) -> Callable[[MerkleLog], None]:
+        """The check that runs inside the append, on the caught-up ledger: the account
+        has exactly the records its query number was derived from, is under its rate
+        limit, and ts follows the last record's."""
+
+        def check(log: MerkleLog) -> None:
+            self._scan(refresh=False)  # the append just caught the log up
+            if self._count[account] != expected:
+                raise _StaleCount
+            limit = self._policies[account].rate_limit
+            if expected >= limit and not self.misbehaviour.ignore_rate_limit:
+                raise BudgetExhaustedError(
+                    f"Account {account!r} has used its {limit} queries in this window; wait "
+                    "for the next window."
+                )
+            if log.size and ts <= self._last_ts:
+                raise ConfigError(
+                    f"Timestamps must increase with the ledger: {ts} follows {self._last_ts}."
+                )
+
+        return check
 
     def _answer(
-        self, account: str, text: str | None, vector: FloatArray | None, ts: int
+        self, account: str, text: str | None, q: np.ndarray, hq: str, ts: int, expected: int
     ) -> QueryAnswer:
-        if self.ledger.size and ts <= self._last_ts:
-            raise ConfigError(
-                f"Timestamps must increase with the ledger: {ts} follows {self._last_ts}."
+        limit = self._policies[account].rate_limit
+        if expected >= limit and not self.misbehaviour.ignore_rate_limit:
+            raise BudgetExhaustedError(
+                f"Account {account!r} has used its {limit} queries in this window; wait for "
+                "the next window."
             )
         bad = self.misbehaviour
         tenant = bad.record_tenant.get(account, self.accounts[account])
-        q, hq = self._embed(text, vector)
         if text is not None and account in bad.decoy_vectors:
             q = fixed_point(np.asarray(bad.decoy_vectors[account], dtype=np.float64))[0]
         scored = bad.cross_tenant.get(account, tenant)
-        index = self._index[scored]
-        seq = self._seq[account] + 1 + bad.seq_shift.get(account, 0)
-        rec = query_input(self.policy.window_id, account, tenant, hq, seq)
-        mech = self._mechanism
-        seed = self.misbehaviour.noise_seed or self.seed
-        z = derived_noise(seed, rec, mech, index.size)
-        scores = integer_scores(index.fixed, q, self.policy.grid_bits)
-        if self.misbehaviour.select_before_noise:  # footnote 1's bug
-            positions = top_k_indices(mech.clip_units(scores), mech.k)
-        elif self.misbehaviour.skip_clipping:
-            positions = top_k_indices(scores + z, mech.k)  # Δ no longer bounded
-        else:  # the account's noise-then-select, the rule the verifier re-executes
-            positions = mech.select_units(scores, z)
-        positions_t = tuple(int(p) for p in positions)
-        ids = tuple(self._ids[scored][p] for p in positions_t)
-        openings = tuple(
-            (p, index.opening(p)[0].hex(), tuple(h.hex() for h in index.opening(p)[1]))
-            for p in positions_t
-        )
-        witness = RecordWitness(
-            query_text=text,
-            query_fixed=q.astype("<i4").tobytes().hex(),
+        seq = expected + 1 + bad.seq_shift.get(account, 0)
+        record, witness = answer_query(
+            window_id=self.policy.window_id,
+            mechanism=self._mechanisms[account],
+            grid_bits=self.policy.grid_bits,
+            index=self._index[scored],
+            ids=self._ids[scored],
+            seed=bad.noise_seed or self.seed,
+            account=account,
+            tenant=tenant,
             scored_tenant=scored,
-            noise_digest=noise_digest(z),
-            positions=positions_t,
-            ids=ids,
-            openings=openings,
+            query_fixed=q,
+            query_hash=hq,
+            query_text=text,
+            seq=seq,
+            ts=ts,
+            proof_system=self.proof_system,
+            select_before_noise=bad.select_before_noise,
+            skip_clipping=bad.skip_clipping,
         )
-        th = topk_hash(tenant, positions_t, ids)
-        record = QueryRecord(
-            account, tenant, hq, th, int(ts), seq, self.proof_system.prove_record(witness)
-        )
-        pos = self.ledger.append(record.to_bytes())
-        self._seq[account] += 1
-        self._last_ts = int(ts)
-        self._witnesses[pos] = witness
-        self._queries[pos] = q
-        size = self.ledger.size
+        self.witnesses.put(record.proof, witness)  # durable before the record exists
+        pos = self.ledger.append(record.to_bytes(), guard=self._guard(account, expected, ts))
+        self._scan()
+        size = pos + 1
         unsigned = Receipt(
-            self.policy.window_id, account, hq, th, pos, size, self.ledger.root(size).hex()
+            self.policy.window_id,
+            account,
+            hq,
+            record.topk_hash,
+            pos,
+            size,
+            self.ledger.root(size).hex(),
         )
-        receipt = Receipt(**{**asdict(unsigned), "signature": self.key.sign(unsigned.message())})
-        return QueryAnswer(positions_t, ids, receipt)
+        receipt = replace(unsigned, signature=self.key.sign(unsigned.message()))
+        return QueryAnswer(witness.positions, witness.ids, receipt)
 
     def tree_head(self) -> SignedTreeHead:
         """The signed current ledger root C_ledger,t."""
@@ -422,10 +593,12 @@ class AuditedProvider:
     # ------------------------------------------------------------------ phase C
     def coalition_claim(self) -> CoalitionClaim:
         """ĉ by the agreed estimator over the window's queries, with its certificate."""
-        positions = sorted(self._queries)
+        self.ledger.refresh()
+        witnesses = self._witnesses_by_position()
+        positions = sorted(witnesses)
         records = [QueryRecord.from_bytes(self.ledger.leaf(p)) for p in positions]
         estimate = estimate_coalition(
-            np.stack([self._queries[p] for p in positions]).astype(np.float64)
+            np.stack([witnesses[p].query_vector() for p in positions]).astype(np.float64)
             if positions
             else np.zeros((0, 1)),
             [r.account for r in records],
@@ -447,6 +620,7 @@ class AuditedProvider:
     def transcript(self) -> PublicTranscript:
         if self._commitments is None:
             raise ConfigError("Nothing to publish: call commit first.")
+        self.ledger.refresh()
         return PublicTranscript(
             commitments=self._commitments,
             records=[self.ledger.leaf(i) for i in range(self.ledger.size)],
@@ -454,10 +628,19 @@ class AuditedProvider:
             coalition=self.coalition_claim(),
         )
 
+    def _witnesses_by_position(self) -> dict[int, RecordWitness]:
+        out = {}
+        for i in range(self.ledger.size):
+            w = self.witnesses.get(QueryRecord.from_bytes(self.ledger.leaf(i)).proof)
+            if w is not None:
+                out[i] = w
+        return out
+
     def auditor_package(self) -> AuditorPackage:
+        self.ledger.refresh()
         return AuditorPackage(
             seed=self.seed,
-            witnesses=dict(self._witnesses),
+            witnesses=self._witnesses_by_position(),
             tenant_fixed={t: c.fixed for t, c in self._index.items()},
             tenant_ids={t: list(v) for t, v in self._ids.items()},
         )

@@ -58,7 +58,12 @@ from ragprivacy.audit.commitments import (
 from ragprivacy.audit.epsilon import epsilon_audit
 from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclusion
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
-from ragprivacy.audit.provider import AuditorPackage, CoalitionClaim, PublicTranscript
+from ragprivacy.audit.provider import (
+    AuditorPackage,
+    CoalitionClaim,
+    PublicTranscript,
+    account_policy,
+)
 from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import RagPrivacyError
@@ -187,8 +192,18 @@ class Verifier:
                 )
         if com.c_ledger0 != EMPTY_LEDGER.hex():
             failures.append(CheckFailure("commitment_integrity", "C_ledger,0 is not H(⊥)"))
+        policies: dict[str, AuditPolicy] = {}
         if policy is not None:
             failures.extend(_sigma_floor(policy))
+            for acct, overrides in sorted(com.account_policies.items()):
+                try:
+                    policies[acct] = account_policy(policy, overrides)
+                except (RagPrivacyError, TypeError) as exc:
+                    failures.append(
+                        CheckFailure("commitment_integrity", f"account {acct!r}'s policy: {exc}")
+                    )
+                    continue
+                failures.extend(_sigma_floor(policies[acct], acct))
         emb = com.embedder
         if (
             embedding_commitment(
@@ -262,7 +277,7 @@ class Verifier:
             records.append(rec)
         # 3. the account policy: t(a), query numbers j, the rate limit r
         if policy is not None:
-            failures.extend(_account_policy(records, com.accounts, policy))
+            failures.extend(_account_policy(records, com.accounts, policy, policies))
         # 4. receipts (M5)
         final = log.size
         final_root = log.root()
@@ -327,6 +342,7 @@ class Verifier:
                 tenant_fixed=package.tenant_fixed if package else {},
                 tenant_ids=package.tenant_ids if package else {},
                 embedder=embedder,
+                account_policies=policies,
             )
             for pos in positions:
                 rec = records[pos]
@@ -456,7 +472,7 @@ class Verifier:
         return out
 
 
-def _sigma_floor(policy: AuditPolicy) -> list[CheckFailure]:
+def _sigma_floor(policy: AuditPolicy, account: str | None = None) -> list[CheckFailure]:
     """The committed σ against eq. (3.4) for the committed (ε_acc, δ_acc, r, Δ).
 
     ε_audit (eq. 5.2) composes k_max accounts that are each (ε_acc, δ_acc)-DP over r
@@ -467,10 +483,11 @@ def _sigma_floor(policy: AuditPolicy) -> list[CheckFailure]:
     need = replace(policy, sigma=None).noise_sigma
     if policy.noise_sigma >= need * (1 - 1e-12):
         return []
+    whose = "" if account is None else f"account {account!r}: "
     return [
         CheckFailure(
             "commitment_integrity",
-            f"the committed σ = {policy.noise_sigma:.6g} is below the σ = {need:.6g} that "
+            f"{whose}the committed σ = {policy.noise_sigma:.6g} is below the σ = {need:.6g} that "
             f"eq. (3.4) gives for ε_acc = {policy.epsilon_acc:g}, δ_acc = "
             f"{policy.delta_acc:g}, r = {policy.rate_limit}, Δ = {policy.sensitivity:g}: the "
             "per-account guarantee ε_audit rests on does not hold",
@@ -479,7 +496,10 @@ def _sigma_floor(policy: AuditPolicy) -> list[CheckFailure]:
 
 
 def _account_policy(
-    records: Sequence[QueryRecord | None], accounts: Mapping[str, str], policy: AuditPolicy
+    records: Sequence[QueryRecord | None],
+    accounts: Mapping[str, str],
+    policy: AuditPolicy,
+    policies: Mapping[str, AuditPolicy],
 ) -> list[CheckFailure]:
     """t(a) as committed, query numbers j = 1, 2, … in ledger order, at most r per account."""
     out: list[CheckFailure] = []
@@ -514,13 +534,14 @@ def _account_policy(
                     "noise input rec_q",
                 )
             )
-    over = sorted(a for a, n in count.items() if n > policy.rate_limit)
-    for a in over:
-        out.append(
-            CheckFailure(
-                "account_policy",
-                f"account {a!r} has {count[a]} records in the window, more than its rate "
-                f"limit r = {policy.rate_limit} (the per-account guarantee assumes at most r)",
+    for a in sorted(count):
+        limit = policies.get(a, policy).rate_limit
+        if count[a] > limit:
+            out.append(
+                CheckFailure(
+                    "account_policy",
+                    f"account {a!r} has {count[a]} records in the window, more than its rate "
+                    f"limit r = {limit} (the per-account guarantee assumes at most r)",
+                )
             )
-        )
     return out
