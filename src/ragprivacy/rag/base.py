@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -85,8 +85,27 @@ class RAGSystem(ABC):
     def answer_batch(
         self, queries: Sequence[str | Query], *, account: str | None = None
     ) -> list[Response]:
-        """Answer several queries in order (systems override this to batch)."""
-        return [self.answer(q, account=account) for q in queries]
+        """Answer several queries in order, all or nothing: if one fails, what the earlier
+        ones spent is given back (no answer reached the caller). Systems override this to
+        batch."""
+        refunds: list[Callable[[], None]] = []
+        out: list[Response] = []
+        try:
+            for q in queries:
+                out.append(self._answer_refundable(q, account, refunds))
+        except BaseException:
+            for undo in reversed(refunds):
+                undo()
+            raise
+        return out
+
+    def _answer_refundable(
+        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
+    ) -> Response:
+        """Answer one query and append to ``refunds`` how to give back what it spent, for
+        a batch that fails later. Systems that spend budgets override this (and answer
+        through it); the default spends nothing to give back."""
+        return self.answer(query, account=account)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready description of the system (recorded in results)."""

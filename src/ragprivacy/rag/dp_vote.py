@@ -50,7 +50,7 @@ import math
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -421,16 +421,26 @@ class DPVoteRAG(_Voting):
         self.vote.discoveries(self.epsilon)
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        return self._answer_refundable(query, account, [])
+
+    def _answer_refundable(
+        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
+    ) -> Response:
         q = Query.of(query)
         retrieval = self.retriever.retrieve(q.search_text, account=account)
         with released_on_failure(self.retriever, [retrieval], account):
-            texts = self.retriever.kb.texts(retrieval.indices)
+            texts = self.retriever.knowledge_base_for(account).texts(retrieval.indices)
             result, _ = self._answer_with(q, texts, self.epsilon)
+        refunds.append(lambda: self.retriever.release([retrieval], account=account))
         eps = result.max_discoveries * self.vote.epsilon_token
-        return _response(result, retrieval, self._cost(eps, retrieval))
+        return _response(result, retrieval, self._cost(eps, retrieval, account))
 
     def _cost(
-        self, epsilon: float, retrieval: Retrieval, cumulative: float | None = None
+        self,
+        epsilon: float,
+        retrieval: Retrieval,
+        account: str | None,
+        cumulative: float | None = None,
     ) -> PrivacyCost:
         events: list[PrivacyEvent] = [PureDpEvent(epsilon)]
         if retrieval.event.guaranteed:  # a private retriever's own event adds to the vote's
@@ -438,7 +448,7 @@ class DPVoteRAG(_Voting):
         return answer_cost(
             events,
             mechanism=self.name,
-            delta=self.retriever.delta,
+            delta=self.retriever.delta_for(account),
             cumulative_epsilon=cumulative,
         )
 

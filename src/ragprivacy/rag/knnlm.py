@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ragprivacy._validation import check_in_range, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus
+from ragprivacy.errors import BudgetExhaustedError, RagPrivacyError
 from ragprivacy.generate import (
     Generator,
     Prompt,
@@ -36,9 +37,9 @@ from ragprivacy.generate import (
     normalize_all,
     tokenize,
 )
-from ragprivacy.rag.base import Query, RAGSystem, answer_cost, register_system
+from ragprivacy.rag.base import Query, RAGSystem, answer_cost, refunded_failure, register_system
 from ragprivacy.retrieval import Retriever
-from ragprivacy.types import Document, PrivacyCost, PrivacyEvent, Response
+from ragprivacy.types import Document, PrivacyCost, PrivacyEvent, Response, Retrieval
 
 __all__ = ["KNNLM", "KNN_WINDOW", "knn_datastore"]
 
@@ -113,9 +114,10 @@ class KNNLM(RAGSystem):
         self._next = _next_tokens(retriever.kb.corpus)
 
     def _knn(
-        self, history: Sequence[str], account: str | None
+        self, history: Sequence[str], account: str | None, made: list[Retrieval]
     ) -> tuple[dict[str, float], PrivacyEvent]:
         r = self.retriever.retrieve(detokenize(list(history[-self.window :])), account=account)
+        made.append(r)
         if not r.indices:
             return {}, r.event
         s = np.asarray(r.scores, dtype=np.float64) / self.temperature
@@ -166,23 +168,46 @@ class KNNLM(RAGSystem):
         return best, dist.tokens[last], mixed[best]
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        return self._answer_refundable(query, account, [])
+
+    def _answer_refundable(
+        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
+    ) -> Response:
         q = Query.of(query)
         prompt = Prompt(Task.CONTINUE if q.task == Task.ANSWER else q.task, q.text, ())
         history = tokenize(q.text)
         out: list[str] = []
         logprobs: list[float] = []
         events: list[PrivacyEvent] = []
+        made: list[Retrieval] = []
         calls = 0
-        for _ in range(self.max_tokens):
-            dist = self.generator.next_token_distribution(prompt, out)
-            knn, event = self._knn(history + out, account)
-            calls += 1
-            events.append(event)
-            best, form, p_best = self._mix_argmax(dist, knn)
-            if best == normalize(EOS) or best == "<unk>":
-                break
-            out.append(form)
-            logprobs.append(float(np.log(max(p_best, 1e-300))))
+        try:
+            for _ in range(self.max_tokens):
+                dist = self.generator.next_token_distribution(prompt, out)
+                knn, event = self._knn(history + out, account, made)
+                calls += 1
+                events.append(event)
+                best, form, p_best = self._mix_argmax(dist, knn)
+                if best == normalize(EOS) or best == "<unk>":
+                    break
+                out.append(form)
+                logprobs.append(float(np.log(max(p_best, 1e-300))))
+        except Exception as exc:
+            # Spend only on success, and release nothing: the prefix the generator saw was
+            # read from the datastore, so its error may quote private documents.
+            self._release(made, account)
+            if isinstance(exc, RagPrivacyError) and not made:
+                raise  # refused before any search (e.g. over budget): nothing was read
+            if isinstance(exc, BudgetExhaustedError):
+                raise BudgetExhaustedError(
+                    "The account's budget ran out partway through the answer; the searches "
+                    "it made were given back and nothing was released."
+                ) from None
+            raise refunded_failure(exc) from None
+        except BaseException:
+            self._release(made, account)
+            raise
+        refunds.append(lambda: self._release(made, account))
         return Response(
             text=detokenize(out),
             tokens=tuple(out),
@@ -190,6 +215,11 @@ class KNNLM(RAGSystem):
             privacy=self._cost(events),
             metadata={"retrievals": calls},
         )
+
+    def _release(self, made: Sequence[Retrieval], account: str | None) -> None:
+        # Searches of one answer may span reservations (one per search): give each back.
+        for r in made:
+            self.retriever.release([r], account=account)
 
     def _cost(self, events: list[PrivacyEvent]) -> PrivacyCost:
         # Every generated token mixes in the neighbours of one datastore search: the answer

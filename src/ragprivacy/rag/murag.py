@@ -35,6 +35,7 @@ document paid.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,15 @@ class NaiveMultiRAG(DPVoteRAG):
         return self._spent.get(account or "anonymous", 0.0)
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        return self._answer_refundable(query, account, [])
+
+    def _give_back(self, key: str, cost: float) -> None:
+        with self._lock:
+            self._spent[key] = max(self._spent.get(key, 0.0) - cost, 0.0)
+
+    def _answer_refundable(
+        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
+    ) -> Response:
         key = account or "anonymous"
         cost = self.vote.discoveries(self.epsilon) * self.vote.epsilon_token
         with self._lock:  # check and reserve before any retrieval or generation
@@ -98,13 +108,18 @@ class NaiveMultiRAG(DPVoteRAG):
             q = Query.of(query)
             retrieval = self.retriever.retrieve(q.search_text, account=account)
             with released_on_failure(self.retriever, [retrieval], account):
-                texts = self.retriever.kb.texts(retrieval.indices)
+                texts = self.retriever.knowledge_base_for(account).texts(retrieval.indices)
                 result, _ = self._answer_with(q, texts, self.epsilon)
         except BaseException:  # nothing was released: give the reservation back
-            with self._lock:
-                self._spent[key] = max(self._spent.get(key, 0.0) - cost, 0.0)
+            self._give_back(key, cost)
             raise
-        return _response(result, retrieval, self._cost(cost, retrieval, spent + cost))
+
+        def undo() -> None:
+            self.retriever.release([retrieval], account=account)
+            self._give_back(key, cost)
+
+        refunds.append(undo)
+        return _response(result, retrieval, self._cost(cost, retrieval, account, spent + cost))
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
@@ -179,12 +194,18 @@ class MuRAG(_Voting):
         return self.screener.target_epsilon
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        return self._answer_refundable(query, account, [])
+
+    def _answer_refundable(
+        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
+    ) -> Response:
         q = Query.of(query)
         with self._lock:
             screening = self.screener.screen_batch([q.search_text])[0]  # charges first
             with released_on_failure(self.screener, [screening.retrieval], account):
                 texts = self.screener.kb.texts(screening.retrieval.indices)
                 result, _ = self._answer_with(q, texts, self.screener.epsilon_rag)
+            refunds.append(lambda: self.screener.release([screening.retrieval], account=account))
             charged = list(screening.charged)
             if charged:
                 spent = float(np.max(self.screener.document_epsilon(charged)))
