@@ -1,0 +1,37 @@
+"""The service: a multi-tenant private RAG provider that an auditor verifies from outside.
+
+Importable without HTTP: :class:`ServiceState` (the durable state directory),
+:class:`ServiceProvider` (the open window's private answers, built on the one audited
+provider core of :mod:`ragprivacy.audit`), :func:`open_window` / :func:`close_window` /
+:func:`export_auditor` (the admin's window steps). See docs/service.md.
+"""
+
+from __future__ import annotations
+
+from ragprivacy.service.keys import ApiKey, new_key, parse_key
+from ragprivacy.service.provider import (
+    ServedAnswer,
+    ServiceProvider,
+    WindowClosedError,
+    close_window,
+    export_auditor,
+    open_window,
+)
+from ragprivacy.service.state import MODES, AuthError, ServiceState, SqliteWitnessStore, Window
+
+__all__ = [
+    "MODES",
+    "ApiKey",
+    "AuthError",
+    "ServedAnswer",
+    "ServiceProvider",
+    "ServiceState",
+    "SqliteWitnessStore",
+    "Window",
+    "WindowClosedError",
+    "close_window",
+    "export_auditor",
+    "new_key",
+    "open_window",
+    "parse_key",
+]

@@ -1,0 +1,331 @@
+"""The service's provider: audit windows over the state directory, and private answers.
+
+One audit window is open at a time. Opening it (:func:`open_window`, an admin step)
+snapshots the tenants' documents, the accounts and their policies, draws the window seed
+s_W and publishes the signed commitments (phase A) of an
+:class:`ragprivacy.audit.AuditedProvider`. Every query is then that provider's one step,
+:func:`ragprivacy.audit.answer_query`: exact scores against every committed embedding of
+the account's tenant, noise derived from (s_W, rec_q) on every score, the account's
+noise-then-select, the witness stored, the record appended to the window's durable ledger
+— whose guard is the account's rate limit, so an account's spend *is* its records and
+nothing is charged for a query without a record — and the receipt signed. Closing the
+window (:func:`close_window`) certifies the coalition claim (phase C).
+
+Several server workers (processes) may serve one window: each holds an
+:class:`AuditedProvider` over the same ledger file, witness table and stored commitments;
+the ledger's write lock orders their appends.
+
+The window policy states the largest per-account budget (ε_acc, δ_acc, r) and K of any
+account, which ε_audit is computed from; each account's own, smaller policy is committed
+beside it. Deviation: only the ``noisy_topk`` mode is served (the collusion paper's
+system); MURAG, MURAG-ADA and DP voting tenants are refused at creation until those paths
+join the audited core.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ragprivacy.audit import (
+    AuditedProvider,
+    AuditPolicy,
+    Commitments,
+    SignedTreeHead,
+)
+from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.service.state import ServiceState, SqliteWitnessStore, Window
+
+__all__ = [
+    "ServedAnswer",
+    "ServiceProvider",
+    "WindowClosedError",
+    "close_window",
+    "export_auditor",
+    "open_window",
+]
+
+_TEN_YEARS_NS = 10 * 365 * 24 * 3600 * 10**9
+
+
+class WindowClosedError(ConfigError):
+    """No audit window is open, or the account joined after the open one was committed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServedAnswer:
+    """What an account gets for one query: the documents, its receipt, the privacy it
+    spent and the budget it has left."""
+
+    window_id: str
+    documents: tuple[tuple[str, str], ...]
+    receipt: dict[str, Any]
+    privacy: dict[str, Any]
+    budget: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window_id": self.window_id,
+            "documents": [{"id": i, "text": t} for i, t in self.documents],
+            "receipt": self.receipt,
+            "privacy": self.privacy,
+            "budget": self.budget,
+        }
+
+
+def _window_policy(
+    state: ServiceState, window_id: str, start_ns: int
+) -> tuple[AuditPolicy, dict[str, str], dict[str, dict[str, Any]], dict[str, int]]:
+    accounts = state.accounts()
+    tenants = state.tenants()
+    if not accounts:
+        raise ConfigError("Create at least one account ('account create') before opening a window.")
+    used = sorted({a["tenant"] for a in accounts.values()})
+    empty = [t for t in used if tenants[t]["documents"] == 0]
+    if empty:
+        raise ConfigError(
+            f"Tenant(s) {', '.join(empty)} have accounts but no documents; add documents "
+            "('docs add') before opening a window."
+        )
+    k_max = state.k_max
+    delta = max(a["delta"] for a in accounts.values())
+    policy = AuditPolicy(
+        epsilon_acc=max(a["epsilon"] for a in accounts.values()),
+        delta_acc=delta,
+        rate_limit=max(a["rate_limit"] for a in accounts.values()),
+        k_max=k_max,
+        delta_policy=(k_max + 1) * delta,
+        window_id=window_id,
+        window_start=start_ns,
+        window_end=start_ns + _TEN_YEARS_NS,
+        top_k=max(tenants[t]["k"] for t in used),
+    )
+    overrides: dict[str, dict[str, Any]] = {}
+    for name, a in accounts.items():
+        mine = {
+            "epsilon_acc": a["epsilon"],
+            "delta_acc": a["delta"],
+            "rate_limit": a["rate_limit"],
+            "top_k": tenants[a["tenant"]]["k"],
+        }
+        differ = {k: v for k, v in mine.items() if getattr(policy, k) != v}
+        if differ:
+            overrides[name] = differ
+    sizes = {t: int(tenants[t]["documents"]) for t in used}
+    return policy, {n: a["tenant"] for n, a in accounts.items()}, overrides, sizes
+
+
+def _provider(state: ServiceState, window: Window) -> AuditedProvider:
+    snap = window.snapshot
+    tenants = {}
+    for t, count in snap["tenants"].items():
+        ids, _texts, vectors = state.documents(t, count)
+        tenants[t] = (ids, vectors)
+    com = Commitments.from_dict(window.commitments)
+    return AuditedProvider(
+        policy=AuditPolicy.from_dict(com.policy),
+        tenants=tenants,
+        accounts=com.accounts,
+        account_policies=com.account_policies,  # with each account's committed σ
+        embedder=state.embedder(),
+        key=state.identity(),
+        seed=state.window_seed(window.window_id),
+        ledger_path=state.ledger_path(window.window_id),
+        witness_store=SqliteWitnessStore(state, window.window_id),
+        commitments=com,
+    )
+
+
+def open_window(state: ServiceState, window_id: str | None = None) -> Window:
+    """Open the next audit window: snapshot, seed, signed commitments (phase A)."""
+    if state.open_windows():
+        raise ConfigError("A window is already open; close it first ('window close').")
+    window_id = window_id or f"W{state.next_window_number()}"
+    start = time.time_ns()
+    policy, accounts, overrides, sizes = _window_policy(state, window_id, start)
+    tenants = {}
+    for t, count in sizes.items():
+        ids, _texts, vectors = state.documents(t, count)
+        tenants[t] = (ids, vectors)
+    seed = os.urandom(32)
+    provider = AuditedProvider(
+        policy=policy,
+        tenants=tenants,
+        accounts=accounts,
+        account_policies=overrides,
+        embedder=state.embedder(),
+        key=state.identity(),
+        seed=seed,
+        ledger_path=state.ledger_path(window_id),
+        witness_store=SqliteWitnessStore(state, window_id),
+    )
+    commitments = provider.commit(published_at=start)
+    provider.ledger.close()
+    return state.insert_window(window_id, seed, {"tenants": sizes}, commitments.to_dict())
+
+
+def close_window(state: ServiceState) -> Window:
+    """Close the open window: certify ĉ over its queries (phase C) and freeze it."""
+    open_ = state.open_windows()
+    if not open_:
+        raise ConfigError("No window is open ('window open' starts one).")
+    window = open_[0]
+    provider = _provider(state, window)
+    transcript = provider.transcript()
+    state.finish_window(
+        window.window_id, transcript.coalition.to_dict(), transcript.tree_head.to_dict()
+    )
+    provider.ledger.close()
+    return state.window(window.window_id)
+
+
+def export_auditor(state: ServiceState, window_id: str, directory: str | Path) -> Path:
+    """Write the trusted auditor's package (seed, witnesses, embeddings) of a window to
+    ``directory/auditor.json`` (mode 0600). Only the admin does this."""
+    from ragprivacy.audit import save_window
+
+    window = state.window(window_id)
+    provider = _provider(state, window)
+    transcript = provider.transcript()
+    out = save_window(directory, transcript, [], provider.auditor_package())
+    os.chmod(out / "auditor.json", 0o600)
+    provider.ledger.close()
+    return out
+
+
+class ServiceProvider:
+    """Serves the open window's queries for authenticated accounts (thread-safe)."""
+
+    def __init__(self, state: ServiceState) -> None:
+        self.state = state
+        self._lock = threading.Lock()
+        self._window_id: str | None = None
+        self._provider: AuditedProvider | None = None
+        self._texts: dict[str, dict[str, str]] = {}
+
+    def _current(self) -> tuple[Window, AuditedProvider]:
+        open_ = self.state.open_windows()
+        if not open_:
+            raise WindowClosedError("No audit window is open; the service answers only inside one.")
+        window = open_[0]
+        with self._lock:
+            if self._window_id != window.window_id or self._provider is None:
+                if self._provider is not None:
+                    self._provider.ledger.close()
+                self._provider = _provider(self.state, window)
+                self._window_id = window.window_id
+                self._texts = {}
+                for t, count in window.snapshot["tenants"].items():
+                    ids, texts, _ = self.state.documents(t, count)
+                    self._texts[t] = dict(zip(ids, texts))
+            return window, self._provider
+
+    def tenant_of(self, account: str) -> str:
+        _, provider = self._current()
+        if account not in provider.accounts:
+            raise WindowClosedError(
+                "This account joined after the open window was committed; it can query "
+                "from the next window."
+            )
+        return provider.accounts[account]
+
+    def retrieve(self, account: str, query: str, *, k: int | None = None) -> ServedAnswer:
+        """The account's private top-K for ``query`` in the open window."""
+        window, provider = self._current()
+        tenant = self.tenant_of(account)
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigError("The query must be a non-empty string.")
+        policy = provider.policy_of(account)
+        if k is not None and not 1 <= k <= policy.top_k:
+            raise ConfigError(f"'k' must be between 1 and this tenant's K = {policy.top_k}.")
+        for _ in range(8):  # two workers may stamp the same instant: take the next one
+            try:
+                answer = provider.query(account, query, ts=time.time_ns())
+                break
+            except BudgetExhaustedError:
+                raise
+            except ConfigError as exc:
+                if "Timestamps must increase" not in str(exc):
+                    raise
+        else:
+            raise ConfigError("The ledger is busy; retry the query.")
+        keep = answer.ids[: k or len(answer.ids)]  # a shorter list is post-processing
+        texts = self._texts[tenant]
+        return ServedAnswer(
+            window_id=window.window_id,
+            documents=tuple((i, texts[i]) for i in keep),
+            receipt=answer.receipt.to_dict(),
+            privacy=self._spent(account, provider),
+            budget=self._budget(account, provider),
+        )
+
+    @staticmethod
+    def _spent(account: str, provider: AuditedProvider) -> dict[str, Any]:
+        """This query's ε and the account's ε so far in the window (exact Gaussian DP of
+        its records, each a Gaussian of σ and Δ), at the account's δ."""
+        policy = provider.policy_of(account)
+        sigma, sens = policy.noise_sigma, policy.sensitivity
+        used = provider.used(account)
+        per_query = gaussian_epsilon(composed_gaussian_mu(sigma, 1, sens), policy.delta_acc)
+        total = gaussian_epsilon(composed_gaussian_mu(sigma, used, sens), policy.delta_acc)
+        return {
+            "mechanism": "gaussian-noisy-topk",
+            "epsilon": per_query,
+            "delta": policy.delta_acc,
+            "cumulative_epsilon": total,
+            "sigma": sigma,
+            "sensitivity": sens,
+            "scope": "retrieval",
+        }
+
+    @staticmethod
+    def _budget(account: str, provider: AuditedProvider) -> dict[str, Any]:
+        policy = provider.policy_of(account)
+        used = provider.used(account)
+        return {
+            "rate_limit": policy.rate_limit,
+            "used": used,
+            "remaining": max(policy.rate_limit - used, 0),
+            "epsilon_acc": policy.epsilon_acc,
+            "delta_acc": policy.delta_acc,
+        }
+
+    def budget(self, account: str) -> dict[str, Any]:
+        _, provider = self._current()
+        self.tenant_of(account)
+        return self._budget(account, provider)
+
+    # ------------------------------------------------------------------ public audit
+    def tree_head(self, window_id: str) -> SignedTreeHead:
+        window, provider = self._window_provider(window_id)
+        if window.tree_head is not None:
+            return SignedTreeHead.from_dict(window.tree_head)
+        return provider.tree_head()
+
+    def _window_provider(self, window_id: str) -> tuple[Window, AuditedProvider]:
+        window = self.state.window(window_id)
+        if window.status == "open":
+            return self._current()
+        return window, _provider(self.state, window)
+
+    def records(self, window_id: str, start: int, end: int | None) -> list[str]:
+        _, provider = self._window_provider(window_id)
+        provider.ledger.refresh()
+        size = provider.ledger.size
+        end = size if end is None else min(end, size)
+        return [provider.ledger.leaf(i).decode() for i in range(max(start, 0), max(end, 0))]
+
+    def inclusion_proof(self, window_id: str, position: int, size: int) -> list[str]:
+        _, provider = self._window_provider(window_id)
+        provider.ledger.refresh()
+        return [h.hex() for h in provider.ledger.inclusion_proof(position, size)]
+
+    def consistency_proof(self, window_id: str, old: int, new: int) -> list[str]:
+        _, provider = self._window_provider(window_id)
+        provider.ledger.refresh()
+        return [h.hex() for h in provider.ledger.consistency_proof(old, new)]

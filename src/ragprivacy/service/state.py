@@ -1,0 +1,502 @@
+"""The service's state directory: everything durable, in one place.
+
+``DIR/state.sqlite`` (WAL, ``synchronous=FULL``) holds the settings, tenants, documents
+with their embeddings, accounts and their policies, hashed API keys, audit windows (with
+their secret seeds s_W, their commitments and, once closed, the coalition claim) and the
+witnesses of every ledger record; ``DIR/ledgers/<window>.sqlite`` is each window's Merkle
+ledger; ``DIR/identity.key`` is the provider's Ed25519 identity key, created at first use
+with mode 0600. Several processes (the server's workers, an admin command) may open the
+directory at once: every write is one SQLite transaction.
+
+Secrets (the identity key, the window seeds, the API key secrets) never leave this module
+except the identity key to the signer and a seed to the admin's auditor export; reprs and
+errors name none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._sqlite import connect_wal
+from ragprivacy._validation import check_choice, check_in_range, check_positive, check_positive_int
+from ragprivacy.audit import ProviderKey, RecordWitness, WitnessStore
+from ragprivacy.embed import Embedder, create_embedder
+from ragprivacy.errors import ConfigError, DataError
+from ragprivacy.service.keys import ApiKey, hash_secret, new_key, parse_key, secret_matches
+from ragprivacy.types import Document
+
+__all__ = ["MODES", "AuthError", "ServiceState", "SqliteWitnessStore", "Window"]
+
+#: Privacy modes a tenant may run (collusion paper §2.1 and Private-RAG).
+MODES = ("noisy_topk", "murag", "murag_ada", "dp_vote")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+    tenant TEXT PRIMARY KEY, mode TEXT NOT NULL, k INTEGER NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    tenant TEXT NOT NULL, pos INTEGER NOT NULL, doc_id TEXT NOT NULL, text TEXT NOT NULL,
+    vector BLOB NOT NULL, PRIMARY KEY (tenant, pos), UNIQUE (tenant, doc_id));
+CREATE TABLE IF NOT EXISTS accounts (
+    account TEXT PRIMARY KEY, tenant TEXT NOT NULL, epsilon REAL NOT NULL,
+    delta REAL NOT NULL, rate_limit INTEGER NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY, account TEXT NOT NULL, salt BLOB NOT NULL, hash BLOB NOT NULL,
+    created REAL NOT NULL, revoked REAL);
+CREATE TABLE IF NOT EXISTS windows (
+    window_id TEXT PRIMARY KEY, number INTEGER NOT NULL UNIQUE, status TEXT NOT NULL,
+    seed BLOB NOT NULL, opened REAL NOT NULL, closed REAL, snapshot TEXT NOT NULL,
+    commitments TEXT NOT NULL, coalition TEXT, tree_head TEXT);
+CREATE TABLE IF NOT EXISTS witnesses (
+    window_id TEXT NOT NULL, proof TEXT NOT NULL, witness TEXT NOT NULL,
+    PRIMARY KEY (window_id, proof)) WITHOUT ROWID;
+"""
+_WAIT_S = 30.0
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+class AuthError(ConfigError):
+    """A missing, malformed, unknown or revoked API key (the message names no account)."""
+
+
+def _name(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 64 or not set(value) <= _NAME_CHARS:
+        raise ConfigError(
+            f"A {kind} id must be 1-64 characters of letters, digits, '-', '_' or '.'; "
+            f"got {value!r}."
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """An audit window as stored: its id, number, status and what was committed."""
+
+    window_id: str
+    number: int
+    status: str
+    snapshot: dict[str, Any]
+    commitments: dict[str, Any]
+    coalition: dict[str, Any] | None
+    tree_head: dict[str, Any] | None
+
+    @property
+    def ledger_name(self) -> str:
+        return f"{self.window_id}.sqlite"
+
+
+class ServiceState:
+    """The state directory of one service (see the module docstring).
+
+    Args:
+        directory: where the state lives (created when ``create`` is True).
+        create: make the directory and its files if missing.
+        embedder: the embedder spec for a new state (default ``"hashing"``); an existing
+            state keeps the one it was made with.
+    """
+
+    def __init__(
+        self, directory: str | Path, *, create: bool = True, embedder: str | None = None
+    ) -> None:
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ConfigError(f"The state directory {self.directory} is a file; give a directory.")
+        if not self.directory.exists():
+            if not create:
+                raise ConfigError(
+                    f"No service state in {self.directory}; create it with 'ragprivacy admin "
+                    f"--state {self.directory} tenant create ...'."
+                )
+            self.directory.mkdir(parents=True, mode=0o700)
+        (self.directory / "ledgers").mkdir(exist_ok=True, mode=0o700)
+        self._local = threading.local()
+        conn = self._conn()
+        if embedder is not None or self.setting("embedder") is None:
+            spec = embedder or "hashing"
+            existing = self.setting("embedder")
+            if existing is not None and existing != spec:
+                raise ConfigError(
+                    f"This state was made with the embedder {existing!r}; it cannot change to "
+                    f"{spec!r} (the stored embeddings are {existing!r}'s)."
+                )
+            create_embedder(spec)  # refuse an unknown spec before storing it
+            conn.execute("INSERT OR IGNORE INTO settings VALUES ('embedder', ?)", (spec,))
+        self._embedder: Embedder | None = None
+        self._identity: ProviderKey | None = None
+        os.chmod(self.directory / "state.sqlite", 0o600)
+
+    def __repr__(self) -> str:
+        return f"ServiceState({str(self.directory)!r})"
+
+    # ------------------------------------------------------------------ plumbing
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect_wal(
+                self.directory / "state.sqlite",
+                timeout=_WAIT_S,
+                synchronous="FULL",
+                schema=_SCHEMA,
+                autocommit=True,
+            )
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def setting(self, key: str) -> str | None:
+        row = self._conn().execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_setting(self, key: str, value: str) -> None:
+        with self._write() as conn:
+            conn.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (key, value))
+
+    @property
+    def k_max(self) -> int:
+        """The coalition cap every window commits (default 4)."""
+        return int(self.setting("k_max") or 4)
+
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = create_embedder(str(self.setting("embedder")))
+        return self._embedder
+
+    def identity(self) -> ProviderKey:
+        """The provider's Ed25519 identity key, created with mode 0600 at first use."""
+        if self._identity is None:
+            path = self.directory / "identity.key"
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                seed = path.read_bytes()
+            else:
+                seed = os.urandom(32)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(seed)
+                    f.flush()
+                    os.fsync(f.fileno())
+            if len(seed) != 32:
+                raise DataError(f"The identity key file {path} is damaged (not 32 bytes).")
+            self._identity = ProviderKey.from_seed(seed)
+        return self._identity
+
+    # ------------------------------------------------------------------ tenants
+    def create_tenant(self, tenant: str, *, mode: str = "noisy_topk", k: int = 5) -> None:
+        tenant = _name("tenant", tenant)
+        mode = check_choice("mode", mode, MODES)
+        if mode != "noisy_topk":
+            raise ConfigError(
+                f"Mode {mode!r} is not served yet: the audited service answers with "
+                "'noisy_topk' (Gaussian noise-then-select per account); MURAG, MURAG-ADA and "
+                "DP voting run in the library (ragprivacy.rag)."
+            )
+        k = check_positive_int("k", k)
+        if k > 100:
+            raise ConfigError(f"The 'k' parameter must be at most 100; got {k}.")
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM tenants WHERE tenant = ?", (tenant,)).fetchone():
+                raise ConfigError(f"Tenant {tenant!r} already exists.")
+            conn.execute("INSERT INTO tenants VALUES (?, ?, ?, ?)", (tenant, mode, k, time.time()))
+
+    def tenants(self) -> dict[str, dict[str, Any]]:
+        rows = self._conn().execute(
+            "SELECT t.tenant, t.mode, t.k, (SELECT COUNT(*) FROM documents d "
+            "WHERE d.tenant = t.tenant) FROM tenants t ORDER BY t.tenant"
+        )
+        return {t: {"mode": m, "k": k, "documents": n} for t, m, k, n in rows}
+
+    def _tenant(self, tenant: str) -> dict[str, Any]:
+        known = self.tenants()
+        if tenant not in known:
+            raise ConfigError(f"Unknown tenant {tenant!r}; create it with 'tenant create'.")
+        return known[tenant]
+
+    def add_documents(
+        self,
+        tenant: str,
+        documents: Iterable[Document],
+        *,
+        batch: int = 256,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Embed and store new documents of ``tenant``; ids already stored are skipped
+        (idempotent by id). Returns (added, skipped). A window open now serves the
+        documents it committed; new ones join at the next window."""
+        self._tenant(tenant)
+        embedder = self.embedder()
+        added = skipped = 0
+        pending: list[Document] = []
+
+        def flush() -> None:
+            nonlocal added, skipped
+            if not pending:
+                return
+            vectors = np.asarray(embedder.encode([d.text for d in pending]), dtype=np.float32)
+            with self._write() as conn:
+                have = {
+                    row[0]
+                    for row in conn.execute(
+                        f"SELECT doc_id FROM documents WHERE tenant = ? AND doc_id IN "
+                        f"({','.join('?' * len(pending))})",
+                        (tenant, *[d.id for d in pending]),
+                    )
+                }
+                pos = conn.execute(
+                    "SELECT COALESCE(MAX(pos) + 1, 0) FROM documents WHERE tenant = ?", (tenant,)
+                ).fetchone()[0]
+                for d, v in zip(pending, vectors):
+                    if d.id in have:
+                        skipped += 1
+                        continue
+                    conn.execute(
+                        "INSERT INTO documents VALUES (?, ?, ?, ?, ?)",
+                        (tenant, pos, d.id, d.text, v.astype("<f4").tobytes()),
+                    )
+                    have.add(d.id)
+                    pos += 1
+                    added += 1
+            if progress is not None:
+                progress(len(pending))
+            pending.clear()
+
+        for doc in documents:
+            pending.append(doc)
+            if len(pending) >= batch:
+                flush()
+        flush()
+        return added, skipped
+
+    def documents(self, tenant: str, count: int | None = None) -> tuple[list[str], list[str], Any]:
+        """(ids, texts, vectors [n, d]) of the first ``count`` documents of ``tenant``."""
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT doc_id, text, vector FROM documents WHERE tenant = ? AND pos < ? "
+                "ORDER BY pos",
+                (tenant, 2**62 if count is None else int(count)),
+            )
+            .fetchall()
+        )
+        ids = [r[0] for r in rows]
+        texts = [r[1] for r in rows]
+        vectors = (
+            np.stack([np.frombuffer(r[2], dtype="<f4") for r in rows])
+            if rows
+            else np.zeros((0, 0), dtype=np.float32)
+        )
+        return ids, texts, vectors
+
+    # ------------------------------------------------------------------ accounts
+    def create_account(
+        self, tenant: str, account: str, *, epsilon: float, delta: float, rate_limit: int
+    ) -> None:
+        account = _name("account", account)
+        self._tenant(tenant)
+        epsilon = check_positive("epsilon", epsilon)
+        delta = check_in_range("delta", delta, 0.0, 1e-2, low_open=True)
+        rate_limit = check_positive_int("rate_limit", rate_limit)
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM accounts WHERE account = ?", (account,)).fetchone():
+                raise ConfigError(f"Account {account!r} already exists.")
+            conn.execute(
+                "INSERT INTO accounts VALUES (?, ?, ?, ?, ?, ?)",
+                (account, tenant, epsilon, delta, rate_limit, time.time()),
+            )
+
+    def accounts(self) -> dict[str, dict[str, Any]]:
+        rows = self._conn().execute(
+            "SELECT account, tenant, epsilon, delta, rate_limit FROM accounts ORDER BY account"
+        )
+        return {
+            a: {"tenant": t, "epsilon": e, "delta": d, "rate_limit": r} for a, t, e, d, r in rows
+        }
+
+    # ------------------------------------------------------------------ keys
+    def create_key(self, account: str) -> ApiKey:
+        """A new API key for ``account``: its token is returned once and never stored."""
+        if account not in self.accounts():
+            raise ConfigError(f"Unknown account {account!r}; create it with 'account create'.")
+        key = new_key()
+        salt = os.urandom(16)
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, NULL)",
+                (key.key_id, account, salt, hash_secret(key.secret, salt), time.time()),
+            )
+        return key
+
+    def revoke_key(self, key_id: str) -> str:
+        """Revoke a key by its id; returns its account."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT account, revoked FROM api_keys WHERE key_id = ?", (key_id,)
+            ).fetchone()
+            if row is None:
+                raise ConfigError(f"No API key with id {key_id!r}.")
+            if row[1] is None:
+                conn.execute(
+                    "UPDATE api_keys SET revoked = ? WHERE key_id = ?", (time.time(), key_id)
+                )
+        return str(row[0])
+
+    def authenticate(self, token: str) -> str:
+        """The account of a presented key; :class:`AuthError` (naming nothing) otherwise."""
+        try:
+            key_id, secret = parse_key(token)
+        except ConfigError:
+            raise AuthError("Invalid API key.") from None
+        row = (
+            self._conn()
+            .execute(
+                "SELECT account, salt, hash, revoked FROM api_keys WHERE key_id = ?", (key_id,)
+            )
+            .fetchone()
+        )
+        # Hash even when the id is unknown, so that timing does not tell ids apart.
+        salt, stored = (bytes(row[1]), bytes(row[2])) if row else (b"\0" * 16, b"\0" * 32)
+        ok = secret_matches(secret, salt, stored)
+        if row is None or not ok or row[3] is not None:
+            raise AuthError("Invalid API key.")
+        return str(row[0])
+
+    # ------------------------------------------------------------------ windows
+    def windows(self) -> list[Window]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT window_id, number, status, snapshot, commitments, coalition, tree_head "
+                "FROM windows ORDER BY number"
+            )
+            .fetchall()
+        )
+        return [_window(r) for r in rows]
+
+    def window(self, window_id: str) -> Window:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT window_id, number, status, snapshot, commitments, coalition, tree_head "
+                "FROM windows WHERE window_id = ?",
+                (window_id,),
+            )
+            .fetchone()
+        )
+        if row is None:
+            raise ConfigError(f"No window {window_id!r}.")
+        return _window(row)
+
+    def open_windows(self) -> list[Window]:
+        return [w for w in self.windows() if w.status == "open"]
+
+    def window_seed(self, window_id: str) -> bytes:
+        row = (
+            self._conn()
+            .execute("SELECT seed FROM windows WHERE window_id = ?", (window_id,))
+            .fetchone()
+        )
+        if row is None:
+            raise ConfigError(f"No window {window_id!r}.")
+        return bytes(row[0])
+
+    def insert_window(
+        self,
+        window_id: str,
+        seed: bytes,
+        snapshot: dict[str, Any],
+        commitments: dict[str, Any],
+    ) -> Window:
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM windows WHERE status = 'open'").fetchone():
+                raise ConfigError("A window is already open; close it first ('window close').")
+            if conn.execute("SELECT 1 FROM windows WHERE window_id = ?", (window_id,)).fetchone():
+                raise ConfigError(f"Window {window_id!r} already exists; choose another id.")
+            number = conn.execute("SELECT COALESCE(MAX(number) + 1, 1) FROM windows").fetchone()[0]
+            conn.execute(
+                "INSERT INTO windows VALUES (?, ?, 'open', ?, ?, NULL, ?, ?, NULL, NULL)",
+                (
+                    window_id,
+                    number,
+                    seed,
+                    time.time(),
+                    json.dumps(snapshot),
+                    json.dumps(commitments),
+                ),
+            )
+        return self.window(window_id)
+
+    def next_window_number(self) -> int:
+        row = self._conn().execute("SELECT COALESCE(MAX(number) + 1, 1) FROM windows").fetchone()
+        return int(row[0])
+
+    def finish_window(
+        self, window_id: str, coalition: dict[str, Any], tree_head: dict[str, Any]
+    ) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE windows SET status = 'closed', closed = ?, coalition = ?, tree_head = ? "
+                "WHERE window_id = ? AND status = 'open'",
+                (time.time(), json.dumps(coalition), json.dumps(tree_head), window_id),
+            )
+
+    def ledger_path(self, window_id: str) -> Path:
+        return self.directory / "ledgers" / f"{window_id}.sqlite"
+
+
+def _window(row: tuple[Any, ...]) -> Window:
+    return Window(
+        window_id=row[0],
+        number=int(row[1]),
+        status=row[2],
+        snapshot=json.loads(row[3]),
+        commitments=json.loads(row[4]),
+        coalition=json.loads(row[5]) if row[5] else None,
+        tree_head=json.loads(row[6]) if row[6] else None,
+    )
+
+
+class SqliteWitnessStore(WitnessStore):
+    """A window's witnesses in the state database (durable before the record is appended)."""
+
+    def __init__(self, state: ServiceState, window_id: str) -> None:
+        super().__init__()
+        self._state = state
+        self._window_id = window_id
+
+    def put(self, proof: str, witness: RecordWitness) -> None:
+        with self._state._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO witnesses VALUES (?, ?, ?)",
+                (self._window_id, proof, json.dumps(witness.to_dict())),
+            )
+
+    def get(self, proof: str) -> RecordWitness | None:
+        row = (
+            self._state._conn()
+            .execute(
+                "SELECT witness FROM witnesses WHERE window_id = ? AND proof = ?",
+                (self._window_id, proof),
+            )
+            .fetchone()
+        )
+        return None if row is None else RecordWitness.from_dict(json.loads(row[0]))
