@@ -468,9 +468,20 @@ class AuditedProvider:
         return q, hashlib.sha256(q.tobytes()).hexdigest()
 
     def query(
-        self, account: str, text: str | None = None, *, vector: FloatArray | None = None, ts: int
+        self,
+        account: str,
+        text: str | None = None,
+        *,
+        vector: FloatArray | None = None,
+        ts: int,
+        before_append: Callable[[tuple[str, ...]], None] | None = None,
     ) -> QueryAnswer:
-        """Answer one query (noise-then-select), append r_q and return a signed receipt."""
+        """Answer one query (noise-then-select), append r_q and return a signed receipt.
+
+        ``before_append(ids)`` runs on the selected documents before the record is
+        appended (a service generates its answer there): if it raises, nothing is
+        appended and the account spends nothing — nothing reached the caller.
+        """
         if self._commitments is None:
             raise ConfigError("Publish the commitments (commit) before the window's queries.")
         if account not in self.accounts:
@@ -486,7 +497,7 @@ class AuditedProvider:
                 self._scan()
                 expected = self._count[account]
                 try:
-                    return self._answer(account, text, q, hq, int(ts), expected)
+                    return self._answer(account, text, q, hq, int(ts), expected, before_append)
                 except _StaleCount:
                     continue
         raise ConfigError("The ledger is too busy for this account; retry the query.")
@@ -534,7 +545,14 @@ class AuditedProvider:
         return check
 
     def _answer(
-        self, account: str, text: str | None, q: np.ndarray, hq: str, ts: int, expected: int
+        self,
+        account: str,
+        text: str | None,
+        q: np.ndarray,
+        hq: str,
+        ts: int,
+        expected: int,
+        before_append: Callable[[tuple[str, ...]], None] | None = None,
     ) -> QueryAnswer:
         limit = self._policies[account].rate_limit
         if expected >= limit and not self.misbehaviour.ignore_rate_limit:
@@ -567,6 +585,8 @@ class AuditedProvider:
             select_before_noise=bad.select_before_noise,
             skip_clipping=bad.skip_clipping,
         )
+        if before_append is not None:
+            before_append(witness.ids)
         self.witnesses.put(record.proof, witness)  # durable before the record exists
         pos = self.ledger.append(record.to_bytes(), guard=self._guard(account, expected, ts))
         self._scan()

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import typer
 
-from ragprivacy.cli import attack_cmd, audit_cmd, collusion_cmd, corpus_cmd, dp_cmd, run_cmd
+from ragprivacy.cli import (
+    admin_cmd,
+    attack_cmd,
+    audit_cmd,
+    collusion_cmd,
+    corpus_cmd,
+    dp_cmd,
+    run_cmd,
+    serve_cmd,
+)
 from ragprivacy.errors import RagPrivacyError
 
 __all__ = ["app", "main"]
@@ -24,6 +33,8 @@ app.add_typer(dp_cmd.app, name="dp", help="Privacy accounting and calibration.")
 app.add_typer(collusion_cmd.app, name="collusion", help="The k-account collusion attack.")
 app.add_typer(audit_cmd.app, name="audit", help="The verifiable audit protocol.")
 attack_cmd.register(app)
+serve_cmd.register(app)
+app.add_typer(admin_cmd.app, name="admin", help="Administer a service's state directory.")
 
 
 def main(argv: list[str] | None = None) -> int:

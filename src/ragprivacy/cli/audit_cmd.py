@@ -63,19 +63,38 @@ def commit(
     )
 
 
+def _remote(
+    url: str, window: str | None, receipts_dir: Path | None, auditor_dir: Path | None
+) -> tuple:  # type: ignore[type-arg]
+    """The transcript of a service's window, the receipts accounts kept, the package."""
+    from ragprivacy.audit import Receipt, load_window
+    from ragprivacy.service.client import load_receipts
+    from ragprivacy.service.remote import fetch_window
+
+    transcript = fetch_window(url, window)
+    receipts = [Receipt.from_dict(r) for r in load_receipts(receipts_dir)] if receipts_dir else []
+    package = load_window(auditor_dir)[2] if auditor_dir else None
+    return transcript, receipts, package
+
+
 def _verdict(
-    directory: Path,
+    directory: Path | None,
     mode: str,
     beta: float,
     eta: float,
     seed: int,
     embedder: str | None = None,
     provider_key: str | None = None,
+    remote: tuple | None = None,  # type: ignore[type-arg]
 ) -> dict:
     from ragprivacy.audit import Verifier, load_window
     from ragprivacy.embed import create_embedder
 
-    transcript, receipts, package = load_window(directory)
+    if remote is not None:
+        transcript, receipts, package = remote
+    else:
+        assert directory is not None
+        transcript, receipts, package = load_window(directory)
     emb = create_embedder(embedder) if embedder else None
     v = Verifier(
         mode=mode, beta=beta, eta=eta, rng=seed, embedder=emb, provider_key=provider_key
@@ -85,7 +104,17 @@ def _verdict(
 
 @app.command("verify")
 def verify(
-    directory: Path = typer.Option(..., "--dir", help="The window directory."),
+    directory: Path | None = typer.Option(None, "--dir", help="A window directory."),
+    url: str | None = typer.Option(
+        None, "--url", help="A running service (verifies its newest closed window)."
+    ),
+    window: str | None = typer.Option(None, "--window", help="With --url: the window id."),
+    receipts_dir: Path | None = typer.Option(
+        None, "--receipts", help="With --url: receipts the accounts kept (*.jsonl)."
+    ),
+    auditor_dir: Path | None = typer.Option(
+        None, "--auditor", help="With --url: the auditor package the admin exported."
+    ),
     mode: str = typer.Option("full", "--mode", help="full or sampled."),
     beta: float = typer.Option(0.01, "--beta", help="Sampled: bad fraction to detect."),
     eta: float = typer.Option(2**-20, "--eta", help="Sampled: miss probability."),
@@ -106,13 +135,16 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
 ) -> None:
     """Verify a window: (PASS, ε_audit), or FAIL with the failed check (exit code 2)."""
-    if provider_key is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", provider_key):
-        from ragprivacy.errors import ConfigError
+    from ragprivacy.errors import ConfigError
 
+    if (directory is None) == (url is None):
+        raise ConfigError("Give the window as --dir DIR or --url URL (exactly one).")
+    remote = _remote(url, window, receipts_dir, auditor_dir) if url is not None else None
+    if provider_key is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", provider_key):
         raise ConfigError(
             "--provider-key must be the provider's Ed25519 public key as 64 hex characters."
         )
-    record = _verdict(directory, mode, beta, eta, seed, embedder, provider_key)
+    record = _verdict(directory, mode, beta, eta, seed, embedder, provider_key, remote)
     if as_json:
         typer.echo(json.dumps(record, indent=1))
     elif record["verdict"] == "PASS":
@@ -159,7 +191,7 @@ def calibrate(
     r = calibrate_estimator(trials=trials, rng=seed)
     record = r.to_dict()
     if out:
-        from ragprivacy.eval.experiments.collusion_plots import plot_calibration
+        from ragprivacy.eval import plot_calibration
 
         out.mkdir(parents=True, exist_ok=True)
         record["figure"] = str(

@@ -8,6 +8,7 @@ from ragprivacy.rag.base import (
     RAGSystem,
     StandardRAG,
     create_system,
+    refunded_failure,
     register_system,
     system_names,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "defense_names",
     "dp_vote_generate",
     "knn_datastore",
+    "refunded_failure",
     "register_system",
     "system_names",
 ]

@@ -3,11 +3,15 @@
 Importable without HTTP: :class:`ServiceState` (the durable state directory),
 :class:`ServiceProvider` (the open window's private answers, built on the one audited
 provider core of :mod:`ragprivacy.audit`), :func:`open_window` / :func:`close_window` /
-:func:`export_auditor` (the admin's window steps). See docs/service.md.
+:func:`export_auditor` (the admin's window steps), :class:`Client` (an account's HTTP client
+that keeps its receipts) and :func:`fetch_window` (a verifier's view of a running
+service). The HTTP app is :func:`ragprivacy.service.app.create_app` (the ``service``
+extra). See docs/service.md.
 """
 
 from __future__ import annotations
 
+from ragprivacy.service.client import Client, load_receipts
 from ragprivacy.service.keys import ApiKey, new_key, parse_key
 from ragprivacy.service.provider import (
     ServedAnswer,
@@ -17,12 +21,14 @@ from ragprivacy.service.provider import (
     export_auditor,
     open_window,
 )
+from ragprivacy.service.remote import fetch_window
 from ragprivacy.service.state import MODES, AuthError, ServiceState, SqliteWitnessStore, Window
 
 __all__ = [
     "MODES",
     "ApiKey",
     "AuthError",
+    "Client",
     "ServedAnswer",
     "ServiceProvider",
     "ServiceState",
@@ -31,6 +37,8 @@ __all__ = [
     "WindowClosedError",
     "close_window",
     "export_auditor",
+    "fetch_window",
+    "load_receipts",
     "new_key",
     "open_window",
     "parse_key",

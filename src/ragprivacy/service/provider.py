@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,10 @@ from ragprivacy.audit import (
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.generate import Generator, Prompt, Task
+from ragprivacy.rag import refunded_failure
 from ragprivacy.service.state import ServiceState, SqliteWitnessStore, Window
+from ragprivacy.types import Completion
 
 __all__ = [
     "ServedAnswer",
@@ -236,6 +240,42 @@ class ServiceProvider:
 
     def retrieve(self, account: str, query: str, *, k: int | None = None) -> ServedAnswer:
         """The account's private top-K for ``query`` in the open window."""
+        return self._serve(account, query, k, None)
+
+    def answer(
+        self,
+        account: str,
+        query: str,
+        generator: Generator,
+        *,
+        k: int | None = None,
+        max_tokens: int | None = None,
+    ) -> tuple[ServedAnswer, Completion]:
+        """The RAG answer to ``query`` from the account's private top-K.
+
+        The answer is generated before the query's record is appended: if generation fails,
+        nothing is appended and nothing spent (the generator's message is withheld: it may
+        describe the retrieved documents)."""
+        done: list[Completion] = []
+
+        def generate(ids: tuple[str, ...]) -> None:
+            texts = self._texts[self.tenant_of(account)]
+            prompt = Prompt(Task.ANSWER, query, tuple(texts[i] for i in ids[: k or len(ids)]))
+            try:
+                done.append(generator.generate(prompt, max_tokens=max_tokens))
+            except Exception as exc:
+                raise refunded_failure(exc) from None
+
+        served = self._serve(account, query, k, generate)
+        return served, done[-1]
+
+    def _serve(
+        self,
+        account: str,
+        query: str,
+        k: int | None,
+        before_append: Callable[[tuple[str, ...]], None] | None,
+    ) -> ServedAnswer:
         window, provider = self._current()
         tenant = self.tenant_of(account)
         if not isinstance(query, str) or not query.strip():
@@ -245,7 +285,9 @@ class ServiceProvider:
             raise ConfigError(f"'k' must be between 1 and this tenant's K = {policy.top_k}.")
         for _ in range(8):  # two workers may stamp the same instant: take the next one
             try:
-                answer = provider.query(account, query, ts=time.time_ns())
+                answer = provider.query(
+                    account, query, ts=time.time_ns(), before_append=before_append
+                )
                 break
             except BudgetExhaustedError:
                 raise

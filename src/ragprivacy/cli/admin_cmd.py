@@ -1,0 +1,173 @@
+"""``ragprivacy admin --state DIR …``: tenants, documents, accounts, keys and audit windows.
+
+Works while the server runs on the same state directory (every change is one SQLite
+transaction). An API key is printed once, as the last line of ``key create``; it is never
+stored or shown again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from ragprivacy.service import ServiceState
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    help="Administer a service's state: tenants, documents, accounts, keys, windows.",
+    no_args_is_help=True,
+)
+tenant_app = typer.Typer(
+    help="Tenants (one index and one privacy mode each).", no_args_is_help=True
+)
+docs_app = typer.Typer(help="A tenant's documents.", no_args_is_help=True)
+account_app = typer.Typer(help="Accounts and their privacy budgets.", no_args_is_help=True)
+key_app = typer.Typer(help="API keys.", no_args_is_help=True)
+window_app = typer.Typer(help="Audit windows.", no_args_is_help=True)
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(docs_app, name="docs")
+app.add_typer(account_app, name="account")
+app.add_typer(key_app, name="key")
+app.add_typer(window_app, name="window")
+
+
+@app.callback()
+def admin(
+    ctx: typer.Context,
+    state: Path = typer.Option(..., "--state", help="The service's state directory."),
+    embedder: str | None = typer.Option(
+        None, "--embedder", help="Embedder spec for a new state (default: hashing)."
+    ),
+) -> None:
+    """Administer the service whose state lives in --state."""
+    from ragprivacy.service import ServiceState
+
+    ctx.obj = ServiceState(state, embedder=embedder)
+
+
+def _state(ctx: typer.Context) -> ServiceState:
+    from ragprivacy.service import ServiceState
+
+    state = ctx.obj
+    assert isinstance(state, ServiceState)  # set by the admin callback
+    return state
+
+
+@tenant_app.command("create")
+def tenant_create(
+    ctx: typer.Context,
+    tenant: str = typer.Argument(..., help="Tenant id."),
+    mode: str = typer.Option(
+        "noisy_topk", "--mode", help="noisy_topk (served now), murag, murag_ada or dp_vote."
+    ),
+    k: int = typer.Option(5, "--k", help="Documents per query (K)."),
+) -> None:
+    """Create a tenant."""
+    _state(ctx).create_tenant(tenant, mode=mode, k=k)
+    typer.echo(f"tenant {tenant}: mode {mode}, K = {k}")
+
+
+@tenant_app.command("list")
+def tenant_list(ctx: typer.Context) -> None:
+    """List tenants with their document counts."""
+    for t, info in _state(ctx).tenants().items():
+        typer.echo(f"{t}\t{info['mode']}\tK={info['k']}\t{info['documents']} documents")
+
+
+@docs_app.command("add")
+def docs_add(
+    ctx: typer.Context,
+    tenant: str = typer.Argument(..., help="Tenant id."),
+    file: Path = typer.Argument(..., help="A corpus file (.jsonl, .json or .csv)."),
+) -> None:
+    """Add documents (idempotent by id: ids already stored are skipped)."""
+    from rich.progress import Progress
+
+    from ragprivacy.corpus import load_corpus
+
+    state = _state(ctx)
+    corpus = load_corpus(file)
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"embedding {len(corpus)} documents", total=len(corpus))
+        added, skipped = state.add_documents(
+            tenant, list(corpus), progress=lambda n: bar.advance(task, n)
+        )
+    typer.echo(f"tenant {tenant}: {added} added, {skipped} already there")
+
+
+@account_app.command("create")
+def account_create(
+    ctx: typer.Context,
+    tenant: str = typer.Argument(..., help="The account's tenant."),
+    account: str = typer.Argument(..., help="Account id."),
+    eps: float = typer.Option(..., "--eps", help="ε_acc over one window."),
+    delta: float = typer.Option(..., "--delta", help="δ_acc over one window."),
+    rate_limit: int = typer.Option(..., "--rate-limit", help="r: queries per window."),
+) -> None:
+    """Create an account under a tenant (it can query from the next window it is in)."""
+    _state(ctx).create_account(tenant, account, epsilon=eps, delta=delta, rate_limit=rate_limit)
+    typer.echo(f"account {account} of {tenant}: ε = {eps:g}, δ = {delta:g}, r = {rate_limit}")
+
+
+@account_app.command("list")
+def account_list(ctx: typer.Context) -> None:
+    """List accounts and their policies."""
+    for a, p in _state(ctx).accounts().items():
+        typer.echo(
+            f"{a}\t{p['tenant']}\teps={p['epsilon']:g}\tdelta={p['delta']:g}\tr={p['rate_limit']}"
+        )
+
+
+@key_app.command("create")
+def key_create(
+    ctx: typer.Context, account: str = typer.Argument(..., help="The key's account.")
+) -> None:
+    """Create an API key; the key is printed once, as the last line."""
+    key = _state(ctx).create_key(account)
+    typer.echo(f"key id {key.key_id} for account {account} (shown once; store it now):")
+    typer.echo(key.token)
+
+
+@key_app.command("revoke")
+def key_revoke(ctx: typer.Context, key_id: str = typer.Argument(..., help="Key id.")) -> None:
+    """Revoke an API key (its requests are refused from now on)."""
+    account = _state(ctx).revoke_key(key_id)
+    typer.echo(f"key {key_id} of account {account} revoked")
+
+
+@window_app.command("open")
+def window_open(
+    ctx: typer.Context,
+    window_id: str | None = typer.Option(None, "--id", help="Window id (default W<n>)."),
+) -> None:
+    """Open the next audit window: snapshot, seed and signed commitments."""
+    from ragprivacy.service import open_window
+
+    w = open_window(_state(ctx), window_id)
+    tenants = ", ".join(f"{t}: {n}" for t, n in w.snapshot["tenants"].items())
+    typer.echo(f"window {w.window_id} open ({tenants} documents committed)")
+
+
+@window_app.command("close")
+def window_close(
+    ctx: typer.Context,
+    export_auditor: Path | None = typer.Option(
+        None, "--export-auditor", help="Write the trusted auditor's package here (secret)."
+    ),
+) -> None:
+    """Close the open window (the coalition claim is certified)."""
+    from ragprivacy.service import close_window
+    from ragprivacy.service import export_auditor as export
+
+    state = _state(ctx)
+    w = close_window(state)
+    typer.echo(f"window {w.window_id} closed: ĉ = {(w.coalition or {}).get('size')}")
+    if export_auditor is not None:
+        out = export(state, w.window_id, export_auditor)
+        typer.echo(
+            f"auditor package -> {out} (contains the window seed: give it to the auditor only)"
+        )

@@ -1,0 +1,57 @@
+"""``ragprivacy serve --state DIR``: the HTTP service (the ``service`` extra)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+import typer
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+
+
+def serve(
+    state: Path = typer.Option(..., "--state", help="The service's state directory."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="TCP port."),
+    workers: int = typer.Option(1, "--workers", help="Worker processes."),
+    generator: str = typer.Option(
+        "reference", "--generator", help="reference, openai:MODEL@URL or hf:PATH."
+    ),
+) -> None:
+    """Serve private retrieval and answers for the accounts in --state, with public audit
+    endpoints (see docs/service.md)."""
+    import uvicorn
+
+    from ragprivacy.errors import ConfigError
+    from ragprivacy.generate import create_generator
+    from ragprivacy.service import ServiceState
+
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--port must be in [1, 65535]; got {port}.")
+    if not 1 <= workers <= 64:
+        raise ConfigError(f"--workers must be in [1, 64]; got {workers}.")
+    ServiceState(state, create=False)  # refuse a missing state before binding a port
+    create_generator(generator)  # and an unknown generator
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        typer.echo(f"warning: listening on {host}, reachable from other machines", err=True)
+    os.environ["RAGPRIVACY_STATE"] = str(Path(state).resolve())
+    os.environ["RAGPRIVACY_GENERATOR"] = generator
+    uvicorn.run(
+        "ragprivacy.service.app:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        access_log=False,  # request lines carry no secrets, but keep logs to what we decide
+    )
