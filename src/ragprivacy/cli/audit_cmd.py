@@ -68,8 +68,7 @@ def _remote(
 ) -> tuple:  # type: ignore[type-arg]
     """The transcript of a service's window, the receipts accounts kept, the package."""
     from ragprivacy.audit import Receipt, load_window
-    from ragprivacy.service.client import load_receipts
-    from ragprivacy.service.remote import fetch_window
+    from ragprivacy.service import fetch_window, load_receipts
 
     transcript = fetch_window(url, window)
     receipts = [Receipt.from_dict(r) for r in load_receipts(receipts_dir)] if receipts_dir else []
