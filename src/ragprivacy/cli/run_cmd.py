@@ -55,8 +55,21 @@ def register(app: typer.Typer) -> None:
         workers: int | None = typer.Option(None, "--workers", help="Processes (default: 2)."),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
-        """Knowledge QA (non-RAG vs RAG) and verbatim leakage of a medical corpus."""
+        """Knowledge QA, leakage, defenses and attacks; then the service on a loopback
+        port, queried by two accounts and verified from outside."""
         _run(None, DEMO_CONFIG, out, workers, progress)
+        from ragprivacy.service import run_service_demo
+
+        summary = run_service_demo(out)
+        outcome = (
+            f"PASS, epsilon_audit = {summary['epsilon_audit']:.3g}"
+            if summary["verdict"] == "PASS"
+            else f"FAIL at {summary['failed_check']}"
+        )
+        typer.echo(
+            f"service: {summary['records']} queries over HTTP on {summary['url']}, verified "
+            f"from outside: {outcome} -> {out / 'service' / 'service.md'}"
+        )
 
     @app.command("backends")
     def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:

@@ -12,6 +12,7 @@ extra). See docs/service.md.
 from __future__ import annotations
 
 from ragprivacy.service.client import Client, load_receipts
+from ragprivacy.service.demo import run_service_demo
 from ragprivacy.service.keys import ApiKey, new_key, parse_key
 from ragprivacy.service.provider import (
     ServedAnswer,
@@ -42,4 +43,5 @@ __all__ = [
     "new_key",
     "open_window",
     "parse_key",
+    "run_service_demo",
 ]
