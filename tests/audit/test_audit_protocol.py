@@ -286,3 +286,17 @@ def test_a_failed_query_spends_nothing_and_appends_nothing() -> None:
     with pytest.raises(BudgetExhaustedError):
         fresh.query("a", vector=q, ts=50)
     assert fresh.ledger.size == 12 and len(answers) == 12
+
+
+def test_integer_scores_are_exact_at_the_extremes() -> None:
+    """The float64 product is exact: compare with int64 arithmetic on the largest
+    fixed-point values (|v_i| = 4 at 2^-15) and random ones, at several grids."""
+    rng = np.random.default_rng(0)
+    vectors = rng.integers(-(2**17), 2**17 + 1, (500, 384)).astype("<i4")
+    vectors[0] = 2**17
+    query = np.full(384, 2**17, dtype="<i4")
+    exact = vectors.astype(np.int64) @ query.astype(np.int64)
+    for bits in (8, 20, 30):
+        shift = 30 - bits
+        want = exact if shift == 0 else (exact + (1 << (shift - 1))) >> shift
+        np.testing.assert_array_equal(integer_scores(vectors, query, bits), want)
