@@ -356,8 +356,18 @@ class AuditedProvider:
             query is given as a vector.
         key: the provider's long-term signing key (default: a fresh one).
         seed: s_W, ≥ 32 bytes (default: 32 bytes from the OS).
-        ledger_path: SQLite file of the ledger (default: in memory).
+        ledger_path: SQLite file of the ledger (default: in memory); several processes
+            may serve one window over one file.
         prompt_template, tokenizer: bound into C_emb.
+        proof_system: how π_q is made (default: auditor re-execution).
+        misbehaviour: deviations for testing the verifier (never for deployment).
+        account_policies: account → its own policy (:data:`POLICY_OVERRIDES`, only lower
+            than the window's), committed with the window.
+        witness_store: where witnesses are kept (default: in memory).
+        commitments: phase-A commitments already published (a second process serving
+            the same window resumes them instead of committing again).
+        embedder_spec: the registry spec of ``embedder`` (e.g. ``"hashing:384"``),
+            published so a verifier can rebuild it; default: its name.
     """
 
     def __init__(
@@ -377,9 +387,12 @@ class AuditedProvider:
         account_policies: Mapping[str, Mapping[str, Any]] | None = None,
         witness_store: WitnessStore | None = None,
         commitments: Commitments | None = None,
+        embedder_spec: str | None = None,
     ) -> None:
         self.policy = policy
         self.embedder = embedder
+        # the registry spec a verifier rebuilds the embedder from (default: its name)
+        self.embedder_spec = embedder_spec or (embedder.name if embedder is not None else "")
         self.key = key or ProviderKey.generate()
         self.seed = seed if seed is not None else os.urandom(32)
         seed_commitment(self.seed)  # validates the length
@@ -444,7 +457,7 @@ class AuditedProvider:
                 for a, o in self.account_policies.items()
             },
             embedder={
-                "name": self.embedder.name if self.embedder is not None else "",
+                "name": self.embedder_spec,
                 "fingerprint": fp,
                 "prompt_template": self.prompt_template,
                 "tokenizer": self.tokenizer,

@@ -87,7 +87,13 @@ class HashingEmbedder(Embedder):
 
     name = "hashing"
 
-    def __init__(self, config: HashingConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, config: HashingConfig | str | None = None, **overrides: Any) -> None:
+        if isinstance(config, str):  # the spec "hashing:DIM" names the width
+            if not config.isdigit():
+                raise ConfigError(
+                    f"The spec 'hashing:DIM' takes a number of buckets; got {config!r}."
+                )
+            config = HashingConfig(dim=int(config))
         if config is not None and not isinstance(config, HashingConfig):
             raise ConfigError(
                 f"The 'config' parameter must be a HashingConfig or None; got {config!r}."

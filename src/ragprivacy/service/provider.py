@@ -137,6 +137,7 @@ def _provider(state: ServiceState, window: Window) -> AuditedProvider:
         accounts=com.accounts,
         account_policies=com.account_policies,  # with each account's committed σ
         embedder=state.embedder(),
+        embedder_spec=state.setting("embedder"),
         key=state.identity(),
         seed=state.window_seed(window.window_id),
         ledger_path=state.ledger_path(window.window_id),
@@ -163,6 +164,7 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
         accounts=accounts,
         account_policies=overrides,
         embedder=state.embedder(),
+        embedder_spec=state.setting("embedder"),
         key=state.identity(),
         seed=seed,
         ledger_path=state.ledger_path(window_id),
