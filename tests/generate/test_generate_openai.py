@@ -328,3 +328,28 @@ def test_injected_transport(monkeypatch: pytest.MonkeyPatch) -> None:
     g.close()
     assert out.text == "ok" and out.logprobs is None and out.tokens == ("ok",)
     assert str(seen[0].url) == "http://model.local/v1/chat/completions"
+
+
+def test_a_cache_key_isolates_the_upstream_cache_per_account() -> None:
+    """The service names each account's opaque cache key: the upstream keys its prompt /
+    KV cache by it ('user', and vLLM's 'cache_salt'); without one nothing is sent."""
+    import httpx
+
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(
+            200, json={"choices": [{"message": {"content": "ok"}, "logprobs": None}]}
+        )
+
+    g = OpenAIGenerator("m", "http://model.local/v1", transport=httpx.MockTransport(handler))
+    g.generate(Prompt(Task.ANSWER, "q", ("doc",), options={"cache_key": "k-alice"}))
+    g.generate(Prompt(Task.ANSWER, "q", ("doc",), options={"cache_key": "k-bob"}))
+    g.generate(Prompt(Task.ANSWER, "q", ("doc",)))
+    g.close()
+    assert [(b.get("user"), b.get("cache_salt")) for b in bodies] == [
+        ("k-alice", "k-alice"),
+        ("k-bob", "k-bob"),
+        (None, None),
+    ]

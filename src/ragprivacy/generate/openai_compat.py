@@ -210,7 +210,7 @@ class OpenAIGenerator(Generator):
             ]
         return [{"role": "user", "content": prompt.render()}]
 
-    def _base_payload(self, max_tokens: int) -> dict[str, Any]:
+    def _base_payload(self, max_tokens: int, prompt: Prompt | None = None) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "model": self.model,
             "max_tokens": max_tokens,
@@ -218,6 +218,13 @@ class OpenAIGenerator(Generator):
         }
         if self.seed is not None:
             payload["seed"] = self.seed
+        key = prompt.options.get("cache_key") if prompt is not None else None
+        if key:
+            # A prompt or KV cache shared across accounts is a timing channel (one
+            # account's cached prefix answers another's faster): name the account's
+            # opaque cache key as the OpenAI 'user' and as vLLM's prefix-cache salt.
+            payload["user"] = str(key)
+            payload["cache_salt"] = str(key)
         return payload
 
     @staticmethod
@@ -231,13 +238,20 @@ class OpenAIGenerator(Generator):
         return choices[0]
 
     def _chat(self, prompt: Prompt, max_tokens: int, top: int) -> dict[str, Any]:
-        payload = self._base_payload(max_tokens)
+        payload = self._base_payload(max_tokens, prompt)
         payload.update(messages=self._messages(prompt), logprobs=True, top_logprobs=top)
         data = self._post("chat/completions", payload)
         return self._choice(data, "chat/completions")
 
-    def _completions(self, text: str, max_tokens: int, logprobs: int, **extra: Any) -> Any:
-        payload = self._base_payload(max_tokens)
+    def _completions(
+        self,
+        text: str,
+        max_tokens: int,
+        logprobs: int,
+        prompt: Prompt | None = None,
+        **extra: Any,
+    ) -> Any:
+        payload = self._base_payload(max_tokens, prompt)
         payload.update(prompt=text, logprobs=logprobs, **extra)
         data = self._post("completions", payload)
         return self._choice(data, "completions")
@@ -248,7 +262,7 @@ class OpenAIGenerator(Generator):
         value = max_tokens if max_tokens is not None else prompt.options.get("max_tokens")
         limit = self.max_tokens if value is None else check_positive_int("max_tokens", value)
         if self.mode == "completions":
-            choice = self._completions(prompt.render(), limit, 1)
+            choice = self._completions(prompt.render(), limit, 1, prompt)
             text = str(choice.get("text") or "")
             lp = choice.get("logprobs") or {}
             tokens, logprobs = lp.get("tokens"), lp.get("token_logprobs")
@@ -290,7 +304,7 @@ class OpenAIGenerator(Generator):
                     if t.get("logprob") is not None
                 ]
         else:
-            choice = self._completions(prompt.render() + extra, 1, self.top_logprobs)
+            choice = self._completions(prompt.render() + extra, 1, self.top_logprobs, prompt)
             top = (choice.get("logprobs") or {}).get("top_logprobs") or []
             if top and isinstance(top[0], dict):
                 pairs = [(str(t), float(v)) for t, v in top[0].items() if v is not None]

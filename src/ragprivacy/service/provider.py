@@ -24,6 +24,7 @@ join the audited core.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -204,6 +205,12 @@ def export_auditor(state: ServiceState, window_id: str, directory: str | Path) -
     return out
 
 
+def _cache_key(account: str) -> str:
+    """An upstream generator's prompt/KV-cache key for ``account``: opaque, stable, and
+    different for every account (a cache shared across accounts is a timing channel)."""
+    return hashlib.sha256(b"ragprivacy/cache-key\0" + account.encode()).hexdigest()[:32]
+
+
 class ServiceProvider:
     """Serves the open window's queries for authenticated accounts (thread-safe)."""
 
@@ -262,7 +269,12 @@ class ServiceProvider:
 
         def generate(ids: tuple[str, ...]) -> None:
             texts = self._texts[self.tenant_of(account)]
-            prompt = Prompt(Task.ANSWER, query, tuple(texts[i] for i in ids[: k or len(ids)]))
+            prompt = Prompt(
+                Task.ANSWER,
+                query,
+                tuple(texts[i] for i in ids[: k or len(ids)]),
+                options={"cache_key": _cache_key(account)},
+            )
             try:
                 done.append(generator.generate(prompt, max_tokens=max_tokens))
             except Exception as exc:
