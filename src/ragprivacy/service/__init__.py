@@ -26,10 +26,10 @@ from ragprivacy.service.remote import fetch_window
 from ragprivacy.service.state import MODES, AuthError, ServiceState, SqliteWitnessStore, Window
 
 __all__ = [
-    "MODES",
     "ApiKey",
     "AuthError",
     "Client",
+    "MODES",
     "ServedAnswer",
     "ServiceProvider",
     "ServiceState",
