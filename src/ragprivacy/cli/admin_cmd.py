@@ -90,6 +90,10 @@ def docs_add(
     from ragprivacy.corpus import load_corpus
 
     state = _state(ctx)
+    if tenant not in state.tenants():  # before reading a possibly large file
+        from ragprivacy.errors import ConfigError
+
+        raise ConfigError(f"Unknown tenant {tenant!r}; create it with 'tenant create'.")
     corpus = load_corpus(file)
     with Progress(transient=True) as bar:
         task = bar.add_task(f"embedding {len(corpus)} documents", total=len(corpus))

@@ -1,0 +1,76 @@
+"""`ragprivacy admin`: every bad argument is one line and exit code 2; nothing half-done."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragprivacy.cli import main
+
+
+def ACCOUNT(tenant: str, eps: str, delta: str) -> list[str]:
+    return ["account", "create", tenant, "a", "--eps", eps, "--delta", delta, "--rate-limit", "3"]
+
+
+@pytest.fixture()
+def state(tmp_path):  # type: ignore[no-untyped-def]
+    st = tmp_path / "state"
+    assert main(["admin", "--state", str(st), "tenant", "create", "clinic", "--k", "3"]) == 0
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "text": f"note {i} about asthma"}) + "\n" for i in range(5)
+        )
+    )
+    assert main(["admin", "--state", str(st), "docs", "add", "clinic", str(corpus)]) == 0
+    return st
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["tenant", "create", "clinic"], "already exists"),
+        (["tenant", "create", "bad name!"], "letters, digits"),
+        (["tenant", "create", "t2", "--mode", "magic"], "mode"),
+        (["tenant", "create", "t2", "--mode", "murag"], "not served yet"),
+        (["tenant", "create", "t2", "--k", "0"], "'k'"),
+        (["docs", "add", "nowhere", "x.jsonl"], "Unknown tenant"),
+        (ACCOUNT("nowhere", "1", "1e-6"), "Unknown tenant"),
+        (ACCOUNT("clinic", "-1", "1e-6"), "epsilon"),
+        (ACCOUNT("clinic", "1", "0.5"), "delta"),
+        (["key", "create", "ghost"], "Unknown account"),
+        (["key", "revoke", "000000000000"], "No API key"),
+        (["window", "open"], "at least one account"),
+        (["window", "close"], "No window is open"),
+    ],
+)
+def test_bad_admin_input_is_one_line_and_exit_2(state, capsys, args, message) -> None:
+    capsys.readouterr()
+    assert main(["admin", "--state", str(state), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_docs_add_is_idempotent_and_keys_print_once_last(state, tmp_path, capsys) -> None:
+    corpus = tmp_path / "c.jsonl"
+    capsys.readouterr()
+    assert main(["admin", "--state", str(state), "docs", "add", "clinic", str(corpus)]) == 0
+    assert "0 added, 5 already there" in capsys.readouterr().out
+    args = ["account", "create", "clinic", "alice", "--eps", "1", "--delta", "1e-6"]
+    assert main(["admin", "--state", str(state), *args, "--rate-limit", "3"]) == 0
+    capsys.readouterr()
+    assert main(["admin", "--state", str(state), "key", "create", "alice"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith("rpk_") and all("rpk_" not in line for line in lines[:-1])
+    stored = (state / "state.sqlite").read_bytes()
+    assert lines[-1].split("_")[2].encode() not in stored  # only a hash of the secret
+    assert main(["admin", "--state", str(state), "window", "open"]) == 0
+    capsys.readouterr()
+    assert main(["admin", "--state", str(state), "window", "open"]) == 2
+    assert "already open" in capsys.readouterr().err
+
+
+def test_a_missing_state_is_refused_by_serve(tmp_path, capsys) -> None:
+    assert main(["serve", "--state", str(tmp_path / "none"), "--port", "1"]) == 2
+    assert "No service state" in capsys.readouterr().err
