@@ -1,6 +1,7 @@
 """The layer rules of docs/architecture.md: every layer imports exactly what the table there
-says it may (no exceptions, no cycle), and exports its public names from its ``__init__``
-with ``__all__``."""
+says it may (no exceptions, no cycle), only through the other layer's public ``__init__``
+(never one of its submodules), and exports its public names from its ``__init__`` with
+``__all__``."""
 
 from __future__ import annotations
 
@@ -44,19 +45,42 @@ def _layers() -> list[str]:
     return sorted(p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists())
 
 
-def _imported_layers(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found = set()
-    for node in ast.walk(tree):
-        names = []
+def _module_name(path: Path) -> str:
+    """``src/ragprivacy/eval/experiments/qa.py`` -> ``ragprivacy.eval.experiments.qa``."""
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(
+    source: str, module: str, *, package: bool = False
+) -> list[tuple[int, str, list[str]]]:
+    """(line, imported module, names taken from it) for every import in ``source``, the
+    source of ``module`` (``package``: its ``__init__``); relative imports are resolved."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "ragprivacy" and len(parts) > 1:
-                found.add(parts[1])
+            out += [(node.lineno, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if package else 0)]
+                target = ".".join([*base, target] if target else base)
+            out.append((node.lineno, target, [a.name for a in node.names]))
+    return out
+
+
+def _file_imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    source = path.read_text(encoding="utf-8")
+    return _imports(source, _module_name(path), package=path.name == "__init__.py")
+
+
+def _imported_layers(path: Path) -> set[str]:
+    found = set()
+    for _, name, _ in _file_imports(path):
+        parts = name.split(".")
+        if parts[0] == "ragprivacy" and len(parts) > 1:
+            found.add(parts[1])
     return found
 
 
@@ -99,3 +123,63 @@ def test_core_import_does_not_pull_heavy_backends() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"heavy modules imported eagerly: {out.stdout}"
+
+
+def _is_submodule(layer: str, name: str) -> bool:
+    base = SRC / layer / name
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def _submodule_imports(imports: list[tuple[int, str, list[str]]], own: str) -> list[str]:
+    """The imports, of a module in layer ``own``, that reach into another layer's
+    submodules instead of its public ``__init__`` (the shared top-level modules are no
+    layer and may be imported by all)."""
+    bad = []
+    for line, name, names in imports:
+        parts = name.split(".")
+        if parts[0] != "ragprivacy" or len(parts) < 2 or parts[1] in SHARED | {own}:
+            continue
+        layer = parts[1]
+        if len(parts) > 2:
+            bad.append(f"line {line}: {name}")
+            continue
+        public = set(getattr(importlib.import_module(f"ragprivacy.{layer}"), "__all__", ()))
+        for n in names:
+            if n not in public and _is_submodule(layer, n):
+                bad.append(f"line {line}: from {name} import {n}")
+    return bad
+
+
+def test_the_submodule_check_sees_every_form() -> None:
+    src = """
+import ragprivacy.dp
+from ragprivacy.dp import ScalarMechanism
+from ragprivacy.eval.experiments import helper
+from ragprivacy.errors import ConfigError
+def lazy():
+    import ragprivacy.attacks.collusion
+    from ragprivacy.generate.tokens import TOKEN_PATTERN
+    from ragprivacy.rag import dp_vote
+    from ..attacks.collusion import bayes_llr
+    from .experiments import qa
+"""
+    bad = _submodule_imports(_imports(src, "ragprivacy.eval.runner"), "eval")
+    assert [b.split(": ", 1)[1] for b in bad] == [
+        "ragprivacy.attacks.collusion",
+        "ragprivacy.generate.tokens",
+        "from ragprivacy.rag import dp_vote",
+        "ragprivacy.attacks.collusion",
+    ]
+
+
+@pytest.mark.parametrize("layer", _layers())
+def test_other_layers_are_imported_through_their_public_init(layer: str) -> None:
+    bad = {}
+    for path in (SRC / layer).rglob("*.py"):
+        wrong = _submodule_imports(_file_imports(path), layer)
+        if wrong:
+            bad[str(path.relative_to(SRC))] = wrong
+    assert not bad, (
+        f"layer {layer!r} imports submodules of other layers (import their public names "
+        f"from ragprivacy.<layer> instead): {bad}"
+    )

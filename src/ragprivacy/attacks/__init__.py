@@ -20,6 +20,9 @@ from ragprivacy.attacks.classifier import fit_classifier
 from ragprivacy.attacks.collusion import (
     DiversifiedSplit,
     PooledMeanAttack,
+    auc_with_se,
+    bayes_llr,
+    bayes_llr_samples,
 )
 from ragprivacy.attacks.extraction import (
     ADVERSARIAL_SUFFIX,
@@ -71,6 +74,9 @@ __all__ = [
     "adversarial_query",
     "attack_factory",
     "attack_names",
+    "auc_with_se",
+    "bayes_llr",
+    "bayes_llr_samples",
     "create_attack",
     "create_proxy",
     "create_spell_corrector",

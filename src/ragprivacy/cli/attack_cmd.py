@@ -39,8 +39,7 @@ def build_config(
 ) -> Any:
     """The experiment config ``ragprivacy attack`` runs."""
     from ragprivacy.attacks import attack_names
-    from ragprivacy.eval import parse_config
-    from ragprivacy.eval.experiments.membership import DEFAULT_ATTACKS
+    from ragprivacy.eval import DEFAULT_ATTACKS, parse_config
     from ragprivacy.rag import defense_names
 
     attack_list = list(DEFAULT_ATTACKS) if "all" in attacks else attacks

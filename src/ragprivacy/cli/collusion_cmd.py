@@ -35,7 +35,7 @@ def sweep(
 ) -> None:
     """AUC vs k against eq. (3.11), with the P1/P3 gate verdicts."""
     from ragprivacy.errors import ConfigError
-    from ragprivacy.eval.experiments.collusion import scalar_sweep, topk_sweep
+    from ragprivacy.eval import scalar_sweep, topk_sweep
 
     if mechanism == "scalar":
         res = scalar_sweep(
@@ -65,7 +65,7 @@ def sweep(
     if out:
         from pathlib import Path
 
-        from ragprivacy.eval.experiments.collusion_plots import plot_sweep
+        from ragprivacy.eval import plot_sweep
 
         d = Path(out)
         fig = plot_sweep(res, d / f"collusion_{mechanism}.png")
@@ -90,7 +90,7 @@ def embedder_check(
     gap: float = typer.Option(0.4, "--gap", help="Target score gap Δ."),
 ) -> None:
     """§A.1: the scalar attack with MiniLM over a fixed 50-paragraph corpus (JSON)."""
-    from ragprivacy.eval.experiments.collusion_scale import trained_embedder_check
+    from ragprivacy.eval import trained_embedder_check
 
     typer.echo(
         json.dumps(trained_embedder_check(pairs=pairs, trials=trials, target_gap=gap), indent=1)
@@ -120,7 +120,7 @@ def production_check(
     """§4.5: MiniLM + FAISS HNSW, hit indicator vs instrumented score (JSON)."""
     from pathlib import Path
 
-    from ragprivacy.eval.experiments.collusion_scale import production_scale_check
+    from ragprivacy.eval import production_scale_check
 
     record = production_scale_check(
         passages=passages,

@@ -79,7 +79,7 @@ def collusion(
     as_json: bool = _JSON,
 ) -> None:
     """The epsilon of a k-account coalition (Thm 3.5, Thm 3.9, PLD, exact GDP)."""
-    from ragprivacy.dp.collusion import collusion_report
+    from ragprivacy.dp import collusion_report
 
     report = collusion_report(eps_acc, delta_acc, k, n, delta=delta, method=_methods(method))
     _emit(report.to_dict(), f"k = {k} colluding accounts", as_json)
@@ -115,7 +115,7 @@ def predict_auc(
     as_json: bool = _JSON,
 ) -> None:
     """Predicted MIA AUC (eq. 3.10/3.11) and advantage bounds (eq. 3.8, 3.9)."""
-    from ragprivacy.dp.mia import mia_prediction
+    from ragprivacy.dp import mia_prediction
 
     _emit(
         mia_prediction(eps_acc, delta_acc, n, k, delta_gap).to_dict(),

@@ -14,19 +14,27 @@ from ragprivacy.eval.config import (
 )
 from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments import (
+    DEFAULT_ATTACKS,
     Experiment,
     ReportSection,
     TopKCellResult,
     TopKHarness,
     create_experiment,
     experiment_types,
+    plot_calibration,
+    plot_sweep,
+    production_scale_check,
     register_experiment,
+    scalar_sweep,
+    topk_sweep,
+    trained_embedder_check,
 )
 from ragprivacy.eval.runner import RunResult, package_versions, run_config
 
 __all__ = [
     "CachedGenerator",
     "CorpusSpec",
+    "DEFAULT_ATTACKS",
     "Experiment",
     "ExperimentConfig",
     "ExperimentSpec",
@@ -44,6 +52,12 @@ __all__ = [
     "load_config",
     "package_versions",
     "parse_config",
+    "plot_calibration",
+    "plot_sweep",
+    "production_scale_check",
     "register_experiment",
     "run_config",
+    "scalar_sweep",
+    "topk_sweep",
+    "trained_embedder_check",
 ]

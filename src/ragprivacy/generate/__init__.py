@@ -42,7 +42,13 @@ from ragprivacy.generate.templates import (
     render_prompt,
     template_names,
 )
-from ragprivacy.generate.tokens import detokenize, normalize, normalize_all, tokenize
+from ragprivacy.generate.tokens import (
+    TOKEN_PATTERN,
+    detokenize,
+    normalize,
+    normalize_all,
+    tokenize,
+)
 
 __all__ = [
     "BackgroundModel",
@@ -59,6 +65,7 @@ __all__ = [
     "ReferenceReader",
     "SRAG_AUDIT_INSTRUCTION",
     "SRAG_DEFENSE_INSTRUCTION",
+    "TOKEN_PATTERN",
     "Task",
     "TokenDistribution",
     "UNKNOWN_ANSWER",

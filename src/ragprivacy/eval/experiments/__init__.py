@@ -1,4 +1,6 @@
-"""Experiment types (``type:`` in configs): ``qa`` utility and ``leakage`` extraction."""
+"""Experiment types (``type:`` in configs: ``qa``, ``leakage``, ``membership``,
+``extraction``, ``private_rag``, ``collusion``, ...) and the collusion sweeps, checks and
+plots the command line runs directly."""
 
 from __future__ import annotations
 
@@ -9,20 +11,31 @@ from ragprivacy.eval.experiments.base import (
     experiment_types,
     register_experiment,
 )
+from ragprivacy.eval.experiments.collusion import scalar_sweep, topk_sweep
 from ragprivacy.eval.experiments.collusion_experiment import (
     CollusionExperiment,
     CollusionOptions,
 )
+from ragprivacy.eval.experiments.collusion_plots import plot_calibration, plot_sweep
+from ragprivacy.eval.experiments.collusion_scale import (
+    production_scale_check,
+    trained_embedder_check,
+)
 from ragprivacy.eval.experiments.collusion_topk import TopKCellResult, TopKHarness
 from ragprivacy.eval.experiments.extraction import ExtractionExperiment, ExtractionOptions
 from ragprivacy.eval.experiments.leakage import LeakageExperiment, LeakageOptions
-from ragprivacy.eval.experiments.membership import MembershipExperiment, MembershipOptions
+from ragprivacy.eval.experiments.membership import (
+    DEFAULT_ATTACKS,
+    MembershipExperiment,
+    MembershipOptions,
+)
 from ragprivacy.eval.experiments.private_rag import PrivateRAGExperiment, PrivateRAGOptions
 from ragprivacy.eval.experiments.private_rag_medical import PrivateRAGMedicalExperiment
 from ragprivacy.eval.experiments.qa import QAExperiment, QAOptions
 
 __all__ = [
     "CollusionExperiment",
+    "DEFAULT_ATTACKS",
     "CollusionOptions",
     "Experiment",
     "ExtractionExperiment",
@@ -41,5 +54,11 @@ __all__ = [
     "TopKHarness",
     "create_experiment",
     "experiment_types",
+    "plot_calibration",
+    "plot_sweep",
+    "production_scale_check",
     "register_experiment",
+    "scalar_sweep",
+    "topk_sweep",
+    "trained_embedder_check",
 ]

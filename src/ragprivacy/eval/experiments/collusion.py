@@ -35,7 +35,7 @@ import numpy as np
 from scipy.stats import chi2, norm
 
 from ragprivacy._validation import check_choice, check_positive_int
-from ragprivacy.attacks.collusion import (
+from ragprivacy.attacks import (
     DiversifiedSplit,
     PooledMeanAttack,
     auc_with_se,

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ragprivacy._validation import check_positive_int
-from ragprivacy.attacks.collusion import PooledMeanAttack, auc_with_se
+from ragprivacy.attacks import PooledMeanAttack, auc_with_se
 from ragprivacy.dp import (
     ScalarMechanism,
     collusion_sigma,

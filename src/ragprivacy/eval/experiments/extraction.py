@@ -39,7 +39,7 @@ from ragprivacy._validation import (
     check_positive_int,
     check_probability,
 )
-from ragprivacy.attacks.extraction import (
+from ragprivacy.attacks import (
     adversarial_query,
     first_sentence,
     targeted_queries,

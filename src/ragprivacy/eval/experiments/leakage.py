@@ -143,7 +143,7 @@ class LeakageExperiment(Experiment):
 
 def _char_offset(text: str, n_tokens: int) -> int:
     """Character offset just past the first ``n_tokens`` tokens of ``text``."""
-    from ragprivacy.generate.tokens import TOKEN_PATTERN
+    from ragprivacy.generate import TOKEN_PATTERN
 
     end = 0
     for i, m in enumerate(TOKEN_PATTERN.finditer(text)):
