@@ -3,13 +3,20 @@ and a verifier outside it (`ragprivacy audit verify --url`)."""
 
 from __future__ import annotations
 
+import functools
 import json
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from ragprivacy.cli import main
 from ragprivacy.service import Client
+
+# generous: under a loaded 2-core machine a cold worker's first request takes seconds
+HTTP = SimpleNamespace(
+    post=functools.partial(httpx.post, timeout=60), get=functools.partial(httpx.get, timeout=60)
+)
 
 
 @pytest.fixture()
@@ -62,31 +69,31 @@ def test_refusals_are_4xx_and_spend_nothing(two_tenants, server_factory, admin) 
     server = server_factory(state)
     h = {"Authorization": f"Bearer {keys['bob']}"}
     url = f"{server.url}/v1/retrieve"
-    assert httpx.post(url, json={"query": "x"}).status_code == 401
+    assert HTTP.post(url, json={"query": "x"}).status_code == 401
     bad = {"Authorization": "Bearer rpk_000000000000_" + "A" * 43}
-    r = httpx.post(url, json={"query": "x"}, headers=bad)
+    r = HTTP.post(url, json={"query": "x"}, headers=bad)
     assert r.status_code == 401 and r.json() == {"detail": "Invalid API key."}
-    assert httpx.post(url, json={"query": ""}, headers=h).status_code == 422
-    assert httpx.post(url, json={"query": "x", "extra": 1}, headers=h).status_code == 422
-    assert httpx.post(url, content=b"{not json", headers=h).status_code == 422
-    assert httpx.post(url, json={"query": "x" * 70_000}, headers=h).status_code == 413
-    assert httpx.post(url, json={"query": "x", "k": 9}, headers=h).status_code == 400
-    budget = httpx.get(f"{server.url}/v1/budget", headers=h).json()
+    assert HTTP.post(url, json={"query": ""}, headers=h).status_code == 422
+    assert HTTP.post(url, json={"query": "x", "extra": 1}, headers=h).status_code == 422
+    assert HTTP.post(url, content=b"{not json", headers=h).status_code == 422
+    assert HTTP.post(url, json={"query": "x" * 70_000}, headers=h).status_code == 413
+    assert HTTP.post(url, json={"query": "x", "k": 9}, headers=h).status_code == 400
+    budget = HTTP.get(f"{server.url}/v1/budget", headers=h).json()
     assert budget["used"] == 0  # none of the refused requests was charged
     for _ in range(5):
-        assert httpx.post(url, json={"query": "asthma"}, headers=h).status_code == 200
-    over = httpx.post(url, json={"query": "asthma"}, headers=h)
+        assert HTTP.post(url, json={"query": "asthma"}, headers=h).status_code == 200
+    over = HTTP.post(url, json={"query": "asthma"}, headers=h)
     assert over.status_code == 429 and over.headers["Retry-After"]
-    assert httpx.get(f"{server.url}/v1/budget", headers=h).json()["used"] == 5
-    records = httpx.get(f"{server.url}/v1/audit/windows/W1/records").json()
+    assert HTTP.get(f"{server.url}/v1/budget", headers=h).json()["used"] == 5
+    records = HTTP.get(f"{server.url}/v1/audit/windows/W1/records").json()
     assert len(records) == 5  # the refused requests appended nothing
     key_id = keys["alice"].split("_")[1]
     admin(state, "key", "revoke", key_id)
-    r = httpx.post(url, json={"query": "x"}, headers={"Authorization": f"Bearer {keys['alice']}"})
+    r = HTTP.post(url, json={"query": "x"}, headers={"Authorization": f"Bearer {keys['alice']}"})
     assert r.status_code == 401
-    missing = httpx.get(f"{server.url}/v1/audit/windows/nope/commitments")
+    missing = HTTP.get(f"{server.url}/v1/audit/windows/nope/commitments")
     assert missing.status_code == 404 and missing.json() == {"detail": "Not found."}
-    assert httpx.get(f"{server.url}/v1/audit/windows/W1/coalition").json() == missing.json()
+    assert HTTP.get(f"{server.url}/v1/audit/windows/W1/coalition").json() == missing.json()
 
 
 def test_a_coalition_over_http_fails_the_cap_and_one_within_it_passes(
