@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -486,10 +487,15 @@ class AuditedProvider:
         text: str | None = None,
         *,
         vector: FloatArray | None = None,
-        ts: int,
+        ts: int | None = None,
         before_append: Callable[[tuple[str, ...]], None] | None = None,
     ) -> QueryAnswer:
         """Answer one query (noise-then-select), append r_q and return a signed receipt.
+
+        ``ts=None`` stamps the record with the provider's clock, moved past the ledger's
+        last timestamp on every attempt: concurrent writers (other processes) then never
+        fail on a timestamp, they derive again like on a stale count. A given ``ts`` must
+        follow the ledger's last one.
 
         ``before_append(ids)`` runs on the selected documents before the record is
         appended (a service generates its answer there): if it raises, nothing is
@@ -499,21 +505,35 @@ class AuditedProvider:
             raise ConfigError("Publish the commitments (commit) before the window's queries.")
         if account not in self.accounts:
             raise ConfigError(f"Unknown account {account!r}.")
-        if not self.policy.window_start <= int(ts) <= self.policy.window_end:
-            raise ConfigError(
-                f"Timestamp {ts} lies outside the window [{self.policy.window_start}, "
-                f"{self.policy.window_end}]."
-            )
+        if ts is not None:
+            self._check_in_window(int(ts))
         q, hq = self._embed(text, vector)
         with self._lock:  # one query of this process at a time; other processes: the guard
             for _ in range(64):
                 self._scan()
                 expected = self._count[account]
+                stamp = int(ts) if ts is not None else self._next_ts()
                 try:
-                    return self._answer(account, text, q, hq, int(ts), expected, before_append)
+                    return self._answer(
+                        account, text, q, hq, stamp, expected, before_append, ts is None
+                    )
                 except _StaleCount:
                     continue
         raise ConfigError("The ledger is too busy for this account; retry the query.")
+
+    def _check_in_window(self, ts: int) -> None:
+        if not self.policy.window_start <= ts <= self.policy.window_end:
+            raise ConfigError(
+                f"Timestamp {ts} lies outside the window [{self.policy.window_start}, "
+                f"{self.policy.window_end}]."
+            )
+
+    def _next_ts(self) -> int:
+        """Now, or one nanosecond past the ledger's last record (clocks of two processes
+        may stamp the same instant)."""
+        ts = max(time.time_ns(), self._last_ts + 1 if self.ledger.size else 0)
+        self._check_in_window(ts)
+        return ts
 
     def policy_of(self, account: str) -> AuditPolicy:
         """The account's own policy (the window's, or its committed overrides)."""
@@ -535,10 +555,13 @@ class AuditedProvider:
             self._last_ts = rec.ts
         self._scanned = self.ledger.size
 
-    def _guard(self, account: str, expected: int, ts: int) -> Callable[[MerkleLog], None]:
+    def _guard(
+        self, account: str, expected: int, ts: int, restamp: bool
+    ) -> Callable[[MerkleLog], None]:
         """The check that runs inside the append, on the caught-up ledger: the account
         has exactly the records its query number was derived from, is under its rate
-        limit, and ts follows the last record's."""
+        limit, and ts follows the last record's (a provider-stamped ts that another
+        writer overtook is derived again, like a stale count)."""
 
         def check(log: MerkleLog) -> None:
             self._scan(refresh=False)  # the append just caught the log up
@@ -551,6 +574,8 @@ class AuditedProvider:
                     "for the next window."
                 )
             if log.size and ts <= self._last_ts:
+                if restamp:
+                    raise _StaleCount
                 raise ConfigError(
                     f"Timestamps must increase with the ledger: {ts} follows {self._last_ts}."
                 )
@@ -566,6 +591,7 @@ class AuditedProvider:
         ts: int,
         expected: int,
         before_append: Callable[[tuple[str, ...]], None] | None = None,
+        restamp: bool = False,
     ) -> QueryAnswer:
         limit = self._policies[account].rate_limit
         if expected >= limit and not self.misbehaviour.ignore_rate_limit:
@@ -601,7 +627,9 @@ class AuditedProvider:
         if before_append is not None:
             before_append(witness.ids)
         self.witnesses.put(record.proof, witness)  # durable before the record exists
-        pos = self.ledger.append(record.to_bytes(), guard=self._guard(account, expected, ts))
+        pos = self.ledger.append(
+            record.to_bytes(), guard=self._guard(account, expected, ts, restamp)
+        )
         self._scan()
         size = pos + 1
         unsigned = Receipt(

@@ -40,7 +40,7 @@ from ragprivacy.audit import (
     SignedTreeHead,
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
-from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.errors import ConfigError
 from ragprivacy.generate import Generator, Prompt, Task
 from ragprivacy.rag import refunded_failure
 from ragprivacy.service.state import ServiceState, SqliteWitnessStore, Window
@@ -297,19 +297,7 @@ class ServiceProvider:
         policy = provider.policy_of(account)
         if k is not None and not 1 <= k <= policy.top_k:
             raise ConfigError(f"'k' must be between 1 and this tenant's K = {policy.top_k}.")
-        for _ in range(8):  # two workers may stamp the same instant: take the next one
-            try:
-                answer = provider.query(
-                    account, query, ts=time.time_ns(), before_append=before_append
-                )
-                break
-            except BudgetExhaustedError:
-                raise
-            except ConfigError as exc:
-                if "Timestamps must increase" not in str(exc):
-                    raise
-        else:
-            raise ConfigError("The ledger is busy; retry the query.")
+        answer = provider.query(account, query, before_append=before_append)
         keep = answer.ids[: k or len(answer.ids)]  # a shorter list is post-processing
         texts = self._texts[tenant]
         return ServedAnswer(
