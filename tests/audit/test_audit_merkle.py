@@ -238,3 +238,23 @@ def test_two_writers_on_one_file_share_one_log(tmp_path) -> None:
     assert MerkleLog(path).size == 10  # the refused append wrote nothing
     a.close()
     b.close()
+
+
+def test_a_sealed_log_refuses_appends_from_every_writer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ragprivacy.audit import LogSealedError
+
+    path = tmp_path / "ledger.sqlite"
+    with MerkleLog(path) as writer, MerkleLog(path) as closer:
+        writer.append(b"r0")
+        writer.append(b"r1")
+        assert closer.seal() == 2 and closer.seal() == 2  # sealing twice: the same size
+        assert writer.sealed
+        with pytest.raises(LogSealedError, match="sealed"):
+            writer.append(b"r2")  # another writer, another connection
+        assert writer.size == 2 and writer.root() == closer.root()
+    with MerkleLog(path) as reopened:
+        assert reopened.size == 2 and reopened.sealed
+        with pytest.raises(LogSealedError):
+            reopened.append_many([b"r2", b"r3"])
+    with pytest.raises(ConfigError, match="durable"):
+        MerkleLog().seal()

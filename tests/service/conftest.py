@@ -79,24 +79,125 @@ class Server:
         return out.decode() if out else ""
 
 
-@pytest.fixture()
+@pytest.fixture(scope="session")
 def admin():  # type: ignore[no-untyped-def]
     return run_admin
 
 
-@pytest.fixture()
+@pytest.fixture(scope="session")
 def corpus_file():  # type: ignore[no-untyped-def]
     return write_corpus
 
 
-@pytest.fixture()
-def server_factory() -> Iterator:
+def _servers() -> Iterator:
     started: list[Server] = []
 
     def start(state: Path, **kw: object) -> Server:
         s = Server(state, **kw)  # type: ignore[arg-type]
         started.append(s)
         return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture()
+def server_factory() -> Iterator:
+    """``start(state, workers=N)`` → a running server, stopped after the test."""
+    yield from _servers()
+
+
+@pytest.fixture(scope="module")
+def module_server_factory() -> Iterator:
+    """Like :func:`server_factory`, for servers a whole test module shares."""
+    yield from _servers()
+
+
+# ---------------------------------------------------------------- two tenants, one module
+#: The accounts of each tenant in :func:`tenants_service_factory`'s states.
+TENANT_ACCOUNTS = {"clinic": ("alice", "bob"), "firm": ("carol", "dave")}
+_TOPICS = ["asthma", "diabetes", "fracture", "migraine", "anemia", "eczema", "gout"]
+
+
+class TenantsService:
+    """A running service over two tenants (``clinic``, K = 3, and ``firm``, K = 2) whose
+    documents share their words (one query matches both, were they in one index) and the
+    id ``shared-0``; each text carries a canary no query contains. ``keys`` holds one valid
+    key per account, ``revoked`` a revoked key per account, ``late`` the key of an account
+    made after the window opened (not in it)."""
+
+    def __init__(self, state: Path, server: Server, rate_limit: int) -> None:
+        self.state = state
+        self.server = server
+        self.url = server.url
+        self.rate_limit = rate_limit
+        self.keys: dict[str, str] = {}
+        self.revoked: dict[str, str] = {}
+        self.late = ""
+        self.tenant_of = {a: t for t, accounts in TENANT_ACCOUNTS.items() for a in accounts}
+        self.documents: dict[str, dict[str, str]] = {}  # tenant -> {id: text}
+        self.canaries: dict[str, list[str]] = {}  # tenant -> canaries
+
+    def headers(self, account: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[account]}"}
+
+    def admin(self, *args: str) -> str:
+        """``ragprivacy admin --state STATE ARGS`` on this service's state (its stdout)."""
+        return run_admin(self.state, *args)
+
+
+def write_tenant_corpus(path: Path, tenant: str, n: int) -> tuple[dict[str, str], list[str]]:
+    """``n`` documents of ``tenant`` at ``path``: ({id: text}, canaries)."""
+    import hashlib
+
+    docs, canaries = {}, []
+    for i in range(n):
+        tag = hashlib.sha256(f"{tenant}/{i}".encode()).hexdigest()[:6]
+        canary = f"{tenant.upper()}CANARY{i:03d}Q{tag}"
+        doc_id = "shared-0" if i == 0 else f"{tenant}-{i}"
+        docs[doc_id] = f"record {i}: the patient has {_TOPICS[i % 7]} and visit {i} ({canary})"
+        canaries.append(canary)
+    with path.open("w") as f:
+        for doc_id, text in docs.items():
+            f.write(json.dumps({"id": doc_id, "text": text}) + "\n")
+    return docs, canaries
+
+
+@pytest.fixture(scope="module")
+def tenants_service_factory(tmp_path_factory) -> Iterator:  # type: ignore[no-untyped-def]
+    """``start(rate_limit=...)`` → a :class:`TenantsService`, shared by one test module and
+    stopped after it."""
+    started: list[Server] = []
+
+    def start(*, rate_limit: int = 1000, workers: int = 1) -> TenantsService:
+        root = tmp_path_factory.mktemp("tenants")
+        state = root / "state"
+        run_admin(state, "tenant", "create", "clinic", "--k", "3")
+        run_admin(state, "tenant", "create", "firm", "--k", "2")
+        corpora = {}
+        for tenant, n in [("clinic", 60), ("firm", 30)]:
+            corpora[tenant] = write_tenant_corpus(root / f"{tenant}.jsonl", tenant, n)
+            run_admin(state, "docs", "add", tenant, str(root / f"{tenant}.jsonl"))
+        keys, revoked = {}, {}
+        for tenant, accounts in TENANT_ACCOUNTS.items():
+            for account in accounts:
+                run_admin(state, "account", "create", tenant, account, "--eps", "4",
+                          "--delta", "1e-6", "--rate-limit", str(rate_limit))  # fmt: skip
+                revoked[account] = run_admin(state, "key", "create", account).split()[-1]
+                run_admin(state, "key", "revoke", revoked[account].split("_")[1])
+                keys[account] = run_admin(state, "key", "create", account).split()[-1]
+        run_admin(state, "window", "open")
+        run_admin(state, "account", "create", "firm", "late", "--eps", "4", "--delta", "1e-6",
+                  "--rate-limit", str(rate_limit))  # fmt: skip
+        late = run_admin(state, "key", "create", "late").split()[-1]
+        server = Server(state, workers=workers)
+        started.append(server)
+        out = TenantsService(state, server, rate_limit)
+        out.keys, out.revoked, out.late = keys, revoked, late
+        for tenant, (docs, canaries) in corpora.items():
+            out.documents[tenant], out.canaries[tenant] = docs, canaries
+        return out
 
     yield start
     for s in started:

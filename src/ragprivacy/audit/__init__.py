@@ -35,6 +35,7 @@ from ragprivacy.audit.demo import (
 from ragprivacy.audit.epsilon import AuditEpsilon, epsilon_audit, epsilon_audit_table
 from ragprivacy.audit.merkle import (
     EMPTY_ROOT,
+    LogSealedError,
     MerkleLog,
     leaf_hash,
     node_hash,
@@ -93,6 +94,7 @@ __all__ = [
     "DemoWindow",
     "EMPTY_ROOT",
     "FIXED_BITS",
+    "LogSealedError",
     "MerkleLog",
     "Misbehaviour",
     "POLICY_OVERRIDES",

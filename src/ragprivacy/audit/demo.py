@@ -238,6 +238,8 @@ def _withhold(
         ts=[records[p].ts for p in positions],
         tau=provider.policy.tau,
     )
+    if transcript.coalition is None:
+        raise ConfigError("The window has no coalition claim yet; close it first.")
     root = transcript.coalition.ledger_root
     claim = CoalitionClaim(
         size=estimate.size,

@@ -32,6 +32,7 @@ from ragprivacy.errors import ConfigError, DataError, VerificationError
 
 __all__ = [
     "EMPTY_ROOT",
+    "LogSealedError",
     "MerkleLog",
     "leaf_hash",
     "node_hash",
@@ -172,7 +173,12 @@ CREATE TABLE IF NOT EXISTS leaves (idx INTEGER PRIMARY KEY, data BLOB NOT NULL,
                                    hash BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (level INTEGER NOT NULL, idx INTEGER NOT NULL,
                                   hash BLOB NOT NULL, PRIMARY KEY (level, idx));
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+class LogSealedError(ConfigError):
+    """An append to a sealed log (its window closed): nothing was written."""
 
 
 class MerkleLog:
@@ -291,6 +297,11 @@ class MerkleLog:
                 self._db.execute("BEGIN IMMEDIATE")  # one writer at a time, any process
                 try:
                     self._catch_up()
+                    if self._sealed_size() is not None:
+                        raise LogSealedError(
+                            f"The log {self.path} is sealed (its window closed); nothing was "
+                            "appended."
+                        )
                     if guard is not None:
                         guard(self)
                 except BaseException:
@@ -317,6 +328,42 @@ class MerkleLog:
                     self._rollback(start)
                     raise
             return indices
+
+    def _sealed_size(self) -> int | None:
+        assert self._db is not None
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'sealed'").fetchone()
+        return None if row is None else int(row[0])
+
+    def seal(self) -> int:
+        """Refuse every later append, by any process, and return the final size.
+
+        Taken under the file's write lock, after catching up: an append that was waiting
+        for the lock finds the log sealed and writes nothing. Sealing twice returns the
+        same size. (An in-memory log cannot be sealed.)"""
+        if self._db is None:
+            raise ConfigError("Only a durable (SQLite) log can be sealed.")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._catch_up()
+                if self._sealed_size() is None:
+                    self._db.execute(
+                        "INSERT INTO meta VALUES ('sealed', ?)", (str(len(self._data)),)
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            return len(self._data)
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the log was sealed (by this or another process)."""
+        if self._db is None:
+            return False
+        with self._lock:
+            return self._sealed_size() is not None
 
     def _catch_up(self) -> None:
         """Load the leaves another process appended to the same file since we last looked

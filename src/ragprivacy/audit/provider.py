@@ -189,12 +189,15 @@ class Misbehaviour:
 
 @dataclass(slots=True)
 class PublicTranscript:
-    """What the provider publishes: commitments, ledger (records), tree head, ĉ."""
+    """What the provider publishes: commitments, ledger (records), tree head, ĉ.
+
+    ``coalition`` is None for a live window (still open: ĉ is certified at close); the
+    verifier then runs only the checks that need no ĉ and no auditor package."""
 
     commitments: Commitments
     records: list[bytes]
     tree_head: SignedTreeHead
-    coalition: CoalitionClaim
+    coalition: CoalitionClaim | None
 
 
 @dataclass(slots=True)
@@ -549,11 +552,12 @@ class AuditedProvider:
         """Count the records appended since the last scan (by any process)."""
         if refresh:
             self.ledger.refresh()
-        for i in range(self._scanned, self.ledger.size):
+        size = self.ledger.size  # once: another thread may catch the log up meanwhile
+        for i in range(self._scanned, size):
             rec = QueryRecord.from_bytes(self.ledger.leaf(i))
             self._count[rec.account] = self._count.get(rec.account, 0) + 1
             self._last_ts = rec.ts
-        self._scanned = self.ledger.size
+        self._scanned = size
 
     def _guard(
         self, account: str, expected: int, ts: int, restamp: bool
@@ -646,7 +650,8 @@ class AuditedProvider:
 
     def tree_head(self) -> SignedTreeHead:
         """The signed current ledger root C_ledger,t."""
-        unsigned = SignedTreeHead(self.policy.window_id, self.ledger.size, self.ledger.root().hex())
+        size = self.ledger.size  # once: a root read later could be of a longer ledger
+        unsigned = SignedTreeHead(self.policy.window_id, size, self.ledger.root(size).hex())
         return SignedTreeHead(
             **{**asdict(unsigned), "signature": self.key.sign(unsigned.message())}
         )
@@ -720,6 +725,8 @@ def save_window(
     (d / "commitments.json").write_text(json.dumps(transcript.commitments.to_dict(), indent=1))
     (d / "ledger.jsonl").write_text("".join(r.decode() + "\n" for r in transcript.records))
     (d / "tree_head.json").write_text(json.dumps(transcript.tree_head.to_dict(), indent=1))
+    if transcript.coalition is None:
+        raise ConfigError("A live window (no coalition claim yet) cannot be saved; close it first.")
     (d / "coalition.json").write_text(json.dumps(transcript.coalition.to_dict(), indent=1))
     (d / "receipts.json").write_text(json.dumps([r.to_dict() for r in receipts], indent=1))
     if package is not None:

@@ -108,6 +108,7 @@ class Verdict:
     records_checked: int
     detection_probability: float | None
     audit: dict[str, Any] = field(default_factory=dict)
+    live: bool = False  # an open window: public checks only, no (PASS, ε_audit) yet
 
     @property
     def failed_check(self) -> str | None:
@@ -115,12 +116,18 @@ class Verdict:
         return self.failures[0].check if self.failures else None
 
     @property
+    def live_ok(self) -> bool:
+        """A live window with no violation so far (the verdict itself comes at close)."""
+        return self.live and not self.failures
+
+    @property
     def failed_checks(self) -> set[str]:
         return {f.check for f in self.failures}
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "verdict": "PASS" if self.passed else "FAIL",
+            "verdict": "PASS" if self.passed else "LIVE_OK" if self.live_ok else "FAIL",
+            "live": self.live,
             "epsilon_audit": self.epsilon_audit,
             "failed_check": self.failed_check,
             "failures": [{"check": f.check, "detail": f.detail} for f in self.failures],
@@ -171,6 +178,11 @@ class Verifier:
         receipts: Sequence[Receipt] = (),
         package: AuditorPackage | None = None,
     ) -> Verdict:
+        """The verdict on one window (checks 1–6, docs/audit.md).
+
+        A live window (``transcript.coalition is None``: still open) gets checks 1–4
+        only — commitments, ledger, account policies, receipts — and a verdict that is
+        ``live_ok`` or FAIL, never PASS: ĉ and the seed for re-execution come at close."""
         failures: list[CheckFailure] = []
         com = transcript.commitments
         key = self.provider_key or com.provider_key
@@ -327,6 +339,26 @@ class Verifier:
                 failures.append(
                     CheckFailure("receipt_consistency", f"{where}: contradicted by the ledger")
                 )
+        if transcript.coalition is None:  # live: ĉ and the seed come at close
+            if package is not None:
+                failures.append(
+                    CheckFailure(
+                        "commitment_integrity",
+                        "an auditor package for a window without a coalition claim: the "
+                        "seed must stay secret until the window closes",
+                    )
+                )
+            failures.sort(key=lambda f: CHECKS.index(f.check))
+            return Verdict(
+                passed=False,
+                epsilon_audit=None,
+                failures=tuple(failures),
+                mode="live",
+                records=len(records),
+                records_checked=0,
+                detection_probability=None,
+                live=True,
+            )
         # 5. per-record attestation
         positions = [i for i, r in enumerate(records) if r is not None]
         detection = None

@@ -62,20 +62,51 @@ def tenant_create(
     ctx: typer.Context,
     tenant: str = typer.Argument(..., help="Tenant id."),
     mode: str = typer.Option(
-        "noisy_topk", "--mode", help="noisy_topk (served now), murag, murag_ada or dp_vote."
+        "noisy_topk",
+        "--mode",
+        help="noisy_topk (documents by Gaussian noise-then-select, audited), or a voting "
+        "mode that releases only DP-voted answers: dp_vote, murag or murag_ada.",
     ),
     k: int = typer.Option(5, "--k", help="Documents per query (K)."),
+    eps_q: float | None = typer.Option(
+        None, "--eps-q", help="Voting modes: each answer's ε (default 1)."
+    ),
+    max_retrievals: int | None = typer.Option(
+        None,
+        "--max-retrievals",
+        help="murag/murag_ada: M, each document's lifetime budget is M·ε_q (default 10).",
+    ),
+    tau: float | None = typer.Option(
+        None, "--tau", help="murag: the relevance threshold τ (default 0.5)."
+    ),
+    logprobs: bool = typer.Option(
+        False, "--logprobs", help="noisy_topk: answers may carry log-probabilities."
+    ),
 ) -> None:
     """Create a tenant."""
-    _state(ctx).create_tenant(tenant, mode=mode, k=k)
-    typer.echo(f"tenant {tenant}: mode {mode}, K = {k}")
+    state = _state(ctx)
+    state.create_tenant(
+        tenant,
+        mode=mode,
+        k=k,
+        epsilon_q=eps_q,
+        max_retrievals=max_retrievals,
+        tau=tau,
+        logprobs=logprobs,
+    )
+    typer.echo(f"tenant {tenant}: {_describe(state.tenants()[tenant])}")
+
+
+def _describe(info: dict[str, object]) -> str:
+    extra = [f"{k}={v}" for k, v in info.items() if k not in ("mode", "k", "documents")]
+    return ", ".join([f"mode {info['mode']}", f"K = {info['k']}", *extra])
 
 
 @tenant_app.command("list")
 def tenant_list(ctx: typer.Context) -> None:
     """List tenants with their document counts."""
     for t, info in _state(ctx).tenants().items():
-        typer.echo(f"{t}\t{info['mode']}\tK={info['k']}\t{info['documents']} documents")
+        typer.echo(f"{t}\t{_describe(info)}\t{info['documents']} documents")
 
 
 @docs_app.command("add")

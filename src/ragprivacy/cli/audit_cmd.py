@@ -64,13 +64,17 @@ def commit(
 
 
 def _remote(
-    url: str, window: str | None, receipts_dir: Path | None, auditor_dir: Path | None
+    url: str,
+    window: str | None,
+    receipts_dir: Path | None,
+    auditor_dir: Path | None,
+    live: bool = False,
 ) -> tuple:  # type: ignore[type-arg]
     """The transcript of a service's window, the receipts accounts kept, the package."""
     from ragprivacy.audit import Receipt, load_window
     from ragprivacy.service import fetch_window, load_receipts
 
-    transcript = fetch_window(url, window)
+    transcript = fetch_window(url, window, live=live)
     receipts = [Receipt.from_dict(r) for r in load_receipts(receipts_dir)] if receipts_dir else []
     package = load_window(auditor_dir)[2] if auditor_dir else None
     return transcript, receipts, package
@@ -108,6 +112,12 @@ def verify(
         None, "--url", help="A running service (verifies its newest closed window)."
     ),
     window: str | None = typer.Option(None, "--window", help="With --url: the window id."),
+    live: bool = typer.Option(
+        False,
+        "--live",
+        help="With --url: check the open window as it stands (commitments, ledger, account "
+        "policies, receipts); (PASS, ε_audit) is issued only once it closes.",
+    ),
     receipts_dir: Path | None = typer.Option(
         None, "--receipts", help="With --url: receipts the accounts kept (*.jsonl)."
     ),
@@ -138,7 +148,12 @@ def verify(
 
     if (directory is None) == (url is None):
         raise ConfigError("Give the window as --dir DIR or --url URL (exactly one).")
-    remote = _remote(url, window, receipts_dir, auditor_dir) if url is not None else None
+    if live and (url is None or auditor_dir is not None):
+        raise ConfigError(
+            "--live checks a running service's open window: give --url, and no --auditor "
+            "(the auditor package exists only once the window closes)."
+        )
+    remote = _remote(url, window, receipts_dir, auditor_dir, live) if url is not None else None
     if provider_key is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", provider_key):
         raise ConfigError(
             "--provider-key must be the provider's Ed25519 public key as 64 hex characters."
@@ -148,6 +163,12 @@ def verify(
         typer.echo(json.dumps(record, indent=1))
     elif record["verdict"] == "PASS":
         typer.echo(f"PASS  epsilon_audit = {record['epsilon_audit']:.4g}")
+    elif record["verdict"] == "LIVE_OK":
+        typer.echo(
+            f"LIVE OK  {record['records']} records so far: commitments, ledger, account "
+            "policies and receipts hold; (PASS, epsilon_audit) comes when the window closes"
+        )
+        return
     else:
         typer.echo(f"FAIL  {record['failed_check']}: {record['failures'][0]['detail']}")
     if record["verdict"] != "PASS":

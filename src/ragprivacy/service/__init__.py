@@ -5,8 +5,9 @@ Importable without HTTP: :class:`ServiceState` (the durable state directory),
 provider core of :mod:`ragprivacy.audit`), :func:`open_window` / :func:`close_window` /
 :func:`export_auditor` (the admin's window steps), :class:`Client` (an account's HTTP client
 that keeps its receipts) and :func:`fetch_window` (a verifier's view of a running
-service). The HTTP app is :func:`ragprivacy.service.app.create_app` (the ``service``
-extra). See docs/service.md.
+service); voting tenants (DP-voted answers only) are :class:`VotingTenants`. The HTTP
+app is :func:`ragprivacy.service.app.create_app` (the ``service`` extra). See
+docs/service.md.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from ragprivacy.service.provider import (
     open_window,
 )
 from ragprivacy.service.remote import fetch_window
-from ragprivacy.service.state import MODES, AuthError, ServiceState, SqliteWitnessStore, Window
+from ragprivacy.service.state import (
+    MODES,
+    VOTING_MODES,
+    AuthError,
+    ServiceState,
+    SqliteWitnessStore,
+    Window,
+)
+from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap
 
 __all__ = [
     "ApiKey",
@@ -34,8 +43,12 @@ __all__ = [
     "ServiceProvider",
     "ServiceState",
     "SqliteWitnessStore",
+    "VOTING_MODES",
+    "VotedAnswer",
+    "VotingTenants",
     "Window",
     "WindowClosedError",
+    "answer_cap",
     "close_window",
     "export_auditor",
     "fetch_window",

@@ -8,8 +8,12 @@ nothing else):
 * ``POST /v1/answer`` ``{"query": str, "k": int?, "max_tokens": int?}`` → the RAG answer
   with the same fields;
 * ``POST /v1/chat/completions`` — OpenAI-compatible (the last user message is the query);
-  the receipt, privacy and budget ride in the extra field ``ragprivacy``; no
-  log-probabilities are returned;
+  the receipt, privacy and budget ride in the extra field ``ragprivacy``; ``stream=true``
+  sends the finished answer as server-sent chunks (the last one carries ``ragprivacy``);
+  ``logprobs=true`` returns the chosen tokens' log-probabilities only where the tenant's
+  policy allows them (a ``noisy_topk`` tenant created with ``--logprobs``), else 400;
+* voting tenants (``dp_vote``, ``murag``, ``murag_ada``) answer ``/v1/answer`` and the
+  chat with a DP-voted text only: no documents, no receipt; ``/v1/retrieve`` refuses them;
 * ``GET /v1/budget`` — what the account has left in the open window.
 
 There is no endpoint that returns a document by id: reading the datastore without the
@@ -25,21 +29,26 @@ unknown window) and spends nothing; an unexpected error is a 500 that names noth
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError, RagPrivacyError
 from ragprivacy.generate import Generator, create_generator
 from ragprivacy.service.provider import ServiceProvider, WindowClosedError
 from ragprivacy.service.state import AuthError, ServiceState
+from ragprivacy.types import Completion
 
 __all__ = ["MAX_BODY_BYTES", "app_from_env", "create_app"]
 
@@ -67,6 +76,9 @@ class ChatRequest(BaseModel):
     model: str = Field(default="ragprivacy", max_length=128)
     messages: list[ChatMessage] = Field(min_length=1, max_length=64)
     max_tokens: int | None = Field(default=None, ge=1, le=512)
+    stream: bool = False
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
 
 def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -84,12 +96,15 @@ def create_app(state_dir: str | Path, *, generator: str | Generator = "reference
         version="1",
     )
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Any) -> Any:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return _error(413, f"Request body over {MAX_BODY_BYTES} bytes.")
-        return await call_next(request)
+    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # An unroutable path (e.g. a window id with an encoded '/') is unknown like any
+        # other: the one 404 body, so a path reveals nothing the router matched.
+        if exc.status_code == 404:
+            return _error(404, "Not found.")
+        return _error(exc.status_code, str(exc.detail).splitlines()[0], dict(exc.headers or {}))
 
     @app.exception_handler(AuthError)
     async def on_auth(_: Request, exc: AuthError) -> JSONResponse:
@@ -134,32 +149,73 @@ def create_app(state_dir: str | Path, *, generator: str | Generator = "reference
     def retrieve(body: RetrieveRequest, who: str = auth) -> dict[str, Any]:
         return provider.retrieve(who, body.query, k=body.k).to_dict()
 
+    def answered(
+        who: str, query: str, k: int | None, max_tokens: int | None
+    ) -> tuple[Completion, dict[str, Any]]:
+        """The account's answer (its tenant's mode) and the fields that ride with it."""
+        if provider.votes(who):
+            for name, value in (("k", k), ("max_tokens", max_tokens)):
+                if value is not None:
+                    raise ConfigError(
+                        f"'{name}' does not apply to this account's tenant: it releases a "
+                        "DP-voted answer whose length and documents the vote fixes."
+                    )
+            voted = provider.answer_voted(who, query, gen)
+            done = Completion(voted.text, voted.response.tokens)
+            return done, {
+                "window_id": provider.window_id(),
+                "documents": [],
+                "receipt": None,
+                "privacy": voted.privacy,
+                "budget": voted.budget,
+            }
+        served, completion = provider.answer(who, query, gen, k=k, max_tokens=max_tokens)
+        return completion, served.to_dict()
+
     @app.post("/v1/answer")
     def answer(body: AnswerRequest, who: str = auth) -> dict[str, Any]:
-        served, completion = provider.answer(
-            who, body.query, gen, k=body.k, max_tokens=body.max_tokens
-        )
-        return {"answer": completion.text, **served.to_dict()}
+        completion, fields = answered(who, body.query, body.k, body.max_tokens)
+        return {"answer": completion.text, **fields}
 
-    @app.post("/v1/chat/completions")
-    def chat(body: ChatRequest, who: str = auth) -> dict[str, Any]:
+    @app.post("/v1/chat/completions", response_model=None)
+    def chat(body: ChatRequest, who: str = auth) -> dict[str, Any] | StreamingResponse:
         users = [m.content for m in body.messages if m.role == "user" and m.content.strip()]
         if not users:
             raise ConfigError("The chat needs a non-empty user message (it is the query).")
-        served, completion = provider.answer(who, users[-1], gen, max_tokens=body.max_tokens)
-        extra = served.to_dict()
+        if body.logprobs or body.top_logprobs:
+            if not provider.logprobs_allowed(who):
+                raise ConfigError(
+                    "This account's tenant does not allow log-probabilities (a noisy_topk "
+                    "tenant may, with 'tenant create --logprobs'); ask without them."
+                )
+            if body.top_logprobs:
+                raise ConfigError(
+                    "'top_logprobs' is not supported: only the chosen tokens' log-"
+                    "probabilities are returned (logprobs=true)."
+                )
+        # The whole answer exists (and is charged) before the first byte is sent, so a
+        # refusal is still an ordinary 4xx and a stream never stops halfway for a reason
+        # the account pays for.
+        completion, extra = answered(who, users[-1], None, body.max_tokens)
         extra.pop("documents")  # the chat answer carries the text, not the documents
-        return {
+        head = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
             "created": int(time.time()),
             "model": body.model,
+        }
+        if body.stream:
+            return StreamingResponse(
+                _sse_chunks(head, completion.text, extra), media_type="text/event-stream"
+            )
+        return {
+            **head,
+            "object": "chat.completion",
             "choices": [
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": completion.text},
                     "finish_reason": "stop",
-                    "logprobs": None,
+                    "logprobs": _logprobs(completion) if body.logprobs else None,
                 }
             ],
             "usage": {
@@ -231,6 +287,90 @@ def create_app(state_dir: str | Path, *, generator: str | Generator = "reference
         return out
 
     return app
+
+
+def _logprobs(completion: Completion) -> dict[str, Any] | None:
+    """OpenAI's ``choices[].logprobs`` for the chosen tokens (None when the generator
+    exposes no probabilities)."""
+    if completion.logprobs is None:
+        return None
+    return {
+        "content": [
+            {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+            for t, lp in zip(completion.tokens, completion.logprobs)
+        ]
+    }
+
+
+def _sse_chunks(head: dict[str, Any], text: str, extra: dict[str, Any]) -> Iterator[str]:
+    """An answer as OpenAI's ``chat.completion.chunk`` server-sent events: the text in one
+    delta, then the finish reason with the ``ragprivacy`` field, then ``[DONE]``."""
+    chunk = {**head, "object": "chat.completion.chunk"}
+    deltas = [
+        {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None},
+        {"index": 0, "delta": {}, "finish_reason": "stop"},
+    ]
+    yield f"data: {json.dumps({**chunk, 'choices': [deltas[0]]})}\n\n"
+    yield f"data: {json.dumps({**chunk, 'choices': [deltas[1]], 'ragprivacy': extra})}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+class _TooLarge(Exception):
+    """The request body passed the limit while it was read."""
+
+
+class _BodyLimit:
+    """Refuse a request body over ``limit`` bytes with 413, whether it declares its length
+    or arrives chunked: the body is counted as it is read, so no client makes the
+    service buffer more than ``limit`` bytes (nothing is spent: the refusal comes before
+    the request reaches an endpoint)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps({"detail": f"Request body over {self.limit} bytes."}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await self._refuse(send)
+            return
+        seen, over, started = 0, False, False
+
+        async def counted() -> Message:
+            nonlocal seen, over
+            if over:
+                raise _TooLarge
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    over = True
+                    raise _TooLarge
+            return message
+
+        async def guarded(message: Message) -> None:
+            nonlocal started
+            if over:  # whatever the app answers to a body it could not read: ours instead
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await self._refuse(send)
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, guarded)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
 
 
 class _NotFound(Exception):

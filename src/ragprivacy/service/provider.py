@@ -17,9 +17,10 @@ the ledger's write lock orders their appends.
 
 The window policy states the largest per-account budget (ε_acc, δ_acc, r) and K of any
 account, which ε_audit is computed from; each account's own, smaller policy is committed
-beside it. Deviation: only the ``noisy_topk`` mode is served (the collusion paper's
-system); MURAG, MURAG-ADA and DP voting tenants are refused at creation until those paths
-join the audited core.
+beside it. Voting tenants (``dp_vote``, ``murag``, ``murag_ada``) answer through
+:mod:`ragprivacy.service.voting`; their accounts are not in the audited commitments (the
+audit covers the collusion paper's noise-then-select), and a window needs at least one
+``noisy_topk`` account.
 """
 
 from __future__ import annotations
@@ -37,13 +38,15 @@ from ragprivacy.audit import (
     AuditedProvider,
     AuditPolicy,
     Commitments,
+    LogSealedError,
     SignedTreeHead,
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
 from ragprivacy.errors import ConfigError
 from ragprivacy.generate import Generator, Prompt, Task
 from ragprivacy.rag import refunded_failure
-from ragprivacy.service.state import ServiceState, SqliteWitnessStore, Window
+from ragprivacy.service.state import VOTING_MODES, ServiceState, SqliteWitnessStore, Window
+from ragprivacy.service.voting import VotedAnswer, VotingTenants
 from ragprivacy.types import Completion
 
 __all__ = [
@@ -86,17 +89,25 @@ class ServedAnswer:
 def _window_policy(
     state: ServiceState, window_id: str, start_ns: int
 ) -> tuple[AuditPolicy, dict[str, str], dict[str, dict[str, Any]], dict[str, int]]:
-    accounts = state.accounts()
+    everyone = state.accounts()
     tenants = state.tenants()
-    if not accounts:
+    if not everyone:
         raise ConfigError("Create at least one account ('account create') before opening a window.")
-    used = sorted({a["tenant"] for a in accounts.values()})
-    empty = [t for t in used if tenants[t]["documents"] == 0]
+    empty = sorted(
+        {a["tenant"] for a in everyone.values()} - {t for t in tenants if tenants[t]["documents"]}
+    )
     if empty:
         raise ConfigError(
             f"Tenant(s) {', '.join(empty)} have accounts but no documents; add documents "
             "('docs add') before opening a window."
         )
+    accounts = {n: a for n, a in everyone.items() if tenants[a["tenant"]]["mode"] == "noisy_topk"}
+    if not accounts:
+        raise ConfigError(
+            "A window needs at least one account of a noisy_topk tenant (the audited part); "
+            "create one ('tenant create T --mode noisy_topk', 'account create T A ...')."
+        )
+    used = sorted({a["tenant"] for a in accounts.values()})
     k_max = state.k_max
     delta = max(a["delta"] for a in accounts.values())
     policy = AuditPolicy(
@@ -158,6 +169,14 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     for t, count in sizes.items():
         ids, _texts, vectors = state.documents(t, count)
         tenants[t] = (ids, vectors)
+    tenant_modes = state.tenants()
+    voting = {n: a["tenant"] for n, a in state.accounts().items()
+              if tenant_modes[a["tenant"]]["mode"] in VOTING_MODES}  # fmt: skip
+    snapshot: dict[str, Any] = {
+        "tenants": sizes,
+        "voting": {t: int(tenant_modes[t]["documents"]) for t in sorted(set(voting.values()))},
+        "voting_accounts": voting,
+    }
     seed = os.urandom(32)
     provider = AuditedProvider(
         policy=policy,
@@ -173,7 +192,7 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     )
     commitments = provider.commit(published_at=start)
     provider.ledger.close()
-    return state.insert_window(window_id, seed, {"tenants": sizes}, commitments.to_dict())
+    return state.insert_window(window_id, seed, snapshot, commitments.to_dict())
 
 
 def close_window(state: ServiceState) -> Window:
@@ -183,10 +202,11 @@ def close_window(state: ServiceState) -> Window:
         raise ConfigError("No window is open ('window open' starts one).")
     window = open_[0]
     provider = _provider(state, window)
-    transcript = provider.transcript()
-    state.finish_window(
-        window.window_id, transcript.coalition.to_dict(), transcript.tree_head.to_dict()
-    )
+    # Seal first: a worker's query still in flight then appends nothing (409, nothing
+    # spent), so ĉ and the final head cover every record the window will ever hold.
+    provider.ledger.seal()
+    claim, head = provider.coalition_claim(), provider.tree_head()
+    state.finish_window(window.window_id, claim.to_dict(), head.to_dict())
     provider.ledger.close()
     return state.window(window.window_id)
 
@@ -220,6 +240,7 @@ class ServiceProvider:
         self._window_id: str | None = None
         self._provider: AuditedProvider | None = None
         self._texts: dict[str, dict[str, str]] = {}
+        self._voting: VotingTenants | None = None
 
     def _current(self) -> tuple[Window, AuditedProvider]:
         open_ = self.state.open_windows()
@@ -236,10 +257,29 @@ class ServiceProvider:
                 for t, count in window.snapshot["tenants"].items():
                     ids, texts, _ = self.state.documents(t, count)
                     self._texts[t] = dict(zip(ids, texts))
+                self._voting = VotingTenants(
+                    self.state,
+                    window.window_id,
+                    window.snapshot.get("voting", {}),
+                    window.snapshot.get("voting_accounts", {}),
+                    self.state.embedder(),
+                )
             return window, self._provider
+
+    def window_id(self) -> str:
+        """The open window's id."""
+        return self._current()[0].window_id
+
+    def _voting_tenants(self) -> VotingTenants:
+        self._current()
+        assert self._voting is not None  # set with the provider
+        return self._voting
 
     def tenant_of(self, account: str) -> str:
         _, provider = self._current()
+        voting = self._voting_tenants()
+        if account in voting.accounts:
+            return voting.accounts[account]
         if account not in provider.accounts:
             raise WindowClosedError(
                 "This account joined after the open window was committed; it can query "
@@ -247,9 +287,31 @@ class ServiceProvider:
             )
         return provider.accounts[account]
 
+    def votes(self, account: str) -> bool:
+        """Whether ``account``'s tenant releases only DP-voted answers (no documents)."""
+        self.tenant_of(account)
+        return account in self._voting_tenants().accounts
+
+    def logprobs_allowed(self, account: str) -> bool:
+        """Whether ``account``'s tenant policy lets answers carry log-probabilities."""
+        return bool(self.state.tenants()[self.tenant_of(account)].get("logprobs", False))
+
     def retrieve(self, account: str, query: str, *, k: int | None = None) -> ServedAnswer:
         """The account's private top-K for ``query`` in the open window."""
+        if self.votes(account):
+            mode = self.state.tenants()[self.tenant_of(account)]["mode"]
+            raise ConfigError(
+                f"This account's tenant runs {mode}: it releases only DP-voted answers "
+                "(POST /v1/answer or /v1/chat/completions), never documents."
+            )
         return self._serve(account, query, k, None)
+
+    def answer_voted(self, account: str, query: str, generator: Generator) -> VotedAnswer:
+        """A voting tenant's answer for ``account`` (see :mod:`ragprivacy.service.voting`)."""
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigError("The query must be a non-empty string.")
+        self.tenant_of(account)
+        return self._voting_tenants().answer(account, query, generator)
 
     def answer(
         self,
@@ -297,7 +359,13 @@ class ServiceProvider:
         policy = provider.policy_of(account)
         if k is not None and not 1 <= k <= policy.top_k:
             raise ConfigError(f"'k' must be between 1 and this tenant's K = {policy.top_k}.")
-        answer = provider.query(account, query, before_append=before_append)
+        try:
+            answer = provider.query(account, query, before_append=before_append)
+        except LogSealedError:
+            raise WindowClosedError(
+                "The audit window closed while this query ran; nothing was spent. Query "
+                "again in the next window."
+            ) from None
         keep = answer.ids[: k or len(answer.ids)]  # a shorter list is post-processing
         texts = self._texts[tenant]
         return ServedAnswer(
@@ -341,7 +409,8 @@ class ServiceProvider:
 
     def budget(self, account: str) -> dict[str, Any]:
         _, provider = self._current()
-        self.tenant_of(account)
+        if self.votes(account):
+            return self._voting_tenants().budget(account)
         return self._budget(account, provider)
 
     # ------------------------------------------------------------------ public audit
@@ -349,6 +418,7 @@ class ServiceProvider:
         window, provider = self._window_provider(window_id)
         if window.tree_head is not None:
             return SignedTreeHead.from_dict(window.tree_head)
+        provider.ledger.refresh()  # the records other workers appended belong in the head
         return provider.tree_head()
 
     def _window_provider(self, window_id: str) -> tuple[Window, AuditedProvider]:

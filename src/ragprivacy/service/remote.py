@@ -21,9 +21,15 @@ __all__ = ["fetch_window"]
 
 
 def fetch_window(
-    base_url: str, window_id: str | None = None, *, transport: httpx.BaseTransport | None = None
+    base_url: str,
+    window_id: str | None = None,
+    *,
+    live: bool = False,
+    transport: httpx.BaseTransport | None = None,
 ) -> PublicTranscript:
-    """The public transcript of a closed window of the service at ``base_url``."""
+    """The public transcript of a closed window of the service at ``base_url`` (default:
+    the newest); ``live=True`` fetches the open window as it stands, with no coalition
+    claim (the verifier then runs the checks that need none)."""
     if not base_url.startswith(("http://", "https://")):
         raise ConfigError(f"--url must start with http:// or https://; got {base_url!r}.")
     with httpx.Client(base_url=base_url.rstrip("/"), timeout=60.0, transport=transport) as http:
@@ -40,23 +46,31 @@ def fetch_window(
             return r.json()
 
         windows = get("/v1/audit/windows")
+        wanted = "open" if live else "closed"
         if window_id is None:
-            closed = [w["window_id"] for w in windows if w["status"] == "closed"]
-            if not closed:
-                raise ConfigError("The service has no closed window to verify yet.")
-            window_id = closed[-1]
+            ids = [w["window_id"] for w in windows if w["status"] == wanted]
+            if not ids:
+                raise ConfigError(f"The service has no {wanted} window to verify.")
+            window_id = ids[-1]
         status = {w["window_id"]: w["status"] for w in windows}.get(window_id)
         if status is None:
             raise ConfigError(f"The service has no window {window_id!r}.")
-        if status != "closed":
+        if status == "open" and not live:
             raise ConfigError(
                 f"Window {window_id!r} is still open: its coalition claim is certified at "
-                "close ('ragprivacy admin window close'); verify it then."
+                "close ('ragprivacy admin window close'); verify it then, or check it as it "
+                "stands with --live."
             )
+        if status == "closed" and live:
+            raise ConfigError(f"Window {window_id!r} is closed; verify it without --live.")
         base = f"/v1/audit/windows/{window_id}"
+        # The tree head before the records: a live ledger may grow in between, and the
+        # verifier checks the records up to the signed head's size.
+        head = SignedTreeHead.from_dict(get(f"{base}/tree-head"))
+        records = [r.encode() for r in get(f"{base}/records", end=head.size)]
         return PublicTranscript(
             commitments=Commitments.from_dict(get(f"{base}/commitments")),
-            records=[r.encode() for r in get(f"{base}/records")],
-            tree_head=SignedTreeHead.from_dict(get(f"{base}/tree-head")),
-            coalition=CoalitionClaim.from_dict(get(f"{base}/coalition")),
+            records=records,
+            tree_head=head,
+            coalition=None if live else CoalitionClaim.from_dict(get(f"{base}/coalition")),
         )

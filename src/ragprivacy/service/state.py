@@ -32,7 +32,8 @@ from ragprivacy._sqlite import connect_wal
 from ragprivacy._validation import check_choice, check_in_range, check_positive, check_positive_int
 from ragprivacy.audit import ProviderKey, RecordWitness, WitnessStore
 from ragprivacy.embed import Embedder, create_embedder
-from ragprivacy.errors import ConfigError, DataError
+from ragprivacy.errors import BudgetExhaustedError, ConfigError, DataError
+from ragprivacy.rag import DPVoteConfig
 from ragprivacy.service.keys import ApiKey, hash_secret, new_key, parse_key, secret_matches
 from ragprivacy.types import Document
 
@@ -40,6 +41,10 @@ __all__ = ["MODES", "AuthError", "ServiceState", "SqliteWitnessStore", "Window"]
 
 #: Privacy modes a tenant may run (collusion paper §2.1 and Private-RAG).
 MODES = ("noisy_topk", "murag", "murag_ada", "dp_vote")
+#: The modes that release only a DP-voted answer, never documents (Private-RAG).
+VOTING_MODES = ("murag", "murag_ada", "dp_vote")
+#: MURAG-ADA's threshold budget ε_thr of each answer (ε_RAG = ε_q − ε_thr; the library's).
+MURAG_ADA_EPSILON_THR = 1.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -58,6 +63,10 @@ CREATE TABLE IF NOT EXISTS windows (
     window_id TEXT PRIMARY KEY, number INTEGER NOT NULL UNIQUE, status TEXT NOT NULL,
     seed BLOB NOT NULL, opened REAL NOT NULL, closed REAL, snapshot TEXT NOT NULL,
     commitments TEXT NOT NULL, coalition TEXT, tree_head TEXT);
+CREATE TABLE IF NOT EXISTS tenant_options (tenant TEXT PRIMARY KEY, options TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS answers (
+    window_id TEXT NOT NULL, account TEXT NOT NULL, used INTEGER NOT NULL,
+    PRIMARY KEY (window_id, account)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS witnesses (
     window_id TEXT NOT NULL, proof TEXT NOT NULL, witness TEXT NOT NULL,
     PRIMARY KEY (window_id, proof)) WITHOUT ROWID;
@@ -202,29 +211,133 @@ class ServiceState:
         return self._identity
 
     # ------------------------------------------------------------------ tenants
-    def create_tenant(self, tenant: str, *, mode: str = "noisy_topk", k: int = 5) -> None:
+    def create_tenant(
+        self,
+        tenant: str,
+        *,
+        mode: str = "noisy_topk",
+        k: int = 5,
+        epsilon_q: float | None = None,
+        max_retrievals: int | None = None,
+        tau: float | None = None,
+        logprobs: bool = False,
+    ) -> None:
+        """A new tenant. ``noisy_topk`` tenants may allow log-probabilities on their
+        answers (``logprobs``; they are post-processing of the released documents).
+        Voting tenants (``murag``, ``murag_ada``, ``dp_vote``) take ``epsilon_q``, each
+        answer's ε (default 1); MURAG/-ADA also ``max_retrievals`` M (each document's
+        lifetime budget is M·ε_q, default M = 10) and MURAG ``tau``, the relevance
+        threshold (default 0.5). ε_q defaults to Private-RAG's 10 and must pay at least
+        one token discovery of the vote (ε_token = 2; MURAG-ADA first spends ε_thr = 1)."""
         tenant = _name("tenant", tenant)
         mode = check_choice("mode", mode, MODES)
-        if mode != "noisy_topk":
-            raise ConfigError(
-                f"Mode {mode!r} is not served yet: the audited service answers with "
-                "'noisy_topk' (Gaussian noise-then-select per account); MURAG, MURAG-ADA and "
-                "DP voting run in the library (ragprivacy.rag)."
-            )
         k = check_positive_int("k", k)
         if k > 100:
             raise ConfigError(f"The 'k' parameter must be at most 100; got {k}.")
+        options: dict[str, Any] = {}
+        given = {"eps-q": epsilon_q, "max-retrievals": max_retrievals, "tau": tau}
+        allowed = {
+            "noisy_topk": (),
+            "dp_vote": ("eps-q",),
+            "murag": ("eps-q", "max-retrievals", "tau"),
+            "murag_ada": ("eps-q", "max-retrievals"),
+        }[mode]
+        wrong = [f"--{o}" for o, v in given.items() if v is not None and o not in allowed]
+        if wrong:
+            raise ConfigError(f"Mode {mode!r} takes no {', '.join(wrong)}.")
+        if mode == "noisy_topk":
+            options["logprobs"] = bool(logprobs)
+        elif logprobs:
+            raise ConfigError(
+                f"Mode {mode!r} cannot return log-probabilities: they would bypass the DP "
+                "vote (only noisy_topk tenants may allow them)."
+            )
+        else:
+            eps_q = check_positive("eps_q", 10.0 if epsilon_q is None else epsilon_q)
+            options["epsilon_q"] = eps_q
+            if mode == "murag_ada":
+                options["epsilon_thr"] = MURAG_ADA_EPSILON_THR
+            voting = eps_q - options.get("epsilon_thr", 0.0)
+            token = DPVoteConfig().epsilon_token
+            if DPVoteConfig().discoveries(max(voting, 1e-12)) < 1:
+                raise ConfigError(
+                    f"--eps-q {eps_q} leaves the vote ε = {voting:g}, less than one token "
+                    f"discovery (ε_token = {token:g}"
+                    + (
+                        f", after MURAG-ADA's ε_thr = {MURAG_ADA_EPSILON_THR:g}"
+                        if mode == "murag_ada"
+                        else ""
+                    )
+                    + f"); give at least {token + options.get('epsilon_thr', 0.0):g}."
+                )
+            if mode != "dp_vote":
+                m = 10 if max_retrievals is None else max_retrievals
+                options["max_retrievals"] = check_positive_int("max_retrievals", m)
+            if mode == "murag":
+                options["tau"] = check_in_range("tau", 0.5 if tau is None else tau, -1.0, 1.0)
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM tenants WHERE tenant = ?", (tenant,)).fetchone():
                 raise ConfigError(f"Tenant {tenant!r} already exists.")
             conn.execute("INSERT INTO tenants VALUES (?, ?, ?, ?)", (tenant, mode, k, time.time()))
+            conn.execute("INSERT INTO tenant_options VALUES (?, ?)", (tenant, json.dumps(options)))
 
     def tenants(self) -> dict[str, dict[str, Any]]:
+        """Each tenant's mode, K, document count and options."""
         rows = self._conn().execute(
             "SELECT t.tenant, t.mode, t.k, (SELECT COUNT(*) FROM documents d "
-            "WHERE d.tenant = t.tenant) FROM tenants t ORDER BY t.tenant"
+            "WHERE d.tenant = t.tenant), o.options FROM tenants t "
+            "LEFT JOIN tenant_options o ON o.tenant = t.tenant ORDER BY t.tenant"
         )
-        return {t: {"mode": m, "k": k, "documents": n} for t, m, k, n in rows}
+        return {
+            t: {"mode": m, "k": k, "documents": n, **json.loads(o or "{}")}
+            for t, m, k, n, o in rows
+        }
+
+    def filter_path(self, tenant: str) -> Path:
+        """The per-document filters of a MURAG/-ADA tenant (a lifetime budget: they
+        outlive windows)."""
+        return self.directory / "filters" / f"{_name('tenant', tenant)}.sqlite"
+
+    # ------------------------------------------------------------------ voted answers
+    def reserve_answer(self, window_id: str, account: str, cap: int) -> int:
+        """Count one voted answer of ``account`` in the window, atomically across
+        processes; refuse (nothing counted) when it has ``cap`` already. Returns the
+        answer's number (1-based)."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT used FROM answers WHERE window_id = ? AND account = ?",
+                (window_id, account),
+            ).fetchone()
+            used = 0 if row is None else int(row[0])
+            if used >= cap:
+                raise BudgetExhaustedError(
+                    f"Account {account!r} has used its {cap} answers in this window; wait for "
+                    "the next window."
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO answers VALUES (?, ?, ?)", (window_id, account, used + 1)
+            )
+        return used + 1
+
+    def release_answer(self, window_id: str, account: str) -> None:
+        """Give back one answer :meth:`reserve_answer` counted (it was never released)."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE answers SET used = used - 1 WHERE window_id = ? AND account = ? "
+                "AND used > 0",
+                (window_id, account),
+            )
+
+    def answers_used(self, window_id: str, account: str) -> int:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT used FROM answers WHERE window_id = ? AND account = ?",
+                (window_id, account),
+            )
+            .fetchone()
+        )
+        return 0 if row is None else int(row[0])
 
     def _tenant(self, tenant: str) -> dict[str, Any]:
         known = self.tenants()

@@ -1,0 +1,178 @@
+"""The service's voting tenants: ``dp_vote``, ``murag`` and ``murag_ada`` (Private-RAG).
+
+A voting tenant releases only an answer voted token by token under DP (Private-RAG
+Alg. 4); the retrieved documents never leave the service, so ``/v1/retrieve`` refuses its
+accounts. Its systems are the library's own :class:`~ragprivacy.rag.DPVoteRAG`,
+:class:`~ragprivacy.rag.MuRAG` and :class:`~ragprivacy.rag.MuRAGAda` in secure mode, over
+the window's snapshot of the tenant's documents and their stored embeddings (exact inner
+product top-K: the vote's guarantee covers the retrieval, so it needs no noise of its own).
+
+Accounting:
+
+* every answer costs the account the tenant's ε_q (pure DP); an account may get
+  ``min(r, ⌊ε_acc / ε_q⌋)`` answers per window (sequential composition: at most ε_acc),
+  counted durably in the state (one SQLite transaction, so server workers share it);
+* MURAG/-ADA also charge each screened document's filter (budget M·ε_q for its lifetime,
+  Thm 1–2) in ``DIR/filters/<tenant>.sqlite``, shared by every worker and every window;
+* spend only on success: the answer is counted before it is computed and given back if
+  the vote fails (the systems give their filter charges back themselves); a crash between
+  the count and the reply charges an answer nobody got — the safe direction.
+
+Deviation: these answers are not in the audit ledger — the four-phase audit covers the
+collusion paper's Gaussian noise-then-select (``noisy_topk`` tenants). A window's
+commitments list only the ``noisy_topk`` accounts; a voting account's guarantee is the
+vote's, enforced by this module and the filters, not checked by the outside verifier.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ragprivacy.corpus import Corpus
+from ragprivacy.dp import SqliteBudgetStore
+from ragprivacy.embed import Embedder
+from ragprivacy.errors import BudgetExhaustedError
+from ragprivacy.generate import Generator
+from ragprivacy.index import create_index
+from ragprivacy.rag import DPVoteRAG, MuRAG, MuRAGAda, RAGSystem
+from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
+from ragprivacy.service.state import ServiceState
+from ragprivacy.types import Document, Response
+
+__all__ = ["VotedAnswer", "VotingTenants", "answer_cap"]
+
+
+def answer_cap(account: dict[str, Any], tenant: dict[str, Any]) -> int:
+    """How many answers an account of a voting tenant gets in a window: its rate limit,
+    and no more than its ε_acc buys at the tenant's ε_q each."""
+    by_budget = math.floor(float(account["epsilon"]) / float(tenant["epsilon_q"]) + 1e-9)
+    return max(0, min(int(account["rate_limit"]), by_budget))
+
+
+@dataclass(frozen=True, slots=True)
+class VotedAnswer:
+    """One voted answer and what it cost the account."""
+
+    text: str
+    response: Response
+    privacy: dict[str, Any]
+    budget: dict[str, Any]
+
+
+class VotingTenants:
+    """The voting tenants of one window: their systems, built on first use per
+    generator, and the accounts' durable answer counts (thread-safe)."""
+
+    def __init__(
+        self,
+        state: ServiceState,
+        window_id: str,
+        snapshot: dict[str, int],
+        accounts: dict[str, str],
+        embedder: Embedder,
+    ) -> None:
+        self.state = state
+        self.window_id = window_id
+        self.snapshot = dict(snapshot)
+        self.accounts = dict(accounts)
+        self.embedder = embedder
+        self._lock = threading.Lock()
+        self._kbs: dict[str, KnowledgeBase] = {}
+        self._systems: dict[tuple[str, int], RAGSystem] = {}
+
+    def _kb(self, tenant: str) -> KnowledgeBase:
+        if tenant not in self._kbs:
+            ids, texts, vectors = self.state.documents(tenant, self.snapshot[tenant])
+            index = create_index("exact", dim=vectors.shape[1])
+            index.add(vectors, ids)
+            corpus = Corpus([Document(i, t) for i, t in zip(ids, texts)], name=tenant)
+            self._kbs[tenant] = KnowledgeBase(corpus, self.embedder, index)
+        return self._kbs[tenant]
+
+    def system(self, tenant: str, generator: Generator) -> RAGSystem:
+        """The tenant's voting system over ``generator`` (secure mode)."""
+        with self._lock:
+            key = (tenant, id(generator))
+            if key not in self._systems:
+                self._systems[key] = self._build(tenant, generator)
+            return self._systems[key]
+
+    def _build(self, tenant: str, generator: Generator) -> RAGSystem:
+        opts = self.state.tenants()[tenant]
+        retriever = TopKRetriever(self._kb(tenant), k=int(opts["k"]))
+        eps_q = float(opts["epsilon_q"])
+        if opts["mode"] == "dp_vote":
+            return DPVoteRAG(retriever, generator, epsilon=eps_q)
+        m = int(opts["max_retrievals"])
+        path = self.state.filter_path(tenant)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        store = SqliteBudgetStore(path, capacity=m * eps_q)
+        if opts["mode"] == "murag":
+            return MuRAG(
+                retriever,
+                generator,
+                tau=float(opts["tau"]),
+                epsilon_q=eps_q,
+                max_retrievals=m,
+                store=store,
+            )
+        return MuRAGAda(
+            retriever,
+            generator,
+            epsilon_q=eps_q,
+            epsilon_thr=float(opts["epsilon_thr"]),
+            max_retrievals=m,
+            store=store,
+        )
+
+    def budget(self, account: str) -> dict[str, Any]:
+        """What ``account`` has used and has left in the window."""
+        tenant = self.accounts[account]
+        opts = self.state.tenants()[tenant]
+        cap = answer_cap(self.state.accounts()[account], opts)
+        used = self.state.answers_used(self.window_id, account)
+        eps_q = float(opts["epsilon_q"])
+        return {
+            "window_id": self.window_id,
+            "tenant": tenant,
+            "mode": opts["mode"],
+            "used": used,
+            "answers": cap,
+            "remaining": max(cap - used, 0),
+            "epsilon_per_answer": eps_q,
+            "epsilon_spent": used * eps_q,
+        }
+
+    def answer(self, account: str, query: str, generator: Generator) -> VotedAnswer:
+        """One voted answer for ``account``: counted first, given back on failure."""
+        tenant = self.accounts[account]
+        opts = self.state.tenants()[tenant]
+        cap = answer_cap(self.state.accounts()[account], opts)
+        if cap == 0:
+            raise BudgetExhaustedError(
+                f"Account {account!r} cannot afford one answer: its ε_acc is below the "
+                f"tenant's ε per answer ({opts['epsilon_q']})."
+            )
+        system = self.system(tenant, generator)
+        self.state.reserve_answer(self.window_id, account, cap)
+        try:
+            response = system.answer(query, account=account)
+        except BaseException:
+            self.state.release_answer(self.window_id, account)
+            raise
+        cost = response.privacy
+        budget = self.budget(account)
+        privacy = {
+            "mechanism": opts["mode"],
+            "epsilon": float(opts["epsilon_q"]),
+            "epsilon_vote": cost.epsilon,
+            "delta": 0.0,
+            "cumulative_epsilon": budget["epsilon_spent"],
+            "scope": "answer",
+        }
+        if opts["mode"] != "dp_vote":
+            privacy["document_budget"] = float(opts["max_retrievals"]) * float(opts["epsilon_q"])
+        return VotedAnswer(response.text, response, privacy, budget)
