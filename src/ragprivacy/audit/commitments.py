@@ -24,6 +24,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,16 @@ def fixed_point(vectors: FloatArray) -> np.ndarray:
     return np.rint(v * (1 << FIXED_BITS)).astype("<i4")
 
 
+def scoring_matrix(fixed_vectors: np.ndarray) -> np.ndarray:
+    """The fixed-point embeddings as float64, the form :func:`integer_scores` multiplies
+    (every entry an integer, so exact). Keep it beside the index: converting 10⁵ × 384
+    int32 entries on every query cost 55 of its 75 ms of scoring (benchmarks/
+    bench_service.py), at the price of 8 bytes per entry."""
+    out = np.asarray(fixed_vectors, dtype=np.float64)
+    out.flags.writeable = False
+    return out
+
+
 class TenantCommitment:
     """C_{D_t}: an RFC 9162 Merkle root over H(fixed-point Emb(d)) in index order.
 
@@ -119,6 +130,11 @@ class TenantCommitment:
 
     def opening(self, position: int) -> tuple[bytes, list[bytes]]:
         return self.fixed[position].tobytes(), self._log.inclusion_proof(int(position))
+
+    @cached_property
+    def scoring(self) -> np.ndarray:
+        """``fixed`` as float64, made once (:func:`scoring_matrix`)."""
+        return scoring_matrix(self.fixed)
 
 
 def verify_opening(

@@ -44,7 +44,9 @@ def integer_scores(
     numpy's integer matmul (no BLAS): every coordinate is an integer of at most 2^17 in
     magnitude (|v_i| ≤ 4 at 2^-15), so every product and every partial sum, in whatever
     order BLAS adds them, is an integer below d·2^34 < 2^53 for d < 2^19 — represented
-    exactly in float64. Larger d falls back to int64 arithmetic.
+    exactly in float64. Larger d falls back to int64 arithmetic. ``fixed_vectors`` may be
+    the int32 matrix or its
+    :func:`~ragprivacy.audit.commitments.scoring_matrix` (no copy then).
     """
     q = np.asarray(fixed_query).ravel()
     if q.size < (1 << 19):

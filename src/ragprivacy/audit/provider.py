@@ -265,7 +265,7 @@ def answer_query(
     """
     rec = query_input(window_id, account, tenant, query_hash, seq)
     z = derived_noise(seed, rec, mechanism, index.size)
-    scores = integer_scores(index.fixed, query_fixed, grid_bits)
+    scores = integer_scores(index.scoring, query_fixed, grid_bits)
     if select_before_noise:  # footnote 1's bug
         positions = top_k_indices(mechanism.clip_units(scores), mechanism.k)
     elif skip_clipping:

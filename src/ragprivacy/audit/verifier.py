@@ -53,6 +53,7 @@ from ragprivacy.audit.commitments import (
     AuditPolicy,
     TenantCommitment,
     embedding_commitment,
+    scoring_matrix,
     seed_commitment,
 )
 from ragprivacy.audit.epsilon import epsilon_audit
@@ -371,7 +372,10 @@ class Verifier:
                 policy=policy,
                 index_roots={t: (bytes.fromhex(v[0]), int(v[1])) for t, v in com.c_idx.items()},
                 seed=package.seed if package else None,
-                tenant_fixed=package.tenant_fixed if package else {},
+                # float64 once per tenant, not once per re-executed record
+                tenant_fixed={t: scoring_matrix(f) for t, f in package.tenant_fixed.items()}
+                if package
+                else {},
                 tenant_ids=package.tenant_ids if package else {},
                 embedder=embedder,
                 account_policies=policies,
