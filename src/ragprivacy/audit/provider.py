@@ -252,8 +252,13 @@ def answer_query(
     scored_tenant: str | None = None,
     select_before_noise: bool = False,
     skip_clipping: bool = False,
+    scores: np.ndarray | None = None,
 ) -> tuple[QueryRecord, RecordWitness]:
     """Answer one query privately: the one implementation every audited path runs.
+
+    ``scores``: the exact integer scores of ``query_fixed`` against ``index``, when the
+    caller computed them already (they depend on neither the seed nor the record, so a
+    provider computes them before it takes its lock); computed here otherwise.
 
     Exact integer scores of the fixed-point query against every committed embedding of
     the tenant's index, noise z_q derived from (s_W, rec_q = (W, a, t(a), H(q), j)) on every
@@ -265,7 +270,8 @@ def answer_query(
     """
     rec = query_input(window_id, account, tenant, query_hash, seq)
     z = derived_noise(seed, rec, mechanism, index.size)
-    scores = integer_scores(index.scoring, query_fixed, grid_bits)
+    if scores is None:
+        scores = integer_scores(index.scoring, query_fixed, grid_bits)
     if select_before_noise:  # footnote 1's bug
         positions = top_k_indices(mechanism.clip_units(scores), mechanism.k)
     elif skip_clipping:
@@ -511,6 +517,15 @@ class AuditedProvider:
         if ts is not None:
             self._check_in_window(int(ts))
         q, hq = self._embed(text, vector)
+        # The scores need no lock (they depend on neither the seed nor the record): two
+        # requests of one process score in parallel (BLAS releases the GIL), and only
+        # the noise, the selection and the append are serialized.
+        bad = self.misbehaviour  # the tenant scored: as _answer picks it
+        tenant = bad.record_tenant.get(account, self.accounts[account])
+        scored = bad.cross_tenant.get(account, tenant)
+        if text is not None and account in bad.decoy_vectors:
+            q = fixed_point(np.asarray(bad.decoy_vectors[account], dtype=np.float64))[0]
+        scores = integer_scores(self._index[scored].scoring, q, self.policy.grid_bits)
         with self._lock:  # one query of this process at a time; other processes: the guard
             for _ in range(64):
                 self._scan()
@@ -518,7 +533,7 @@ class AuditedProvider:
                 stamp = int(ts) if ts is not None else self._next_ts()
                 try:
                     return self._answer(
-                        account, text, q, hq, stamp, expected, before_append, ts is None
+                        account, text, q, hq, stamp, expected, before_append, ts is None, scores
                     )
                 except _StaleCount:
                     continue
@@ -596,6 +611,7 @@ class AuditedProvider:
         expected: int,
         before_append: Callable[[tuple[str, ...]], None] | None = None,
         restamp: bool = False,
+        scores: np.ndarray | None = None,
     ) -> QueryAnswer:
         limit = self._policies[account].rate_limit
         if expected >= limit and not self.misbehaviour.ignore_rate_limit:
@@ -605,8 +621,6 @@ class AuditedProvider:
             )
         bad = self.misbehaviour
         tenant = bad.record_tenant.get(account, self.accounts[account])
-        if text is not None and account in bad.decoy_vectors:
-            q = fixed_point(np.asarray(bad.decoy_vectors[account], dtype=np.float64))[0]
         scored = bad.cross_tenant.get(account, tenant)
         seq = expected + 1 + bad.seq_shift.get(account, 0)
         record, witness = answer_query(
@@ -627,6 +641,7 @@ class AuditedProvider:
             proof_system=self.proof_system,
             select_before_noise=bad.select_before_noise,
             skip_clipping=bad.skip_clipping,
+            scores=scores,
         )
         if before_append is not None:
             before_append(witness.ids)

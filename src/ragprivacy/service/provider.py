@@ -39,6 +39,7 @@ from ragprivacy.audit import (
     AuditPolicy,
     Commitments,
     LogSealedError,
+    MerkleLog,
     SignedTreeHead,
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
@@ -241,6 +242,7 @@ class ServiceProvider:
         self._provider: AuditedProvider | None = None
         self._texts: dict[str, dict[str, str]] = {}
         self._voting: VotingTenants | None = None
+        self._closed: dict[str, MerkleLog] = {}  # closed windows' ledgers, read-only
 
     def _current(self) -> tuple[Window, AuditedProvider]:
         open_ = self.state.open_windows()
@@ -415,31 +417,35 @@ class ServiceProvider:
 
     # ------------------------------------------------------------------ public audit
     def tree_head(self, window_id: str) -> SignedTreeHead:
-        window, provider = self._window_provider(window_id)
+        window = self.state.window(window_id)
         if window.tree_head is not None:
             return SignedTreeHead.from_dict(window.tree_head)
+        _, provider = self._current()
         provider.ledger.refresh()  # the records other workers appended belong in the head
         return provider.tree_head()
 
-    def _window_provider(self, window_id: str) -> tuple[Window, AuditedProvider]:
+    def _ledger(self, window_id: str) -> MerkleLog:
+        """A window's ledger, caught up: the open window's provider's, or a closed one's
+        file alone (sealed, so opened once; no index is loaded to read it)."""
         window = self.state.window(window_id)
         if window.status == "open":
-            return self._current()
-        return window, _provider(self.state, window)
+            log = self._current()[1].ledger
+        else:
+            with self._lock:
+                if window_id not in self._closed:
+                    self._closed[window_id] = MerkleLog(self.state.ledger_path(window_id))
+                log = self._closed[window_id]
+        log.refresh()
+        return log
 
     def records(self, window_id: str, start: int, end: int | None) -> list[str]:
-        _, provider = self._window_provider(window_id)
-        provider.ledger.refresh()
-        size = provider.ledger.size
+        log = self._ledger(window_id)
+        size = log.size
         end = size if end is None else min(end, size)
-        return [provider.ledger.leaf(i).decode() for i in range(max(start, 0), max(end, 0))]
+        return [log.leaf(i).decode() for i in range(max(start, 0), max(end, 0))]
 
     def inclusion_proof(self, window_id: str, position: int, size: int) -> list[str]:
-        _, provider = self._window_provider(window_id)
-        provider.ledger.refresh()
-        return [h.hex() for h in provider.ledger.inclusion_proof(position, size)]
+        return [h.hex() for h in self._ledger(window_id).inclusion_proof(position, size)]
 
     def consistency_proof(self, window_id: str, old: int, new: int) -> list[str]:
-        _, provider = self._window_provider(window_id)
-        provider.ledger.refresh()
-        return [h.hex() for h in provider.ledger.consistency_proof(old, new)]
+        return [h.hex() for h in self._ledger(window_id).consistency_proof(old, new)]
