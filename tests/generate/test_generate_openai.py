@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import socket
 import threading
 import time
@@ -303,13 +304,38 @@ def test_registry_spec_and_batch(base_url: str, server: _Server, monkeypatch) ->
     outs = g.generate_batch([PROMPT] * 5)
     assert [o.text for o in outs] == ["Velmora."] * 5
     g.close()
-    default = create_generator("openai:gpt-4o-mini")
-    assert default.base_url == "https://api.openai.com/v1"
-    default.close()
     with pytest.raises(ConfigError):
         OpenAIGenerator("m", "ftp://x")
     with pytest.raises(ConfigError):
-        OpenAIGenerator("m", top_logprobs=50)
+        OpenAIGenerator("m", base_url, top_logprobs=50)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "openai:gpt-4o-mini",  # no endpoint: it used to be the public OpenAI API
+        "openai:MODEL@127.0.0.1:8000/v1",  # no scheme: it used to join the model name
+        "openai:@http://127.0.0.1:8000/v1",  # no model
+        "openai:m@http://",  # no host
+        "openai:m@",
+    ],
+)
+def test_a_spec_that_does_not_name_its_endpoint_in_full_is_refused(spec: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape("openai:MODEL@http://127.0.0.1:8000/v1")):
+        create_generator(spec)
+
+
+def test_the_endpoint_is_taken_as_named_and_a_remote_one_is_named_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    local = create_generator("openai:org@team/model@http://127.0.0.1:9/v1/")
+    assert (local.model, local.base_url) == ("org@team/model", "http://127.0.0.1:9/v1")
+    local.close()
+    assert "not this machine" not in caplog.text
+    remote = create_generator("openai:gpt-4o-mini@https://api.openai.com/v1")
+    remote.close()
+    assert "to https://api.openai.com/v1 (not this machine)" in caplog.text
+    assert remote.config()["base_url"] == "https://api.openai.com/v1"
 
 
 def test_injected_transport(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,14 @@
 """``openai:MODEL@BASE_URL`` — any OpenAI-compatible server over plain HTTP (``httpx``).
 
 Works with vLLM, llama.cpp's server, Ollama and OpenAI itself; the ``openai`` SDK is not
-needed. ``BASE_URL`` is the API root (``http://127.0.0.1:8000/v1``); without it the
-OpenAI API is used.
+needed. ``BASE_URL`` is the API root with its scheme (``http://127.0.0.1:8000/v1``;
+OpenAI's own is ``https://api.openai.com/v1``) and is required: the prompts carry the
+retrieved private documents, so they go only to an endpoint the user named in full. A spec
+without one, with an empty model, or with a URL lacking ``http://``/``https://`` and a host
+is refused with the accepted forms (it used to fall back to the public OpenAI API, with the
+URL folded into the model name). An endpoint that is not this machine (loopback) is named
+in a warning when the generator is made, and in its :meth:`~OpenAIGenerator.config`, which
+every run records.
 
 * ``generate`` — ``POST {base}/chat/completions`` with ``logprobs: true`` and
   ``top_logprobs``; the defense/system instruction is the system message and the rest of
@@ -51,7 +57,29 @@ from ragprivacy.types import Completion
 __all__ = ["OpenAIGenerator"]
 
 _LOG = logging.getLogger(__name__)
-_DEFAULT_BASE = "https://api.openai.com/v1"
+_FORMS = (
+    "openai:MODEL@http://127.0.0.1:8000/v1 (a local server) or "
+    "openai:MODEL@https://api.openai.com/v1 (OpenAI)"
+)
+
+
+def _check_endpoint(base_url: object) -> str:
+    """The API root, refused unless it is an http(s) URL with a host (no fallback)."""
+    if not isinstance(base_url, str) or not base_url:
+        raise ConfigError(f"The 'openai' generator needs its endpoint; give it as {_FORMS}.")
+    url = httpx.URL(base_url) if base_url.startswith(("http://", "https://")) else None
+    if url is None or not url.host:
+        raise ConfigError(
+            f"The endpoint {base_url!r} is not an http:// or https:// URL with a host; give "
+            f"it as {_FORMS}."
+        )
+    return base_url.rstrip("/")
+
+
+def _is_loopback(base_url: str) -> bool:
+    """Whether ``base_url`` names this machine (localhost, 127.0.0.0/8 or ::1)."""
+    host = httpx.URL(base_url).host
+    return host == "localhost" or host.startswith("127.") or host in ("::1", "[::1]")
 _MAX_SLEEP = 30.0
 _RETRY_STATUS = frozenset({408, 409, 429})
 
@@ -61,7 +89,7 @@ class OpenAIGenerator(Generator):
 
     Args:
         model: the server's model name.
-        base_url: API root, e.g. ``http://127.0.0.1:8000/v1``.
+        base_url: API root with its scheme, e.g. ``http://127.0.0.1:8000/v1`` (required).
         api_key_env: environment variable holding the API key (unset: no key is sent).
         mode: ``"chat"`` (``/chat/completions``) or ``"completions"`` (``/completions``).
         max_tokens: default number of new tokens.
@@ -81,7 +109,7 @@ class OpenAIGenerator(Generator):
     def __init__(
         self,
         model: str,
-        base_url: str | None = None,
+        base_url: str,
         *,
         api_key_env: str = "OPENAI_API_KEY",
         mode: str = "chat",
@@ -100,11 +128,13 @@ class OpenAIGenerator(Generator):
         if not model or not isinstance(model, str):
             raise ConfigError(f"The 'model' parameter must be a non-empty string; got {model!r}.")
         self.model = model
-        self.base_url = (base_url or _DEFAULT_BASE).rstrip("/")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"The 'base_url' parameter must start with http:// or https://; got "
-                f"{self.base_url!r}."
+        self.base_url = _check_endpoint(base_url)
+        if not _is_loopback(self.base_url):  # private documents leave this machine
+            _LOG.warning(
+                "generator openai:%s sends prompts, retrieved documents included, to %s "
+                "(not this machine)",
+                model,
+                self.base_url,
             )
         self.api_key_env = api_key_env
         self.mode = check_choice("mode", mode, ("chat", "completions"))
@@ -357,17 +387,19 @@ class OpenAIGenerator(Generator):
         return Completion(cont, tuple(out_t), tuple(out_v))
 
 
-_SPEC = re.compile(r"^(?P<model>.+?)(?:@(?P<url>https?://.+))?$")
-
-
 def _create(spec: str = "", **kwargs: Any) -> OpenAIGenerator:
-    m = _SPEC.match(spec or "")
-    if m is None:
-        raise ConfigError(
-            f"The 'openai' generator needs a spec 'openai:MODEL@BASE_URL'; got {spec!r}."
-        )
-    kwargs.setdefault("base_url", m.group("url"))
-    return OpenAIGenerator(m.group("model"), **kwargs)
+    """``MODEL@BASE_URL``: split at the first '@' followed by an http(s) URL, or else at
+    the last '@'; the model must be non-empty and the URL complete (no fallback)."""
+    spec = spec or ""
+    m = re.search(r"@(?=https?://)", spec)
+    at = m.start() if m else spec.rfind("@")
+    model, url = (spec[:at], spec[at + 1 :]) if at >= 0 else (spec, kwargs.get("base_url"))
+    if not model:
+        raise ConfigError(f"The 'openai' generator needs a model name; give it as {_FORMS}.")
+    if at >= 0 and "base_url" in kwargs:
+        raise ConfigError("Give the endpoint once: in the spec (MODEL@URL) or as base_url.")
+    kwargs["base_url"] = _check_endpoint(url)
+    return OpenAIGenerator(model, **kwargs)
 
 
 register_generator("openai", _create)
