@@ -80,6 +80,8 @@ def _is_loopback(base_url: str) -> bool:
     """Whether ``base_url`` names this machine (localhost, 127.0.0.0/8 or ::1)."""
     host = httpx.URL(base_url).host
     return host == "localhost" or host.startswith("127.") or host in ("::1", "[::1]")
+
+
 _MAX_SLEEP = 30.0
 _RETRY_STATUS = frozenset({408, 409, 429})
 
