@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from ragprivacy.errors import ConfigError, DataError
+
 __all__ = ["connect_wal", "when_unlocked"]
 
 T = TypeVar("T")
@@ -68,6 +70,28 @@ def connect_wal(
         autocommit: open with ``isolation_level=None`` (the caller issues BEGIN/COMMIT).
         check_same_thread: passed to ``sqlite3.connect``.
     """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{str(p)!r} is a directory; give the path of a SQLite file.")
+    try:
+        return _connect(p, timeout, synchronous, schema, autocommit, check_same_thread)
+    except sqlite3.DatabaseError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise  # another writer outlasted the timeout: the caller's to report
+        raise DataError(
+            f"{str(p)!r} cannot be opened as a SQLite store ({exc}); give a new path or "
+            "the store's own file."
+        ) from None
+
+
+def _connect(
+    path: Path,
+    timeout: float,
+    synchronous: str,
+    schema: str | None,
+    autocommit: bool,
+    check_same_thread: bool,
+) -> sqlite3.Connection:
     conn = sqlite3.connect(
         str(path),
         timeout=timeout,

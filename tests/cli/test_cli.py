@@ -163,3 +163,21 @@ def test_ctrl_c_exits_130_without_a_traceback(
     monkeypatch.setattr(ragprivacy.corpus, "load_corpus", interrupted)
     assert main(["corpus", "info", str(tmp_path / "docs.jsonl")]) == 130
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_corpus_synth_to_an_unwritable_output_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    cases = {
+        str(tmp_path): "is a directory",
+        str(blocker / "out.jsonl"): "is a file, not a directory",
+        "/proc/no-such-dir/out.jsonl": "Cannot write",
+    }
+    for out, message in cases.items():
+        capsys.readouterr()
+        assert main(["corpus", "synth", "--kind", "medical", "--n", "3", "--out", out]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert blocker.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]

@@ -32,7 +32,7 @@ from typing import Any
 
 from ragprivacy.corpus._rawfiles import large_csv_fields
 from ragprivacy.corpus.collection import Corpus, QAItem
-from ragprivacy.errors import DataError
+from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.types import Document, PIISpan
 
 __all__ = [
@@ -73,10 +73,24 @@ def _existing_file(path: PathLike, what: str) -> Path:
 
 @contextlib.contextmanager
 def _atomic_writer(path: PathLike, *, newline: str | None = None) -> Iterator[Any]:
-    """Write to a temporary file next to ``path`` and move it into place on success."""
+    """Write to a temporary file next to ``path`` and move it into place on success.
+
+    A path that cannot be written (a directory, a path under a file, an unwritable place)
+    is refused with one line before anything is written."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    if p.is_dir():
+        raise ConfigError(f"The output {str(p)!r} is a directory; give a file path in it.")
+    blocking = next((a for a in p.parents if a.exists() and not a.is_dir()), None)
+    if blocking is not None:
+        raise ConfigError(f"Cannot write {str(p)!r}: {str(blocking)!r} is a file, not a directory.")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as exc:
+        raise ConfigError(
+            f"Cannot write {str(p)!r}: {exc.strerror or type(exc).__name__}; choose a "
+            "writable path."
+        ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as fh:
             yield fh
