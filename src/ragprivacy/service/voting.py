@@ -81,7 +81,10 @@ class VotingTenants:
         self.embedder = embedder
         self._lock = threading.Lock()
         self._kbs: dict[str, KnowledgeBase] = {}
-        self._systems: dict[tuple[str, int], RAGSystem] = {}
+        # keyed by the generator itself (held, so an id is never reused while cached)
+        self._systems: dict[tuple[str, Generator], RAGSystem] = {}
+        self._options: dict[str, dict[str, Any]] = {}
+        self._caps: dict[str, int] = {}
 
     def _kb(self, tenant: str) -> KnowledgeBase:
         if tenant not in self._kbs:
@@ -95,13 +98,27 @@ class VotingTenants:
     def system(self, tenant: str, generator: Generator) -> RAGSystem:
         """The tenant's voting system over ``generator`` (secure mode)."""
         with self._lock:
-            key = (tenant, id(generator))
+            key = (tenant, generator)
             if key not in self._systems:
                 self._systems[key] = self._build(tenant, generator)
             return self._systems[key]
 
+    def _tenant(self, tenant: str) -> dict[str, Any]:
+        """The tenant's mode and options (fixed at creation: read once, not per request;
+        ``state.tenants()`` also counts every tenant's documents)."""
+        if tenant not in self._options:
+            self._options[tenant] = self.state.tenants()[tenant]
+        return self._options[tenant]
+
+    def _cap(self, account: str) -> int:
+        """The account's answers per window (its policy is fixed at creation)."""
+        if account not in self._caps:
+            policy = self.state.accounts()[account]
+            self._caps[account] = answer_cap(policy, self._tenant(self.accounts[account]))
+        return self._caps[account]
+
     def _build(self, tenant: str, generator: Generator) -> RAGSystem:
-        opts = self.state.tenants()[tenant]
+        opts = self._tenant(tenant)
         retriever = TopKRetriever(self._kb(tenant), k=int(opts["k"]))
         eps_q = float(opts["epsilon_q"])
         if opts["mode"] == "dp_vote":
@@ -131,8 +148,8 @@ class VotingTenants:
     def budget(self, account: str) -> dict[str, Any]:
         """What ``account`` has used and has left in the window."""
         tenant = self.accounts[account]
-        opts = self.state.tenants()[tenant]
-        cap = answer_cap(self.state.accounts()[account], opts)
+        opts = self._tenant(tenant)
+        cap = self._cap(account)
         used = self.state.answers_used(self.window_id, account)
         eps_q = float(opts["epsilon_q"])
         return {
@@ -149,8 +166,8 @@ class VotingTenants:
     def answer(self, account: str, query: str, generator: Generator) -> VotedAnswer:
         """One voted answer for ``account``: counted first, given back on failure."""
         tenant = self.accounts[account]
-        opts = self.state.tenants()[tenant]
-        cap = answer_cap(self.state.accounts()[account], opts)
+        opts = self._tenant(tenant)
+        cap = self._cap(account)
         if cap == 0:
             raise BudgetExhaustedError(
                 f"Account {account!r} cannot afford one answer: its ε_acc is below the "
