@@ -35,6 +35,7 @@ class _Server(ThreadingHTTPServer):
         self.fail_next = 0
         self.echo_supported = True
         self.delay = 0.0
+        self.retry_after: str | None = None  # set: failures are 429 with this Retry-After
         self.lock = threading.Lock()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -47,9 +48,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep test output quiet
         pass
 
-    def _send(self, status: int, body: dict[str, Any]) -> None:
+    def _send(
+        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -64,6 +69,9 @@ class _Handler(BaseHTTPRequestHandler):
             failing = srv.fail_next > 0
             if failing:
                 srv.fail_next -= 1
+        if failing and srv.retry_after is not None:
+            self._send(429, {"error": {"message": "slow down"}}, {"Retry-After": srv.retry_after})
+            return
         if failing:
             self._send(500, {"error": {"message": "temporarily overloaded"}})
             return
@@ -236,6 +244,34 @@ def test_retries_server_errors_with_backoff(
     server.fail_next = 10
     with pytest.raises(BackendError, match="failed 4 time"):
         g.generate(PROMPT)
+    g.close()
+
+
+def test_retry_after_is_honoured_when_shorter_than_the_cap(
+    base_url: str, server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    sleeps: list[float] = []
+    g = OpenAIGenerator(
+        "toy-model", base_url, api_key_env=KEY_ENV, backoff=4.0, max_retries=3, sleep=sleeps.append
+    )
+    server.retry_after, server.fail_next = "0.75", 1
+    assert g.generate(PROMPT).text == "Velmora."
+    server.retry_after, server.fail_next = "3600", 1  # capped at 30 s
+    assert g.generate(PROMPT).text == "Velmora."
+    server.retry_after, server.fail_next = "soon", 1  # unparsable: own backoff
+    assert g.generate(PROMPT).text == "Velmora."
+    assert sleeps == [0.75, 30.0, 4.0]
+    g.close()
+
+
+def test_retry_policy_is_stated_and_recorded(base_url: str) -> None:
+    g = OpenAIGenerator("toy-model", base_url)
+    assert (g.timeout, g.max_retries) == (30.0, 2)
+    policy = g.config()["retry_policy"]
+    # two retries after 0.5 s and 1 s, three attempts of 30 s: about 92 s at most
+    assert "at most ~92 s per call" in policy and "timeout 30 s" in policy
+    assert g.config()["timeout"] == 30.0 and g.config()["max_retries"] == 2
     g.close()
 
 

@@ -27,9 +27,13 @@ every run records.
 The API key is read from an environment variable (``OPENAI_API_KEY`` unless
 ``api_key_env`` names another) and sent only in the ``Authorization`` header; it never
 appears in :meth:`~OpenAIGenerator.config`, ``repr``, log lines or error messages.
-Requests time out after ``timeout`` seconds; HTTP 429 and 5xx answers and transport errors
-are retried ``max_retries`` times with exponential backoff (``backoff · 2**attempt``
-seconds, at most 30, or the server's ``Retry-After`` when shorter than 30).
+Requests time out after ``timeout`` seconds (default 30); HTTP 408/409/429 and 5xx answers
+and transport errors are retried ``max_retries`` times (default 2) by ``tenacity``, with
+exponential backoff (``backoff · 2**attempt`` seconds, at most 30, or the server's
+``Retry-After`` when shorter than 30). With the defaults a dead endpoint costs at most
+~92 s per call; :meth:`~OpenAIGenerator.retry_policy` states the bound, and
+:meth:`~OpenAIGenerator.config` (recorded by every run) carries it. Set the
+``timeout``/``max_retries`` generator options to change it.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
+import tenacity
 
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.errors import BackendError, ConfigError
@@ -86,6 +91,14 @@ _MAX_SLEEP = 30.0
 _RETRY_STATUS = frozenset({408, 409, 429})
 
 
+class _Retryable(Exception):
+    """A failure worth another attempt; ``retry_after`` is the server's ask, in seconds."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class OpenAIGenerator(Generator):
     """A model behind an OpenAI-compatible HTTP API (see the module docstring).
 
@@ -98,8 +111,8 @@ class OpenAIGenerator(Generator):
         temperature: sampling temperature (0 = greedy).
         top_logprobs: alternatives requested per token (1 to 20).
         seed: passed to the server for reproducible sampling where it supports one.
-        timeout: seconds per request.
-        max_retries: retries of 429/5xx/transport failures.
+        timeout: seconds per request (default 30).
+        max_retries: retries of 408/409/429/5xx and transport failures (default 2).
         backoff: first retry delay in seconds.
         concurrency: parallel requests in :meth:`generate_batch`.
         client: an ``httpx.Client`` to use (tests, proxies); ``transport`` builds one.
@@ -119,8 +132,8 @@ class OpenAIGenerator(Generator):
         temperature: float = 0.0,
         top_logprobs: int = 20,
         seed: int | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 3,
+        timeout: float = 30.0,
+        max_retries: int = 2,
         backoff: float = 0.5,
         concurrency: int = 1,
         client: httpx.Client | None = None,
@@ -169,6 +182,10 @@ class OpenAIGenerator(Generator):
             "top_logprobs": self.top_logprobs,
             "seed": self.seed,
             "api_key_env": self.api_key_env,
+            "timeout": self.timeout,
+            "max_retries": self.max_retries,
+            "backoff": self.backoff,
+            "retry_policy": self.retry_policy(),
         }
 
     def close(self) -> None:
@@ -183,53 +200,89 @@ class OpenAIGenerator(Generator):
         return text
 
     def _post(self, endpoint: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST once, retrying 408/409/429/5xx answers and transport errors with
+        tenacity (exponential backoff, the server's ``Retry-After`` when shorter)."""
         url = f"{self.base_url}/{endpoint}"
         headers = {"Content-Type": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            delay = min(self.backoff * 2**attempt, _MAX_SLEEP)
+
+        def attempt() -> dict[str, Any]:
             try:
                 resp = self._client.post(url, json=payload, headers=headers, timeout=self.timeout)
             except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {self._scrub(str(exc))}"
-                _LOG.warning("%s %s failed (%s), attempt %d", "POST", url, last, attempt + 1)
-            else:
-                status = resp.status_code
-                if status < 300:
-                    try:
-                        data = resp.json()
-                    except ValueError as exc:
-                        raise BackendError(
-                            f"The server at {url} answered HTTP {status} with a body that is not "
-                            "JSON; check that base_url points to an OpenAI-compatible API root."
-                        ) from exc
-                    if not isinstance(data, dict):
-                        raise BackendError(
-                            f"The server at {url} answered with JSON that is not an object; "
-                            "check base_url."
-                        )
-                    return data
-                detail = self._scrub(resp.text[:300])
-                if status in (401, 403):
-                    raise BackendError(
-                        f"The server at {url} refused the credentials (HTTP {status}): {detail} "
-                        f"Set the environment variable {self.api_key_env} to a valid API key."
-                    )
-                if status not in _RETRY_STATUS and status < 500:
-                    raise BackendError(f"The server at {url} answered HTTP {status}: {detail}")
-                last = f"HTTP {status}: {detail}"
-                _LOG.warning("POST %s answered HTTP %d, attempt %d", url, status, attempt + 1)
-                retry_after = resp.headers.get("retry-after")
-                if retry_after:
-                    with contextlib.suppress(ValueError):
-                        delay = min(float(retry_after), _MAX_SLEEP)
-            if attempt < self.max_retries:
-                self._sleep(delay)
-        raise BackendError(
-            f"The server at {url} failed {self.max_retries + 1} time(s); last: {last}. Check "
-            "that it is running and reachable, or raise max_retries/timeout."
+                raise _Retryable(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
+            return self._answer(url, resp)
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            sleep=self._sleep,
+            before_sleep=lambda state: _LOG.warning(
+                "POST %s failed (%s), attempt %d of %d",
+                url,
+                state.outcome.exception() if state.outcome else "?",
+                state.attempt_number,
+                self.max_retries + 1,
+            ),
+            reraise=True,
+        )
+        try:
+            return retrying(attempt)
+        except _Retryable as exc:
+            raise BackendError(
+                f"The server at {url} failed {self.max_retries + 1} time(s) "
+                f"({self.retry_policy()}); last: {exc}. Check that it is running and "
+                "reachable, or raise max_retries/timeout."
+            ) from None
+
+    def _answer(self, url: str, resp: httpx.Response) -> dict[str, Any]:
+        """The JSON object of a successful answer; a retryable failure raises
+        :class:`_Retryable`, any other a :class:`BackendError`."""
+        status = resp.status_code
+        if status < 300:
+            try:
+                data = resp.json()
+            except ValueError as exc:
+                raise BackendError(
+                    f"The server at {url} answered HTTP {status} with a body that is not "
+                    "JSON; check that base_url points to an OpenAI-compatible API root."
+                ) from exc
+            if not isinstance(data, dict):
+                raise BackendError(
+                    f"The server at {url} answered with JSON that is not an object; check base_url."
+                )
+            return data
+        detail = self._scrub(resp.text[:300])
+        if status in (401, 403):
+            raise BackendError(
+                f"The server at {url} refused the credentials (HTTP {status}): {detail} "
+                f"Set the environment variable {self.api_key_env} to a valid API key."
+            )
+        if status not in _RETRY_STATUS and status < 500:
+            raise BackendError(f"The server at {url} answered HTTP {status}: {detail}")
+        retry_after = None
+        with contextlib.suppress(ValueError, TypeError):
+            retry_after = float(resp.headers.get("retry-after"))
+        raise _Retryable(f"HTTP {status}: {detail}", retry_after)
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """``backoff · 2**(attempt-1)`` seconds, at most 30, or the server's
+        ``Retry-After`` when it asks for less."""
+        delay = min(self.backoff * 2 ** (state.attempt_number - 1), _MAX_SLEEP)
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            delay = min(max(exc.retry_after, 0.0), _MAX_SLEEP)
+        return delay
+
+    def retry_policy(self) -> str:
+        """The timeout and retry policy in words, with the longest a call can take."""
+        waits = sum(min(self.backoff * 2**i, _MAX_SLEEP) for i in range(self.max_retries))
+        worst = (self.max_retries + 1) * self.timeout + waits
+        return (
+            f"timeout {self.timeout:g} s per request, {self.max_retries} retries with "
+            f"backoff from {self.backoff:g} s; at most ~{worst:.0f} s per call"
         )
 
     # ----------------------------------------------------------------- payloads
