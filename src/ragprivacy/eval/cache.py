@@ -3,6 +3,13 @@
 Entries are keyed by SHA-256 over the backend name, its settings, the call (method,
 prompt, arguments). The store is SQLite in WAL mode, safe for the several processes of a
 sweep. A cached stochastic generator returns the first draw it made for a prompt.
+
+The store is kept hand-written (about 40 lines over the standard library's ``sqlite3``)
+rather than taken from a caching library such as ``diskcache``: a batch of prompts is
+looked up in one ``SELECT … WHERE key IN (…)`` per 500 keys and written in one
+transaction, where a key-value cache API costs a round trip per key, and it opens through
+the shared :func:`~ragprivacy._sqlite.connect_wal`, which turns a directory or a
+non-SQLite file into a one-line error.
 """
 
 from __future__ import annotations
