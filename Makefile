@@ -92,7 +92,7 @@ lock:
 	@echo "locked: $$(grep -c '^[a-z0-9]' $(REQ)/lock.txt) packages in $(REQ)/lock.txt"
 
 # mypy on the whole package, and --strict on the layers that hold the privacy logic.
-STRICT_LAYERS := types dp retrieval rag audit service
+STRICT_LAYERS := types dp retrieval rag audit service integrations
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks $(REQ)

@@ -125,6 +125,20 @@ def test_core_import_does_not_pull_heavy_backends() -> None:
     assert out.stdout.strip() == "", f"heavy modules imported eagerly: {out.stdout}"
 
 
+def test_integrations_package_imports_no_framework() -> None:
+    """``ragprivacy.integrations`` holds the framework-free sources; each adapter module
+    imports its own framework, so the package loads without either extra."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ragprivacy.integrations;"
+        "print(','.join(m for m in ('langchain_core','llama_index') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"framework imported by the package: {out.stdout}"
+
+
 def _is_submodule(layer: str, name: str) -> bool:
     base = SRC / layer / name
     return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
