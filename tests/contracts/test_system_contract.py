@@ -48,6 +48,7 @@ OVER: dict[str, list[str | None]] = {
     "knnlm": ["topk", "noisy_topk", "projection", "dp_projection"],
     "murag": ["topk"],
     "murag_ada": ["topk"],
+    "remote": [None],  # the endpoint retrieves on its side; ours is not used
 }
 VARIANTS = [
     pytest.param((s, r), id=s if r is None else f"{s}+{r}")
@@ -84,6 +85,7 @@ class Built:
     refuses: bool = False
     deterministic: bool = False
     retriever: Retriever | None = field(default=None)
+    records_failures: bool = False  # a failed call is a Response with its outcome
 
 
 Builder = Callable[..., Built]
@@ -229,6 +231,20 @@ def _murag(name: str) -> Builder:
     return build
 
 
+def _remote(ctx: SimpleNamespace, rname: None, gen: Generator, **_: Any) -> Built:
+    # A deployed endpoint we do not run: we can state no guarantee for its answers
+    # (NonPrivateEvent), and a failed call is recorded as such, not raised, so that one bad
+    # call does not stop an audit of the endpoint (tests/rag/test_remote.py).
+    system = create_system("remote", generator=gen)
+    return Built(
+        system,
+        private=False,
+        expected=Counter({NonPrivateEvent(): 1}),
+        deterministic=True,
+        records_failures=True,
+    )
+
+
 SYSTEMS: dict[str, Builder] = {
     "non-rag": _non_rag,
     "rag": _rag,
@@ -237,6 +253,7 @@ SYSTEMS: dict[str, Builder] = {
     "knnlm": _knnlm,
     "murag": _murag("murag"),
     "murag_ada": _murag("murag_ada"),
+    "remote": _remote,
 }
 
 
@@ -399,6 +416,19 @@ def test_a_batch_over_budget_spends_nothing(
     assert _spent(built) > 0
 
 
+def _assert_recorded_failure(
+    built: Built, contract: SimpleNamespace, queries: list[str], answered: int = 0
+) -> None:
+    """A system that records failed calls: the batch returns, its first ``answered``
+    responses are answers, the rest carry the failure as their outcome (text empty), and
+    no error quotes the corpus."""
+    out = built.system.answer_batch(queries, account=contract.ACCOUNT)
+    assert [r.metadata["outcome"] for r in out[:answered]] == ["answer"] * answered
+    for r in out[answered:]:
+        assert r.metadata["outcome"] == "error" and r.text == ""
+        assert not contract.error_leaks(Exception(r.metadata["error"]))
+
+
 @pytest.mark.parametrize("build", VARIANTS, indirect=True)
 def test_a_generator_that_is_down_spends_nothing_and_names_no_document(
     build: Callable[..., Built],
@@ -407,6 +437,9 @@ def test_a_generator_that_is_down_spends_nothing_and_names_no_document(
 ) -> None:
     gen = failing_generator(down=True)
     built = build(gen)
+    if built.records_failures:
+        _assert_recorded_failure(built, contract, [contract.QUERIES[0]])
+        return
     for _ in range(2):
         with pytest.raises(Exception) as err:
             built.system.answer(contract.QUERIES[0], account=contract.ACCOUNT)
@@ -444,6 +477,9 @@ def test_a_batch_whose_last_generation_fails_spends_nothing(
     gen = failing_generator(trigger=contract.TRIGGER)
     built = build(gen)
     batch = [contract.QUERIES[0], f"{contract.QUERIES[1]} {contract.TRIGGER}"]
+    if built.records_failures:
+        _assert_recorded_failure(built, contract, batch, answered=1)
+        return
     with pytest.raises(Exception) as err:
         built.system.answer_batch(batch, account=contract.ACCOUNT)
     assert not contract.error_leaks(err.value), "the error quotes the corpus"

@@ -25,6 +25,7 @@ from ragprivacy.rag.defenses import (
 from ragprivacy.rag.dp_vote import DPVoteConfig, DPVoteRAG, VoteResult, dp_vote_generate
 from ragprivacy.rag.knnlm import KNN_WINDOW, KNNLM, knn_datastore
 from ragprivacy.rag.murag import MuRAG, MuRAGAda, NaiveMultiRAG
+from ragprivacy.rag.remote import OUTCOMES, REFUSAL_PATTERN, RemoteRAGSystem, classify_answer
 
 __all__ = [
     "DPVoteConfig",
@@ -38,13 +39,17 @@ __all__ = [
     "MuRAGAda",
     "NaiveMultiRAG",
     "NonRAG",
+    "OUTCOMES",
     "Paraphraser",
     "ParaphrasingDefense",
     "PromptModifyingDefense",
     "Query",
     "RAGSystem",
+    "REFUSAL_PATTERN",
+    "RemoteRAGSystem",
     "StandardRAG",
     "VoteResult",
+    "classify_answer",
     "create_defense",
     "create_system",
     "defense_names",

@@ -1,0 +1,176 @@
+"""A RAG system we do not run: an OpenAI-compatible chat endpoint that retrieves on its side.
+
+:class:`RemoteRAGSystem` lets every black-box attack of the harness target a deployed RAG
+chatbot (a user's, or our own service's ``/v1/chat/completions``). The attacker's query
+goes out as the user message, framed by the query's task exactly as for our own systems
+but with no context of ours (the endpoint adds its own); the answer's text, tokens and,
+where the endpoint returns them, log-probabilities are what the attack reads.
+
+What comes back is recorded as what it is, never silently as an answer
+(``Response.metadata["outcome"]``):
+
+* ``"answer"`` — a non-empty answer;
+* ``"refused"`` — an answer that opens with a refusal (:data:`REFUSAL_PATTERN`, a
+  heuristic over the common English refusal openings, ours included);
+* ``"empty"`` — an empty or whitespace answer;
+* ``"timeout"`` / ``"error"`` — the call failed after the generator's retries; the text is
+  empty and ``metadata["error"]`` holds the generator's message (the endpoint's URL and
+  status, never the prompt).
+
+A failed call does not stop the batch: the other queries are still answered, so a run
+loses no finished work to one bad call. Calls are paced to at most ``requests_per_second``
+(the endpoint's rate limit; the generator retries 429s with backoff on top).
+
+The privacy of an answer is unknown to us: it is reported as
+:class:`~ragprivacy.types.NonPrivateEvent` (no guarantee we can state, ε = ∞), scoped to
+the answer, and the endpoint is named in :meth:`RemoteRAGSystem.describe`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ragprivacy._validation import check_positive
+from ragprivacy.errors import BackendError, ConfigError
+from ragprivacy.generate import Generator, Prompt, create_generator
+from ragprivacy.rag.base import Query, RAGSystem, answer_cost, register_system
+from ragprivacy.retrieval import Retriever
+from ragprivacy.types import Completion, NonPrivateEvent, Response
+
+__all__ = ["OUTCOMES", "REFUSAL_PATTERN", "RemoteRAGSystem", "classify_answer"]
+
+#: What a remote call can come back as (see the module docstring).
+OUTCOMES = ("answer", "refused", "empty", "timeout", "error")
+
+#: Openings of a refusal (case-insensitive, after leading whitespace and quotes).
+REFUSAL_PATTERN = re.compile(
+    r"""^\s*["'“]?\s*(?:
+        i\s*(?:'m|am)\s+(?:sorry|afraid|unable|not\s+able)
+      | i\s+(?:cannot|can\s*not|can'?t|won'?t|will\s+not|must\s+decline|do\s+not\s+have\s+access)
+      | sorry\b
+      | (?:unfortunately|apologies)\b
+      | as\s+an\s+ai\b
+    )""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def classify_answer(text: str) -> str:
+    """``"empty"``, ``"refused"`` or ``"answer"`` for the text an endpoint returned.
+
+    >>> classify_answer("  "), classify_answer("I cannot share that."), classify_answer("Yes.")
+    ('empty', 'refused', 'answer')
+    """
+    if not text.strip():
+        return "empty"
+    return "refused" if REFUSAL_PATTERN.match(text) else "answer"
+
+
+class RemoteRAGSystem(RAGSystem):
+    """An OpenAI-compatible chat endpoint doing RAG on its side (see the module docstring).
+
+    Args:
+        generator: the client of the endpoint (``openai:MODEL@URL``); any
+            :class:`~ragprivacy.generate.Generator` works (tests, a cached wrapper).
+        requests_per_second: pace of the calls (``None``: as fast as answers come).
+        instruction: a system message to send (default none: the endpoint has its own).
+        clock, sleep: time functions (tests pass fakes).
+    """
+
+    name = "remote"
+
+    def __init__(
+        self,
+        generator: Generator,
+        *,
+        requests_per_second: float | None = None,
+        instruction: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not isinstance(generator, Generator):
+            raise ConfigError(
+                "RemoteRAGSystem needs a Generator for the endpoint (e.g. "
+                f"create_generator('openai:MODEL@http://HOST:PORT/v1')); got {generator!r}."
+            )
+        self.generator = generator
+        self.interval = (
+            0.0
+            if requests_per_second is None
+            else 1.0 / check_positive("requests_per_second", requests_per_second)
+        )
+        self.instruction = instruction
+        self._clock, self._sleep = clock, sleep
+        self._lock = threading.Lock()
+        self._next = 0.0
+
+    def _pace(self) -> None:
+        if not self.interval:
+            return
+        with self._lock:
+            now = self._clock()
+            wait = self._next - now
+            self._next = max(now, self._next) + self.interval
+        if wait > 0:
+            self._sleep(wait)
+
+    def _call(self, query: Query) -> Response:
+        prompt = Prompt(query.task, query.text, (), self.instruction, query.options)
+        cost = answer_cost([NonPrivateEvent()], mechanism="remote (unknown)")
+        self._pace()
+        try:
+            completion: Completion = self.generator.generate(prompt)
+        except BackendError as exc:
+            message = str(exc)
+            outcome = "timeout" if "Timeout" in message else "error"
+            return Response(text="", privacy=cost, metadata={"outcome": outcome, "error": message})
+        return Response(
+            text=completion.text,
+            tokens=completion.tokens,
+            logprobs=completion.logprobs,
+            privacy=cost,
+            metadata={"outcome": classify_answer(completion.text)},
+        )
+
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
+        return self._call(Query.of(query))
+
+    def answer_batch(
+        self, queries: Sequence[str | Query], *, account: str | None = None
+    ) -> list[Response]:
+        """One call per query, in order; a failed call is recorded, not raised."""
+        return [self._call(Query.of(q)) for q in queries]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "endpoint": self.generator.config(),
+            "requests_per_second": 1.0 / self.interval if self.interval else None,
+        }
+
+
+def _make_remote(
+    *,
+    target: str | Generator | None = None,
+    generator: Generator | None = None,
+    retriever: Retriever | None = None,
+    **options: Any,
+) -> RemoteRAGSystem:
+    """``create_system("remote", target="openai:MODEL@URL")``: the endpoint names the system;
+    the harness's retriever is not used (the endpoint retrieves) and a ``generator`` is
+    used only when no target is named."""
+    if target is None and generator is None:
+        raise ConfigError(
+            "The 'remote' system needs target='openai:MODEL@http://HOST:PORT/v1', the "
+            "OpenAI-compatible endpoint to attack."
+        )
+    endpoint = create_generator(target) if isinstance(target, str) else (target or generator)
+    assert endpoint is not None
+    return RemoteRAGSystem(endpoint, **options)
+
+
+register_system("remote", _make_remote)
