@@ -3,77 +3,19 @@
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from sklearn.metrics import roc_auc_score
+from tests._chat_endpoint import Endpoint, Reply, chat_reply, rag_chatbot
 
 from ragprivacy.attacks import create_attack, score_targets, split_membership
-from ragprivacy.corpus import Corpus, synthesize
+from ragprivacy.corpus import synthesize
 from ragprivacy.errors import ConfigError
-from ragprivacy.generate import OpenAIGenerator, Prompt, Task, create_generator
+from ragprivacy.generate import OpenAIGenerator, Prompt
 from ragprivacy.rag import RemoteRAGSystem, classify_answer, create_system
-from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
-
-Reply = tuple[int, Any]  # (status, JSON object or raw bytes)
-
-
-class Endpoint:
-    """An OpenAI-compatible ``/chat/completions`` on 127.0.0.1 answering with ``respond``."""
-
-    def __init__(self, respond: Callable[[dict[str, Any]], Reply]) -> None:
-        self.calls = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.calls += 1
-                status, payload = respond(body)
-                raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client timed out and left (the slow endpoint)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def _chat(text: str) -> Reply:
-    return 200, {"choices": [{"message": {"role": "assistant", "content": text}}]}
-
-
-def rag_chatbot(members: Corpus) -> Callable[[dict[str, Any]], Reply]:
-    """A RAG chatbot: the last user message retrieves the top 2 members, which the
-    reference reader reads as a free-form chat turn."""
-    kb = KnowledgeBase.build(members, embedder="lsa")
-    retriever, reader = TopKRetriever(kb, k=2), create_generator("reference")
-
-    def respond(body: dict[str, Any]) -> Reply:
-        query = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
-        got = retriever.retrieve(query)
-        prompt = Prompt(Task.CHAT, query, kb.texts(got.indices))
-        return _chat(reader.generate(prompt, max_tokens=body.get("max_tokens")).text)
-
-    return respond
 
 
 @pytest.fixture()
@@ -113,9 +55,9 @@ def test_an_attack_on_a_remote_chatbot_finds_its_members(endpoint) -> None:  # t
 
 def test_failures_are_recorded_and_the_batch_goes_on(endpoint) -> None:  # type: ignore[no-untyped-def]
     replies = {
-        "ok": _chat("The patient was treated."),
-        "refuse": _chat("I'm sorry, I can't share patient records."),
-        "empty": _chat("   "),
+        "ok": chat_reply("The patient was treated."),
+        "refuse": chat_reply("I'm sorry, I can't share patient records."),
+        "empty": chat_reply("   "),
         "server": (500, {"error": "boom"}),
         "malformed": (200, b"{not json"),
         "nochoices": (200, {"id": "x"}),
@@ -126,7 +68,7 @@ def test_failures_are_recorded_and_the_batch_goes_on(endpoint) -> None:  # type:
         word = next(w for w in [*replies, "slow"] if w in content)
         if word == "slow":
             time.sleep(1.5)
-            return _chat("late")
+            return chat_reply("late")
         return replies[word]
 
     server = endpoint(respond)
@@ -156,7 +98,7 @@ def test_flaky_endpoint_is_retried_into_an_answer(endpoint) -> None:  # type: ig
 
     def respond(body: dict[str, Any]) -> Reply:
         seen.append(1)
-        return (503, {"error": "busy"}) if len(seen) < 3 else _chat("fine")
+        return (503, {"error": "busy"}) if len(seen) < 3 else chat_reply("fine")
 
     system = _remote(endpoint(respond).url, max_retries=2)
     assert system.answer("hello").metadata["outcome"] == "answer"

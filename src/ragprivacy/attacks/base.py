@@ -264,6 +264,7 @@ def split_membership(
     calibration: int = 0,
     member_fraction: float = 0.8,
     rng: RngLike = None,
+    members: Sequence[str] | None = None,
 ) -> MembershipSplit:
     """Split ``corpus`` into members and non-members and draw balanced target sets.
 
@@ -273,33 +274,49 @@ def split_membership(
         calibration: size of the calibration set (even, may be 0).
         member_fraction: share of the corpus stored in the knowledge base.
         rng: seed or generator (fixes the split and the draws).
+        members: the ids of the members where they are known (a deployed system under
+            audit: the candidates it holds); ``member_fraction`` is then unused.
 
     Raises:
-        ConfigError: the corpus holds too few non-members for the requested sets.
+        ConfigError: the corpus holds too few non-members for the requested sets, or
+            ``members`` names an id the corpus lacks (the message counts them; it does not
+            quote private ids).
     """
     check_probability("member_fraction", member_fraction, open_interval=True)
     targets = check_positive_int("targets", targets)
     calibration = check_positive_int("calibration", calibration, allow_zero=True)
     gen = make_rng(rng)
-    members, non_members = corpus.split(member_fraction, rng=gen)
+    if members is None:
+        members_c, non_members = corpus.split(member_fraction, rng=gen)
+    else:
+        known = set(members)
+        missing = len(known - set(corpus.ids))
+        if missing:
+            raise ConfigError(
+                f"{missing} of the {len(known)} member ids are not in the corpus of "
+                f"{len(corpus)} documents; list ids of the corpus, one per line."
+            )
+        members_c = corpus.subset([i for i in corpus.ids if i in known])
+        non_members = corpus.subset([i for i in corpus.ids if i not in known])
     half_e, half_c = targets // 2, calibration // 2
     need = half_e + half_c
-    if need > len(non_members) or need > len(members) or half_e == 0:
+    if need > len(non_members) or need > len(members_c) or half_e == 0:
         raise ConfigError(
             f"The corpus of {len(corpus)} documents has {len(non_members)} non-members and "
-            f"{len(members)} members at member_fraction={member_fraction}; "
-            f"{targets} targets and {calibration} calibration documents need {need} of each "
+            f"{len(members_c)} members"
+            + (f" at member_fraction={member_fraction}; " if members is None else "; ")
+            + f"{targets} targets and {calibration} calibration documents need {need} of each "
             f"(at least 1). Use a larger corpus or fewer targets."
         )
-    mi = gen.permutation(len(members))[:need]
+    mi = gen.permutation(len(members_c))[:need]
     ni = gen.permutation(len(non_members))[:need]
-    m_docs = [members[int(i)] for i in mi]
+    m_docs = [members_c[int(i)] for i in mi]
     n_docs = [non_members[int(i)] for i in ni]
     ev = m_docs[:half_e] + n_docs[:half_e]
     ev_y = [1] * half_e + [0] * half_e
     ca = m_docs[half_e:] + n_docs[half_e:]
     ca_y = [1] * half_c + [0] * half_c
-    return MembershipSplit(members, non_members, tuple(ev), tuple(ev_y), tuple(ca), tuple(ca_y))
+    return MembershipSplit(members_c, non_members, tuple(ev), tuple(ev_y), tuple(ca), tuple(ca_y))
 
 
 _REGISTRY: Registry[MembershipAttack] = Registry("attack")

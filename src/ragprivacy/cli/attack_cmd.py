@@ -36,8 +36,20 @@ def build_config(
     embedder: str = "lsa",
     background_n: int = 1000,
     systems: list[str] | None = None,
+    target: str | None = None,
+    members: str | None = None,
+    requests_per_second: float | None = None,
 ) -> Any:
-    """The experiment config ``ragprivacy attack`` runs."""
+    """The experiment config ``ragprivacy attack`` runs.
+
+    With ``target`` (``openai:MODEL@URL``, a RAG endpoint we do not run) the system under
+    attack is :class:`~ragprivacy.rag.RemoteRAGSystem` over that endpoint (its calls go
+    through the run's generation cache, so a rerun resumes), ``corpus`` must be the file
+    of candidate documents and ``members`` the file of the ids known to be in the
+    endpoint's database (one per line). No defense of ours wraps it, and the shadow RAG of
+    the learning attacks uses the offline reference reader: only the attack's own queries
+    go to the endpoint.
+    """
     from ragprivacy.attacks import attack_names
     from ragprivacy.eval import DEFAULT_ATTACKS, parse_config
     from ragprivacy.rag import defense_names
@@ -56,17 +68,49 @@ def build_config(
     )
     name = Path(corpus).stem if "path" in source else corpus
     specs = [_system_spec(s) for s in (systems or ["rag"])]
+    models: dict[str, Any] = {
+        "embedder": embedder,
+        "background_n": background_n,
+        "generator_options": {"compliance": compliance},
+    }
+    extra: dict[str, Any] = {}
+    if target is not None:
+        from ragprivacy.errors import ConfigError
+
+        if "path" not in source:
+            raise ConfigError(
+                "--target needs --corpus FILE: the candidate documents (JSONL or CSV with "
+                "'id' and 'text'), some of which the endpoint holds."
+            )
+        if members is not None and not Path(members).is_file():
+            raise ConfigError(f"--members {members}: no such file (one member id per line).")
+        if members is None:
+            raise ConfigError(
+                "--target needs --members FILE: the ids of the candidates the endpoint holds "
+                "(one per line), to score the attack against."
+            )
+        if defense_list != ["none"]:
+            raise ConfigError(
+                "--target attacks the endpoint as deployed: --defense must be 'none' (its "
+                "defenses are its own)."
+            )
+        remote: dict[str, Any] = {"name": "remote"}
+        if requests_per_second is not None:
+            remote["requests_per_second"] = requests_per_second
+        specs = [remote]
+        models = {"generator": target, "background_n": background_n, "embedder": embedder}
+        extra = {"members": members, "shadow_generator": "reference"}
+    elif members is not None:
+        from ragprivacy.errors import ConfigError
+
+        raise ConfigError("--members goes with --target (the endpoint's known members).")
     return parse_config(
         {
             "name": f"attack {', '.join(attack_list)} on {name}",
             "seed": seed,
             "workers": workers,
             "corpora": {name: source},
-            "models": {
-                "embedder": embedder,
-                "background_n": background_n,
-                "generator_options": {"compliance": compliance},
-            },
+            "models": models,
             "experiments": [
                 {
                     "type": "membership",
@@ -77,6 +121,7 @@ def build_config(
                     "defenses": defense_list,
                     "targets": targets,
                     "calibration": calibration,
+                    **extra,
                 }
             ],
         },
@@ -132,6 +177,18 @@ def register(app: typer.Typer) -> None:
         background_n: int = typer.Option(
             1000, "--background-n", help="Public background texts (reader and proxy LM)."
         ),
+        target: str | None = typer.Option(
+            None,
+            "--target",
+            help="Attack a RAG endpoint we do not run: openai:MODEL@http://HOST:PORT/v1 "
+            "(with --corpus FILE and --members FILE).",
+        ),
+        members: str | None = typer.Option(
+            None, "--members", help="With --target: file of the member ids, one per line."
+        ),
+        rate: float | None = typer.Option(
+            None, "--rate", help="With --target: at most this many requests per second."
+        ),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
         """Membership attacks against defended RAG: AUC, accuracy, F1, TPR@1%FPR, ROC."""
@@ -151,6 +208,9 @@ def register(app: typer.Typer) -> None:
             embedder=embedder,
             background_n=background_n,
             systems=system,
+            target=target,
+            members=members,
+            requests_per_second=rate,
         )
         result = run_config(config, out, progress=progress, config_path="ragprivacy attack")
         typer.echo(f"wrote {result.report_path} and {result.results_path}")

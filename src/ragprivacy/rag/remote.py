@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,6 +108,7 @@ class RemoteRAGSystem(RAGSystem):
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
         self._next = 0.0
+        self.outcomes: Counter[str] = Counter()  # calls so far, by outcome
 
     def _pace(self) -> None:
         if not self.interval:
@@ -127,13 +129,16 @@ class RemoteRAGSystem(RAGSystem):
         except BackendError as exc:
             message = str(exc)
             outcome = "timeout" if "Timeout" in message else "error"
+            self.outcomes[outcome] += 1
             return Response(text="", privacy=cost, metadata={"outcome": outcome, "error": message})
+        outcome = classify_answer(completion.text)
+        self.outcomes[outcome] += 1
         return Response(
             text=completion.text,
             tokens=completion.tokens,
             logprobs=completion.logprobs,
             privacy=cost,
-            metadata={"outcome": classify_answer(completion.text)},
+            metadata={"outcome": outcome},
         )
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
@@ -150,6 +155,7 @@ class RemoteRAGSystem(RAGSystem):
             "name": self.name,
             "endpoint": self.generator.config(),
             "requests_per_second": 1.0 / self.interval if self.interval else None,
+            "outcomes": {o: self.outcomes[o] for o in OUTCOMES},
         }
 
 

@@ -59,10 +59,15 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
     o = exp.options
     main = [r for r in results if "study" not in r["cell"]]
     studies = [r for r in results if "study" in r["cell"]]
+    stored = (
+        f"{o.member_fraction:.0%} of the documents stored, the rest held out"
+        if o.members is None
+        else f"the documents listed in `{o.members}` are the members, the rest non-members"
+    )
     lines = [
-        f"Corpus `{exp.corpus_name}`: {o.member_fraction:.0%} of the documents stored, the "
-        f"rest held out; {o.targets} evaluation targets and {o.calibration} calibration "
-        "targets, each half members and half non-members. Thresholds for accuracy and F1 "
+        f"Corpus `{exp.corpus_name}`: {stored}; {o.targets} evaluation targets and "
+        f"{o.calibration} calibration targets, each half members and half non-members. "
+        "Thresholds for accuracy and F1 "
         f"are chosen on the calibration split ({o.criterion}); AUC ± DeLong SE and "
         "TPR at a fixed FPR are measured on the evaluation split. *Recall* is the share "
         "of member targets retrieved by the attack's first query (evaluation-only view). "

@@ -107,7 +107,8 @@ class SystemSpec:
 
     @property
     def uses_data(self) -> bool:
-        return self.name.partition(":")[0] != "non-rag"
+        # non-rag reads no documents; a remote endpoint reads its own, not ours
+        return self.name.partition(":")[0] not in ("non-rag", "remote")
 
 
 def parse_system_specs(entries: Sequence[Any], where: str) -> tuple[SystemSpec, ...]:

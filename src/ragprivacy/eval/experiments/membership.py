@@ -84,6 +84,9 @@ class MembershipOptions:
         targets: evaluation targets (half members, half non-members).
         calibration: calibration targets for the thresholds (half and half).
         member_fraction: share of the corpus stored (0.8 as in the papers).
+        members: a file of the member ids, one per line, where membership is known (a
+            deployed endpoint under audit, system ``remote``): the split uses them
+            instead of ``member_fraction``.
         attack_options: per attack name, its keyword options.
         defense_options: per defense name, its keyword options.
         generator_options: overrides of the config's generator options for the target
@@ -110,6 +113,7 @@ class MembershipOptions:
     targets: int = 200
     calibration: int = 100
     member_fraction: float = 0.8
+    members: str | None = None
     attack_options: Mapping[str, Any] = field(default_factory=dict)
     defense_options: Mapping[str, Any] = field(default_factory=dict)
     generator_options: Mapping[str, Any] = field(default_factory=dict)
@@ -139,6 +143,10 @@ class MembershipOptions:
             check_positive_int(name, getattr(self, name))
         check_positive_int("calibration", self.calibration, allow_zero=True)
         check_probability("member_fraction", self.member_fraction, open_interval=True)
+        if self.members is not None and not Path(str(self.members)).is_file():
+            raise ConfigError(
+                f"members: {self.members}: no such file; give a file of member ids, one per line."
+            )
         check_choice("criterion", self.criterion, ("accuracy", "f1"))
         for i, s in enumerate(self.studies):
             if not isinstance(s, Mapping) or "param" not in s or "values" not in s:
@@ -157,6 +165,15 @@ class MembershipOptions:
                     "as 'mba.n_masks', 'k', 'shadow_kind', 'shadow_embedder' or "
                     "'shadow_generator_options.KEY'."
                 )
+
+
+def _member_ids(path: str) -> list[str]:
+    """The ids in a members file: one per line; blank lines and ``#`` comments skipped."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    ids = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if not ids:
+        raise ConfigError(f"members: {path} lists no id; give one member id per line.")
+    return ids
 
 
 class MembershipExperiment(AttackedSystemsExperiment):
@@ -217,6 +234,7 @@ class MembershipExperiment(AttackedSystemsExperiment):
                 calibration=o.calibration,
                 member_fraction=o.member_fraction,
                 rng=self.seed,
+                members=None if o.members is None else _member_ids(o.members),
             ),
         )
 
@@ -364,7 +382,8 @@ class MembershipExperiment(AttackedSystemsExperiment):
             calibration_labels=cal.labels if cal else None,
             criterion=o.criterion,
         ).to_dict()
-        metrics["retrieval_recall"] = ev.retrieval_recall()
+        # A remote endpoint shows us nothing of what it retrieved: no recall to report.
+        metrics["retrieval_recall"] = None if spec.name == "remote" else ev.retrieval_recall()
         metrics["queries_per_target"] = ev.queries / max(1, len(ev.scores))
         own = [attack.predict(s) for s in ev.scores]
         if all(p is not None for p in own):

@@ -1,0 +1,69 @@
+"""Local OpenAI-compatible chat endpoints for tests: a RAG chatbot over a corpus we know,
+and endpoints that answer whatever a test says (failures included)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ragprivacy.corpus import Corpus
+from ragprivacy.generate import Prompt, Task, create_generator
+from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
+
+Reply = tuple[int, Any]  # (status, JSON object or raw bytes)
+
+
+class Endpoint:
+    """An OpenAI-compatible ``/chat/completions`` on 127.0.0.1 answering with ``respond``."""
+
+    def __init__(self, respond: Callable[[dict[str, Any]], Reply]) -> None:
+        self.calls = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.calls += 1
+                status, payload = respond(body)
+                raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left (the slow endpoint)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def chat_reply(text: str) -> Reply:
+    return 200, {"choices": [{"message": {"role": "assistant", "content": text}}]}
+
+
+def rag_chatbot(members: Corpus) -> Callable[[dict[str, Any]], Reply]:
+    """A RAG chatbot: the last user message retrieves the top 2 members, which the
+    reference reader reads as a free-form chat turn."""
+    kb = KnowledgeBase.build(members, embedder="lsa")
+    retriever, reader = TopKRetriever(kb, k=2), create_generator("reference")
+
+    def respond(body: dict[str, Any]) -> Reply:
+        query = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
+        got = retriever.retrieve(query)
+        prompt = Prompt(Task.CHAT, query, kb.texts(got.indices))
+        return chat_reply(reader.generate(prompt, max_tokens=body.get("max_tokens")).text)
+
+    return respond
