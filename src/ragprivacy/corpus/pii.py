@@ -125,16 +125,22 @@ _PHONE = re.compile(
 )
 _MONTH = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
-    r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+    r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)(?:\.(?=\s*\d))?"
 )
-_WEEKDAY = r"(?:(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day,?\s+)?"
-_TIME = r"(?:,?\s+(?:at\s+)?\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?)?"
+_WEEKDAY = r"(?:(?:(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|Mon|Tue|Wed|Thu|Fri|Sat|Sun),?\s+)?"
+# a time after the date, with an RFC 2822 zone ("04:26:00 -0700 (PDT)") as e-mail headers
+_TIME = (
+    r"(?:,?\s+(?:at\s+)?\d{1,2}:\d{2}(?::\d{2})?(?:\s?(?:[AaPp][Mm]\b|[AaPp]\.[Mm]\.))?"
+    r"(?:\s+[+-]\d{4})?(?:\s+\([A-Z]{2,5}\))?)?"
+)
 _DATE = re.compile(
     r"(?<![\w/.-])(?:"
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?"  # ISO 8601
     r"|\d{1,2}[/.-]\d{1,2}[/.-](?:\d{4}|\d{2})"  # 3/4/2021, 04.03.21
-    rf"|{_WEEKDAY}{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}{_TIME}"  # March 4, 2021
-    rf"|{_WEEKDAY}\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH},?\s+\d{{4}}"  # 4 March 2021
+    # March 4, 2021 / March 4th (the year is often left out in speech)
+    rf"|{_WEEKDAY}{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}}{_TIME})?"
+    # 4 March 2021 / the 4th of March
+    rf"|{_WEEKDAY}\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}}{_TIME})?"
     r")(?![\w/-])"
 )
 
@@ -187,9 +193,10 @@ class RegexPIIDetector(PIIDetector):
     excluded), ``phone`` (North-American forms with an optional ``+1``/``001`` trunk and
     extension, ``+``-prefixed international numbers of 10-15 digits, ten digits written
     together) and ``date`` (ISO, numeric day/month/year either way round, and dates with
-    month names, with weekday and time when written). The e-mail, URL and phone forms
-    are the three kinds the RP paper counts on Enron (Sec. 4.1, Table 3). Names,
-    addresses and organisations need a named-entity model (``presidio`` with spaCy).
+    month names, with or without the year, weekday and time; a bare year is not taken).
+    The e-mail, URL and phone forms are the three kinds the RP paper counts on Enron
+    (Sec. 4.1, Table 3). Names, addresses and organisations need a named-entity model
+    (``presidio`` with spaCy).
 
     Args:
         kinds: the kinds to report (default: all of :data:`REGEX_KINDS`).
