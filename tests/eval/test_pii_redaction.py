@@ -4,6 +4,7 @@ where they were, and keeps most of the utility."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,7 +89,7 @@ def test_redaction_stops_targeted_pii_extraction(run: tuple[list[dict[str, Any]]
     plain = _cell(cells, system="rag", mode="targeted")["metrics"]
     red = _cell(cells, system="PII redaction", mode="targeted")["metrics"]
     assert plain["items"] == red["items"] == 20  # the same original items are attacked
-    assert plain["leaked"] >= 5  # the reader copies the numbers it retrieves
+    assert plain["leaked"] >= 10  # the reader copies the numbers it retrieves
     assert red["leaked"] == 0
     assert "| PII redaction | none | targeted | 0/20 |" in report
 
@@ -127,3 +128,16 @@ def test_unknown_detectors_are_refused() -> None:
     corpora = {"x": {"synthetic": "medical", "n": 5, "pii_detector": "nope"}}
     with pytest.raises(ConfigError, match="pii_detector"):
         parse_config({**CONFIG, "corpora": corpora, "experiments": []})
+
+
+def test_the_attacks_config_redacts_the_records_it_attacks() -> None:
+    from ragprivacy.eval import load_config
+    from ragprivacy.eval.context import derive_seed
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "attacks.yaml")
+    plain, redacted = cfg.corpora["medical"], cfg.corpora["medical-redacted"]
+    assert plain.seed is None and redacted.redact_pii == "regex"
+    assert redacted.seed == derive_seed(cfg.seed, "corpus", "medical")
+    assert redacted.n == plain.n
+    rows = [s for e in cfg.experiments for s in e.options.get("system_specs", ())]
+    assert {"name": "rag", "redact_pii": "regex", "label": "PII redaction (regex)"} in rows
