@@ -286,7 +286,8 @@ def _presidio_analyzer(model: str | None) -> Any:
         # presidio's own load() downloads a missing model; ours loads an installed
         # package or a blank pipeline (tokenizer only, so NER finds nothing)
         def load(self) -> None:
-            self.nlp = {"en": spacy.load(model) if model else spacy.blank("en")}
+            pipeline = spacy.load(model) if model else spacy.blank("en")
+            self.nlp = {"en": pipeline}  # type: ignore[assignment]
 
     # the stock e-mail validator asks tldextract, whose default fetches the public
     # suffix list over the network; the bundled snapshot is enough to check a domain
