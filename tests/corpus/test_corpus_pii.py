@@ -53,6 +53,7 @@ CASES: list[tuple[str, list[tuple[str, str]], tuple[str, ...]]] = [
     ("card 4111-1111-1111-1111.", [("credit_card", "4111-1111-1111-1111")], BOTH),
     ("Server at 10.0.0.254 is down.", [("ip_address", "10.0.0.254")], BOTH),
     ("See https://example.org/a?b=1 first", [("url", "https://example.org/a?b=1")], BOTH),
+    ("Docs at http://www.x.com/a.pdf.", [("url", "http://www.x.com/a.pdf")], BOTH),
     ("Born 12/25/1980 in town.", [("date", "12/25/1980")], BOTH),
     ("Tests done on 2021-03-04.", [("date", "2021-03-04")], BOTH),
     ("Seen on March 4, 2021 at the clinic.", [("date", "March 4, 2021")], ("regex",)),
@@ -148,6 +149,27 @@ def test_regex_detector_matches_the_synthetic_ground_truth(kind: str) -> None:
     found = {(d.id, s.start, s.end, s.kind) for d in corpus for s in det.detect(d.text)}
     assert len(truth) > 100
     assert found == truth
+
+
+def test_presidio_cross_checks_the_ground_truth(presidio: PIIDetector) -> None:
+    """Presidio finds every e-mail address and URL of the synthetic e-mails at the
+    generator's offsets, and only phone numbers among the generator's phones (it drops
+    numbers whose invented area code no region uses)."""
+    corpus = synthesize("email", 60, seed=4)
+    for kind in ("email", "url"):
+        truth = {(d.id, s.start, s.end) for d in corpus for s in d.pii if s.kind == kind}
+        found = {
+            (d.id, s.start, s.end)
+            for d in corpus
+            for s in presidio.detect(d.text)
+            if s.kind == kind
+        }
+        assert truth and found == truth, kind
+    phones = {(d.id, s.start, s.end) for d in corpus for s in d.pii if s.kind == "phone"}
+    found = {
+        (d.id, s.start, s.end) for d in corpus for s in presidio.detect(d.text) if s.kind == "phone"
+    }
+    assert found <= phones and len(found) >= 0.8 * len(phones)
 
 
 def test_merge_spans_keeps_the_earlier_of_overlapping_spans() -> None:

@@ -311,7 +311,9 @@ class PresidioPIIDetector(PIIDetector):
     Presidio's pattern recognizers (e-mail, URL, IP, credit card, US SSN, phone numbers
     through ``phonenumbers``, dates) always run; its spaCy NER (``name``, ``location``,
     ``organization``) runs only with a spaCy model package installed. Presidio's own
-    engine would download a missing model: this one never does.
+    engine would download a missing model: this one never does. Its phone recognizer
+    (``phonenumbers``) keeps only numbers valid in their region, so invented area codes
+    are not phone numbers to it; it finds no dates written with month names.
 
     Args:
         model: a spaCy model package (``"en_core_web_sm"``); ``None`` takes the first
@@ -365,10 +367,13 @@ class PresidioPIIDetector(PIIDetector):
         )
         # surer and then longer matches first, so merge_spans keeps them over overlaps
         found = sorted(found, key=lambda r: (-r.score, r.start - r.end, r.start))
-        return merge_spans(
-            PIISpan(r.start, r.end, PRESIDIO_KINDS[r.entity_type], text[r.start : r.end])
-            for r in found
-        )
+        spans = []
+        for r in found:
+            kind, end = PRESIDIO_KINDS[r.entity_type], r.end
+            if kind == "url":  # its URL pattern takes the full stop that ends a sentence
+                end = r.start + len(text[r.start : r.end].rstrip(".,;:!?"))
+            spans.append(PIISpan(r.start, end, kind, text[r.start : end]))
+        return merge_spans(spans)
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "model": self.model, "score_threshold": self.score_threshold}
