@@ -45,15 +45,25 @@ def load(
     ),
     split: str | None = typer.Option(None, "--split", help="Split to read (default: the usual)."),
     limit: int | None = typer.Option(None, "--limit", help="Read at most this many records."),
+    pii_detector: str = typer.Option(
+        "regex",
+        "--pii-detector",
+        help="PII detector for the documents' PII ground truth: regex, presidio, "
+        "presidio:SPACY_MODEL, or none.",
+    ),
 ) -> None:
     """Convert one of the papers' datasets (local files, or the local Hugging Face cache;
-    nothing is downloaded) into a ragprivacy corpus file."""
+    nothing is downloaded) into a ragprivacy corpus file, with PII spans marked."""
     from ragprivacy.corpus import load_dataset_corpus, write_csv, write_jsonl
 
     if limit is not None:
         check_positive_int("limit", limit)
     corpus = load_dataset_corpus(
-        dataset, path=str(path) if path else None, split=split, limit=limit
+        dataset,
+        path=str(path) if path else None,
+        split=split,
+        limit=limit,
+        pii_detector=None if pii_detector == "none" else pii_detector,
     ).require_nonempty()
     (write_csv if out.suffix.lower() == ".csv" else write_jsonl)(corpus, out)
     extra = f" and {len(corpus.questions)} questions" if corpus.questions else ""

@@ -8,12 +8,14 @@
   the local Hugging Face cache (never downloaded);
 * :func:`synthesize` — deterministic synthetic corpora ("medical", "email", "legal",
   "knowledge") with PII and QA ground truth, and :func:`background_texts` for a
-  reader's background model.
+  reader's background model;
+* :mod:`~ragprivacy.corpus.pii` — PII detectors (``regex`` default, ``presidio``) that
+  fill every loader's PII ground truth, and :func:`redact_corpus`, the PII-redaction
+  defense.
 """
 
 from __future__ import annotations
 
-from ragprivacy.corpus._dataset_formats import regex_pii
 from ragprivacy.corpus.collection import Corpus, QAItem
 from ragprivacy.corpus.datasets import (
     DatasetSpec,
@@ -33,6 +35,21 @@ from ragprivacy.corpus.io import (
     write_jsonl,
     write_questions,
 )
+from ragprivacy.corpus.pii import (
+    PIIDetector,
+    PresidioPIIDetector,
+    RegexPIIDetector,
+    annotate_pii,
+    create_pii_detector,
+    merge_spans,
+    pii_detector_names,
+    redact_corpus,
+    redact_document,
+    redact_text,
+    regex_pii,
+    register_pii_detector,
+    resolve_pii_detector,
+)
 from ragprivacy.corpus.synthetic import (
     background_texts,
     register_synthetic_kind,
@@ -43,20 +60,32 @@ from ragprivacy.corpus.synthetic import (
 __all__ = [
     "Corpus",
     "DatasetSpec",
+    "PIIDetector",
+    "PresidioPIIDetector",
     "QAItem",
+    "RegexPIIDetector",
+    "annotate_pii",
     "background_texts",
+    "create_pii_detector",
     "dataset_names",
     "dataset_spec",
     "load_corpus",
     "load_dataset_corpus",
+    "merge_spans",
+    "pii_detector_names",
     "questions_path",
     "read_csv",
     "read_json",
     "read_jsonl",
     "read_questions",
+    "redact_corpus",
+    "redact_document",
+    "redact_text",
     "regex_pii",
     "register_dataset",
+    "register_pii_detector",
     "register_synthetic_kind",
+    "resolve_pii_detector",
     "synthesize",
     "synthetic_kinds",
     "write_csv",

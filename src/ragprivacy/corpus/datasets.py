@@ -46,6 +46,7 @@ from ragprivacy.corpus._dataset_formats import (
 )
 from ragprivacy.corpus._rawfiles import read_records
 from ragprivacy.corpus.collection import Corpus
+from ragprivacy.corpus.pii import PIIDetector, resolve_pii_detector
 from ragprivacy.errors import ConfigError, DataError, DataUnavailableError, UnknownBackendError
 
 __all__ = [
@@ -220,6 +221,7 @@ def load_dataset_corpus(
     config: str | None = None,
     hub_id: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    pii_detector: str | PIIDetector | None = "regex",
 ) -> Corpus:
     """Load a public dataset as a corpus, from local files or the local HF cache.
 
@@ -234,6 +236,9 @@ def load_dataset_corpus(
         config: the Hub configuration (default: the spec's).
         hub_id: another Hub id or local dataset folder for ``datasets.load_dataset``.
         cache_dir: the Hugging Face datasets cache to read.
+        pii_detector: fills every document's PII ground truth (a registered name such as
+            ``"regex"`` or ``"presidio"``, a detector, or None for none), the same for
+            every dataset, so targeted extraction has items to count on each.
 
     Returns:
         A corpus named ``name`` whose metadata records the source; datasets of questions
@@ -245,6 +250,7 @@ def load_dataset_corpus(
         DataError: the files are missing, malformed or hold no records.
     """
     spec = dataset_spec(name)
+    detector = resolve_pii_detector(pii_detector)
     if limit is not None:
         limit = check_positive_int("limit", limit)
     if path is not None:
@@ -260,7 +266,7 @@ def load_dataset_corpus(
             cache_dir=cache_dir,
         )
         source = f"hf://{hub}"
-    out = CorpusBuilder(prefix=spec.name)
+    out = CorpusBuilder(prefix=spec.name, pii_detector=detector)
     rows = 0
     for row, record in enumerate(records):
         if limit is not None and row >= limit:
@@ -274,6 +280,7 @@ def load_dataset_corpus(
             "source": source,
             "split": split or (None if path is not None else spec.split),
             "records": rows,
+            "pii_detector": detector.config() if detector is not None else None,
         },
     )
     if len(corpus) == 0 and not corpus.questions:

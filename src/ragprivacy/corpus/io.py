@@ -32,6 +32,7 @@ from typing import Any
 
 from ragprivacy.corpus._rawfiles import large_csv_fields
 from ragprivacy.corpus.collection import Corpus, QAItem
+from ragprivacy.corpus.pii import PIIDetector, annotate_pii
 from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.types import Document, PIISpan
 
@@ -409,10 +410,14 @@ def write_csv(
     return p
 
 
-def load_corpus(path: PathLike, **options: Any) -> Corpus:
+def load_corpus(
+    path: PathLike, *, pii_detector: str | PIIDetector | None = None, **options: Any
+) -> Corpus:
     """Read a corpus file, choosing the reader by extension (.jsonl, .json or .csv).
 
-    ``options`` go to the reader (e.g. ``text_column=`` for CSV).
+    ``options`` go to the reader (e.g. ``text_column=`` for CSV). ``pii_detector`` (a
+    registered name such as ``"regex"``, or a detector) fills the PII spans of documents
+    the file gives none (a CSV never does); spans the file gives are kept as they are.
     """
     p = Path(path)
     suffix = p.suffix.lower()
@@ -422,4 +427,7 @@ def load_corpus(path: PathLike, **options: Any) -> Corpus:
             f"Cannot read {str(p)!r}: unsupported extension {suffix or '(none)'!r}; use a "
             ".jsonl, .json or .csv file."
         )
-    return readers[suffix](p, **options)  # type: ignore[operator]
+    corpus: Corpus = readers[suffix](p, **options)  # type: ignore[operator]
+    if pii_detector is not None:
+        corpus = annotate_pii(corpus, pii_detector, only_missing=True)
+    return corpus

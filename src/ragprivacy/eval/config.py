@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from ragprivacy._validation import check_positive_int
+from ragprivacy._validation import check_choice, check_positive_int
 from ragprivacy.errors import ConfigError, DataError
 
 __all__ = [
@@ -44,7 +44,16 @@ __all__ = [
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CorpusSpec:
     """Where a corpus comes from: exactly one of ``synthetic`` (a kind), ``path`` (a
-    JSONL/CSV file) or ``dataset`` (a registered dataset loader name)."""
+    JSONL/CSV file) or ``dataset`` (a registered dataset loader name).
+
+    ``pii_detector`` names the PII detector (``regex``, ``presidio``,
+    ``presidio:SPACY_MODEL``) that fills the documents' PII ground truth, or ``none``.
+    Default: ``regex`` for datasets and for documents of a file that carry no spans; a
+    synthetic corpus keeps its generator's exact spans (a detector named here adds what
+    it finds elsewhere). ``redact_pii`` (a detector) stores the corpus as a provider
+    that redacts PII before indexing would: detected spans become typed placeholders
+    (``[PHONE]``), e.g. to measure the utility the PII-redaction defense keeps.
+    """
 
     synthetic: str | None = None
     path: str | None = None
@@ -52,6 +61,8 @@ class CorpusSpec:
     n: int = 2000
     seed: int | None = None
     limit: int | None = None
+    pii_detector: str | None = None
+    redact_pii: str | None = None
 
     def __post_init__(self) -> None:
         given = [x for x in (self.synthetic, self.path, self.dataset) if x is not None]
@@ -62,6 +73,13 @@ class CorpusSpec:
         check_positive_int("n", self.n)
         if self.limit is not None:
             check_positive_int("limit", self.limit)
+        from ragprivacy.corpus import pii_detector_names
+
+        for key in ("pii_detector", "redact_pii"):
+            value = getattr(self, key)
+            extra = ["none"] if key == "pii_detector" else []
+            if value is not None:
+                check_choice(key, str(value).partition(":")[0], [*pii_detector_names(), *extra])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

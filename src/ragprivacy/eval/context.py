@@ -27,17 +27,22 @@ def derive_seed(root: int, *labels: str) -> int:
 
 def load_corpus_spec(spec: CorpusSpec, *, root_seed: int, name: str) -> Corpus:
     """Load or synthesise the corpus a :class:`CorpusSpec` describes."""
-    from ragprivacy.corpus import load_corpus, load_dataset_corpus, synthesize
+    from ragprivacy.corpus import load_corpus, load_dataset_corpus, redact_corpus, synthesize
 
+    detector = None if spec.pii_detector == "none" else spec.pii_detector
     if spec.synthetic is not None:
         seed = spec.seed if spec.seed is not None else derive_seed(root_seed, "corpus", name)
-        corpus = synthesize(spec.synthetic, spec.n, seed=seed)
+        corpus = synthesize(spec.synthetic, spec.n, seed=seed, pii_detector=detector)
     elif spec.path is not None:
-        corpus = load_corpus(spec.path)
+        default = "regex" if spec.pii_detector is None else detector
+        corpus = load_corpus(spec.path, pii_detector=default)
     else:
-        corpus = load_dataset_corpus(str(spec.dataset), limit=spec.limit)
+        default = "regex" if spec.pii_detector is None else detector
+        corpus = load_dataset_corpus(str(spec.dataset), limit=spec.limit, pii_detector=default)
     if spec.limit is not None and len(corpus) > spec.limit:
         corpus = corpus.subset(corpus.ids[: spec.limit])
+    if spec.redact_pii is not None:
+        corpus = redact_corpus(corpus, spec.redact_pii)
     return corpus.require_nonempty()
 
 

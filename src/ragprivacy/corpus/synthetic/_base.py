@@ -23,6 +23,7 @@ import numpy as np
 
 from ragprivacy._validation import check_positive_int
 from ragprivacy.corpus.collection import Corpus
+from ragprivacy.corpus.pii import PIIDetector, annotate_pii, resolve_pii_detector
 from ragprivacy.errors import ConfigError, UnknownBackendError
 
 __all__ = [
@@ -140,7 +141,14 @@ def _faker_version() -> str:
         return "unknown"
 
 
-def synthesize(kind: str, n: int, *, seed: int, **options: Any) -> Corpus:
+def synthesize(
+    kind: str,
+    n: int,
+    *,
+    seed: int,
+    pii_detector: str | PIIDetector | None = None,
+    **options: Any,
+) -> Corpus:
     """A deterministic synthetic corpus of ``n`` documents with PII and QA ground truth.
 
     The same ``(kind, n, seed, options)`` gives the same corpus in every run and process
@@ -150,6 +158,10 @@ def synthesize(kind: str, n: int, *, seed: int, **options: Any) -> Corpus:
         kind: one of :func:`synthetic_kinds` ("medical", "email", "legal", "knowledge").
         n: number of documents, >= 1.
         seed: non-negative integer seed.
+        pii_detector: also mark what this PII detector finds (a registered name or a
+            detector) where the generator marked nothing: the generator's spans are
+            exact and kept; detected ones add PII the templates carry unmarked (e.g. a
+            date in a sentence). None (default) keeps the generator's spans only.
         **options: kind-specific settings (e.g. ``misspelling_rate`` for "medical",
             ``question_fraction`` and ``n_chains`` for "knowledge").
 
@@ -165,7 +177,11 @@ def synthesize(kind: str, n: int, *, seed: int, **options: Any) -> Corpus:
     n = check_positive_int("n", n)
     seed = check_positive_int("seed", seed, allow_zero=True)
     _check_options(kind, generator, options)
+    detector = resolve_pii_detector(pii_detector)
     corpus = generator(n, GenerationContext(kind, seed, MEMBER), **options)
+    if detector is not None:
+        corpus = annotate_pii(corpus, detector)
+        corpus.metadata["pii_detector"] = detector.config()
     corpus.name = f"synthetic-{kind}"
     corpus.metadata.update(
         {"kind": kind, "n": n, "seed": seed, "source": "synthetic", "faker": _faker_version()}

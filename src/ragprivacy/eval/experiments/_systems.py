@@ -9,7 +9,11 @@ The attack experiments (``membership``, ``extraction``) name the systems they at
 Keys: ``name`` (a registered system), ``retriever`` (a registered retriever; default
 ``topk``), ``retriever_options``, ``k`` (retrieved documents; default the experiment's),
 ``budget`` (``run`` or ``target``: see :mod:`ragprivacy.eval.experiments._budgeted`),
-``label`` (the name in tables; default built from the rest); every other key is an
+``redact_pii`` (a PII detector, e.g. ``regex``: the *PII-redaction* defense, which
+replaces what the detector finds with typed placeholders such as ``[PHONE]`` in every
+document before it is indexed; the attacks and their ground truth keep the original
+documents, :func:`redacted_knowledge_base`), ``label`` (the name in tables; default
+built from the rest); every other key is an
 option of the system (``epsilon``, ``epsilon_q``, ``tau``, ...). A ``knnlm`` system reads
 a token-level datastore built from the knowledge base's documents
 (:func:`knn_knowledge_base`; ``datastore_stride`` keeps every n-th position,
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragprivacy._validation import check_choice, check_positive_int
+from ragprivacy.corpus import create_pii_detector, pii_detector_names, redact_corpus
 from ragprivacy.dp import PAPER_SCORE_RANGE
 from ragprivacy.errors import ConfigError
 from ragprivacy.generate import Generator, Prompt, TokenDistribution
@@ -56,12 +61,13 @@ __all__ = [
     "build_system",
     "knn_knowledge_base",
     "parse_system_specs",
+    "redacted_knowledge_base",
 ]
 
 VOTING_SYSTEMS = ("dp_vote", "murag", "murag_ada", "naive_multi")
 NO_LOGPROB_SYSTEMS = VOTING_SYSTEMS
 ONE_BY_ONE_SYSTEMS = (*VOTING_SYSTEMS, "knnlm")
-_SPEC_KEYS = ("budget", "k", "label", "name", "retriever", "retriever_options")
+_SPEC_KEYS = ("budget", "k", "label", "name", "redact_pii", "retriever", "retriever_options")
 _SIMULATED_RETRIEVERS = ("dp_projection", "noisy_topk", "threshold")
 
 
@@ -76,9 +82,12 @@ class SystemSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
     k: int | None = None
     budget: str = "run"
+    redact_pii: str | None = None
 
     def __post_init__(self) -> None:
         check_choice("system", self.name, system_names())
+        if self.redact_pii is not None:
+            check_choice("redact_pii", str(self.redact_pii).partition(":")[0], pii_detector_names())
         check_choice("retriever", self.retriever, retriever_names())
         check_choice("budget", self.budget, ("run", "target"))
         if self.k is not None:
@@ -93,6 +102,8 @@ class SystemSpec:
             return ",".join(f"{k}={v}" for k, v in sorted(m.items()))
 
         out = self.name
+        if self.redact_pii is not None:
+            out = f"PII redaction ({self.redact_pii}) + {out}"
         if self.options:
             out += f"({opts(self.options)})"
         if self.retriever != "topk" or self.retriever_options:
@@ -188,6 +199,22 @@ class GenerationsOnlyCache(Generator):
 
 
 _DATASTORES: dict[tuple[int, int, int, str], tuple[KnowledgeBase, KnowledgeBase]] = {}
+_REDACTED: dict[tuple[int, str], tuple[KnowledgeBase, KnowledgeBase]] = {}
+
+
+def redacted_knowledge_base(kb: KnowledgeBase, detector: str) -> KnowledgeBase:
+    """``kb``'s documents with the PII ``detector`` finds replaced by typed placeholders
+    (:func:`~ragprivacy.corpus.redact_corpus`), embedded by ``kb``'s embedder into an
+    index of the same kind: the PII-redaction defense, applied before indexing. Ids are
+    kept (retrieval recall still names the original documents); built once per process
+    and detector."""
+    key = (id(kb), detector)
+    hit = _REDACTED.get(key)
+    if hit is None or hit[0] is not kb:  # the source is held, so its id is not reused
+        redacted = redact_corpus(kb.corpus, create_pii_detector(detector))
+        store = KnowledgeBase.build(redacted, embedder=kb.embedder, index=kb.index.name)
+        hit = _REDACTED[key] = (kb, store)
+    return hit[1]
 
 
 def knn_knowledge_base(
@@ -238,6 +265,8 @@ def build_system(
     if kb is None:
         raise ConfigError(f"System {spec.label!r} needs a knowledge base; none was given.")
     sopts = dict(spec.options)
+    if spec.redact_pii is not None:
+        kb = redacted_knowledge_base(kb, spec.redact_pii)
     if spec.name == "knnlm":
         kb = knn_knowledge_base(
             kb,
