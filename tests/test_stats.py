@@ -14,6 +14,7 @@ from sklearn.metrics import roc_curve as sk_roc_curve
 from ragprivacy._stats import (
     auc_and_delong_se,
     auc_interval,
+    mean_interval,
     min_non_members,
     proportion_interval,
     resolves_fpr,
@@ -133,3 +134,15 @@ def test_resolvable_fpr_and_membership_metrics_leave_out_what_the_sample_cannot_
     assert (m.accuracy_low, m.accuracy_high) == proportion_interval(correct, 200)
     sep = membership_metrics(np.r_[s[:100] + 100, s[100:]], y)
     assert sep.auc == 1.0 and sep.auc_interval == "paired-exact" and sep.auc_low < 1.0
+
+
+def test_mean_interval_is_scipys_one_sample_t_interval() -> None:
+    from scipy.stats import ttest_1samp
+
+    rng = np.random.default_rng(4)
+    for size in (2, 5, 40):
+        v = rng.uniform(0, 1, size)
+        ci = ttest_1samp(v, 0.0).confidence_interval(0.95)
+        assert mean_interval(v) == pytest.approx((ci.low, ci.high))
+    assert mean_interval([0.5, math.nan, 0.5]) == (0.5, 0.5)  # NaNs dropped; no spread
+    assert all(math.isnan(x) for x in mean_interval([0.3]))

@@ -23,6 +23,10 @@ What comes from a library, and what is written here and why:
   expected number of wins AUC·k. It is conservative (it uses k pairs, not m·n), which is
   the honest price of a figure the sample cannot pin down. A bootstrap would not help:
   every resample of a separated sample is separated.
+* **Interval for a mean of bounded per-item scores** (precision, ROUGE-L over questions)
+  — Student's t from scipy (:func:`mean_interval`); it is a point where every item
+  scored the same, which for a deterministic system (precision 1 of the exact top-K) is
+  the truth rather than a collapse.
 * **Resolvable FPR** — a TPR at FPR f needs a threshold with f·n_neg non-members above
   it; with fewer than 1/f non-members the only such threshold is FPR 0, so
   :func:`resolves_fpr` says whether a sample can report TPR at ``f`` at all.
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import beta, binomtest, norm, rankdata
+from scipy.stats import beta, binomtest, norm, rankdata, t
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics import roc_curve as _sk_roc_curve
 
@@ -45,6 +49,7 @@ __all__ = [
     "AucInterval",
     "auc_and_delong_se",
     "auc_interval",
+    "mean_interval",
     "min_non_members",
     "proportion_interval",
     "resolves_fpr",
@@ -190,6 +195,24 @@ def proportion_interval(
         raise DataError(f"A proportion needs 0 <= successes <= n; got {successes} of {n}.")
     ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method=method)
     return (float(ci.low), float(ci.high))
+
+
+def mean_interval(values: npt.ArrayLike, *, confidence: float = 0.95) -> tuple[float, float]:
+    """Student-t interval for the mean of ``values`` (NaNs dropped; NaN limits with
+    fewer than 2 values).
+
+    >>> tuple(round(v, 3) for v in mean_interval([0.2, 0.4, 0.6, 0.8]))
+    (0.089, 0.911)
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[~np.isnan(v)]
+    if v.size < 2:
+        return (math.nan, math.nan)
+    mean = float(v.mean())
+    half = (
+        float(t.ppf(0.5 + confidence / 2.0, v.size - 1)) * float(v.std(ddof=1)) / math.sqrt(v.size)
+    )
+    return (mean - half, mean + half)
 
 
 def min_non_members(fpr: float) -> int:
