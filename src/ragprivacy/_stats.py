@@ -49,6 +49,7 @@ __all__ = [
     "AucInterval",
     "auc_and_delong_se",
     "auc_interval",
+    "auc_interval_from",
     "mean_interval",
     "min_non_members",
     "proportion_interval",
@@ -159,16 +160,34 @@ def auc_interval(
     Raises:
         DataError: a class has no score, or ``confidence`` is not in (0, 1).
     """
-    if not 0.0 < confidence < 1.0:
-        raise DataError(f"The 'confidence' level must be in (0, 1); got {confidence!r}.")
     x, y = _classes(positives, negatives)
     auc, se = auc_and_delong_se(x, y)
+    return auc_interval_from(auc, se, min(x.size, y.size), confidence=confidence)
+
+
+def auc_interval_from(
+    auc: float, se: float, pairs: int, *, confidence: float = 0.95
+) -> AucInterval:
+    """:func:`auc_interval` from a stored AUC, its DeLong SE and min(m, n) (``pairs``),
+    for results that keep those rather than the scores.
+
+    >>> r = auc_interval_from(1.0, 0.0, 100)
+    >>> round(r.low, 4), r.high, r.method
+    (0.9638, 1.0, 'paired-exact')
+
+    Raises:
+        DataError: ``confidence`` is not in (0, 1) or ``pairs`` < 1.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise DataError(f"The 'confidence' level must be in (0, 1); got {confidence!r}.")
+    if pairs < 1:
+        raise DataError(f"An AUC interval needs at least one score per class; got {pairs}.")
     if math.isfinite(se) and se > 0:
         z = float(norm.ppf(0.5 + confidence / 2.0))
         low, high = auc - z * se, auc + z * se
         if low >= 0.0 and high <= 1.0:
             return AucInterval(auc, se, low, high, "delong", confidence)
-    low, high = _paired_exact(auc, min(x.size, y.size), confidence)
+    low, high = _paired_exact(auc, pairs, confidence)
     return AucInterval(auc, se, low, high, "paired-exact", confidence)
 
 
