@@ -80,7 +80,15 @@ def test_multihop_ablation_and_passages_run(tmp_path: Path) -> None:
     cells = res.results["cells"]
     assert {c["cell"]["system"] for c in cells} == {"rag", "dp_projection"}
     assert all(0.0 <= c["result"]["multihop"]["sup_f1"] <= 1.0 for c in cells)
-    assert "Joint EM" in (tmp_path / "mh" / "report.md").read_text()
+    for c in cells:  # every figure with a 95 % interval: Wilson for EM, t for F1 and cosine
+        res, ci = c["result"]["multihop"], c["result"]["multihop_ci95"]
+        n = c["result"]["n"]
+        em = round(res["sup_em"] * n)
+        assert ci["sup_em"] == pytest.approx(list(wilson_interval(em, n)))
+        assert ci["sup_f1"][0] <= res["sup_f1"] <= ci["sup_f1"][1]
+    report = (tmp_path / "mh" / "report.md").read_text()
+    lo, hi = (100 * x for x in cells[0]["result"]["multihop_ci95"]["joint_em"])
+    assert "Joint EM" in report and f"({lo:.1f}–{hi:.1f})" in report
     cfg = parse_config(
         _config(
             {

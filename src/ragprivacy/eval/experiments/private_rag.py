@@ -346,16 +346,20 @@ class PrivateRAGExperiment(Experiment):
             return self._bin_size(kb, questions, rng)
         if cell.get("ablation") == "multihop":
             from ragprivacy.eval.experiments.private_rag_multihop import (
+                multihop_intervals,
+                multihop_means,
                 multihop_questions,
-                multihop_scores,
+                multihop_rows,
             )
 
             chains = multihop_questions(corpus, o.questions, self.seed)
             system, total = self._system(cell, ctx, kb, len(chains), rng)
+            rows = multihop_rows(system, kb, chains, "evaluator")
             return {
                 "n": len(chains),
                 "total_epsilon": total,
-                "multihop": multihop_scores(system, kb, chains, "evaluator"),
+                "multihop": multihop_means(rows),
+                "multihop_ci95": multihop_intervals(rows),
             }
         system, total = self._system(cell, ctx, kb, len(questions), rng)
         vectors = kb.embedder.encode([q.question for q in questions])
