@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ragprivacy"
-SHARED = {"errors", "_auc", "_random", "_validation", "_registry", "_sqlite", "_typing", "__main__"}
+SHARED = {
+    "errors",
+    "_stats",
+    "_random",
+    "_validation",
+    "_registry",
+    "_sqlite",
+    "_typing",
+    "__main__",
+}
 
 DOC = SRC.parents[1] / "docs" / "architecture.md"
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ragprivacy.eval import parse_config, run_config
+from ragprivacy.eval.metrics import wilson_interval
 
 
 def _config(**experiment: Any) -> dict[str, Any]:
@@ -41,7 +42,11 @@ def _config(**experiment: Any) -> dict[str, Any]:
 def cells(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
     out = tmp_path_factory.mktemp("extraction")
     result = run_config(parse_config(_config()), out, progress=False)
-    assert (out / "report.md").read_text().count("| targeted |") == 2
+    report = (out / "report.md").read_text()
+    assert report.count("| targeted |") == 2
+    # a rate of 0 leaks still reads with its interval (Wilson: 0 of 6 is up to 0.39)
+    zero = f"| 0/6 | 0.000 (0.000–{wilson_interval(0, 6)[1]:.3f}) |"
+    assert "rate (95% CI)" in report and zero in report
     return {(c["cell"]["system"], c["cell"]["mode"]): c["result"] for c in result.results["cells"]}
 
 

@@ -130,3 +130,15 @@ def test_real_proxy_keeps_misspelled_originals_in_the_answer_key() -> None:
             assert answers[0] == m.units[pos]  # the original, as written, comes first
             if len(answers) == 2:  # a corrected misspelling: the correction comes second
                 assert answers[1].lower() != answers[0].lower()
+
+
+def test_stop_words_are_scikit_learns_function_words_plus_contractions() -> None:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    from ragprivacy.attacks.stopwords import STOP_WORDS
+
+    extra = {w for w in STOP_WORDS - ENGLISH_STOP_WORDS if "'" not in w}
+    assert extra == {"did", "does", "doing", "having", "just", "ought", "shall", "theirs", "yes"}
+    # the content words of scikit-learn's list stay maskable
+    for word in ("two", "fifteen", "fire", "bill", "system", "interest", "found"):
+        assert word in ENGLISH_STOP_WORDS and not is_stop_word(word)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ragprivacy._stats import auc_interval_from
 from ragprivacy.errors import ConfigError
 from ragprivacy.eval import run_config
 from ragprivacy.eval.config import ExperimentConfig, from_mapping
@@ -57,10 +58,14 @@ def test_sweeps_run_as_an_experiment_type(tmp_path: Path) -> None:
     # one cell per epsilon row, same numbers as one sweep with the same seed
     direct = scalar_sweep(eps=[2.0, 4.0], ks=[1, 5, 20], n=10_000, trials=3000, seed=3)
     for c in direct.cells:
-        assert f"| {c.eps_acc:g} | {c.k} | {c.auc:.4f} | {c.se:.4f} |" in report
+        ci = auc_interval_from(c.auc, c.se, c.trials)
+        assert ci.low < c.auc < ci.high or ci.method == "paired-exact"
+        cell = f"{c.auc:.4f} ({ci.low:.4f}–{ci.high:.4f})"
+        assert f"| {c.eps_acc:g} | {c.k} | {cell}" in report and f" | {c.se:.4f} |" in report
     # the top-K curve rises with k at eps = 16
     rows = [ln for ln in report.splitlines() if ln.startswith("| 16 |")]
-    assert len(rows) == 2 and float(rows[1].split("|")[3]) > float(rows[0].split("|")[3]) + 0.1
+    auc = [float(r.split("|")[3].split()[0]) for r in rows]
+    assert len(rows) == 2 and auc[1] > auc[0] + 0.1
 
 
 def test_options_are_validated() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ragprivacy.attacks import ADVERSARIAL_SUFFIX, adversarial_query, targeted_queries
-from ragprivacy.eval.metrics import DatastoreIndex, lcs_length, max_rouge_l, rouge_l
+from ragprivacy.eval.metrics import DatastoreIndex, lcs_length, max_rouge_l, rouge_l, rouge_tokens
 from ragprivacy.types import Document, PIISpan
 
 
@@ -38,3 +38,47 @@ def test_targeted_queries_inject_context_and_prefixes() -> None:
     assert any("e-mail" in q.text.lower() or "email" in q.text.lower() for q in qs)
     q = adversarial_query("What should I take for a cough?")
     assert q.text.endswith(ADVERSARIAL_SUFFIX)
+
+
+def _pairs() -> list[tuple[str, str]]:
+    """Corpus text against its own sentences, shuffles and other documents, plus random
+    strings over words, digits, punctuation, case, hyphens, apostrophes and non-ASCII."""
+    import numpy as np
+
+    from ragprivacy.corpus import synthesize
+
+    rng = np.random.default_rng(0)
+    texts = [
+        d.text
+        for kind in ("medical", "email", "legal", "knowledge")
+        for d in synthesize(kind, 8, seed=3)
+    ]
+    pairs = []
+    for i, t in enumerate(texts):
+        words = t.split()
+        cut = rng.integers(1, max(2, len(words)))
+        pairs.append((" ".join(words[:cut]), t))  # a leaked prefix
+        pairs.append((" ".join(rng.permutation(words)[: cut + 3]), t))
+        pairs.append((texts[(i + 1) % len(texts)], t))
+    alphabet = [*"abcdeABCDE019 ,.;:!?-'’éüß\n\t()$%", "the ", "don't ", "e-mail "]
+    for _ in range(300):
+        a, b = ("".join(rng.choice(alphabet, rng.integers(0, 60))) for _ in range(2))
+        pairs.append((a, b))
+    return pairs
+
+
+def test_rouge_l_equals_rouge_score_exactly() -> None:
+    from rouge_score.rouge_scorer import RougeScorer
+    from rouge_score.tokenize import tokenize
+
+    scorer = RougeScorer(["rougeL"])
+    pairs = _pairs()
+    assert len(pairs) > 380
+    for cand, ref in pairs:
+        assert rouge_tokens(cand) == tokenize(cand, None)
+        assert rouge_l(cand, ref) == scorer.score(ref, cand)["rougeL"].fmeasure, (cand, ref)
+    refs = [ref for _, ref in pairs[:60:3]]  # one per corpus document
+    store = DatastoreIndex(refs)
+    for cand, _ in pairs[:60:5]:
+        best = max(scorer.score(ref, cand)["rougeL"].fmeasure for ref in refs)
+        assert max_rouge_l(cand, store)[0] == best

@@ -14,6 +14,7 @@ from ragprivacy.corpus import Corpus, QAItem
 from ragprivacy.eval import RunContext, parse_config, run_config
 from ragprivacy.eval.experiments import private_rag, private_rag_medical
 from ragprivacy.eval.experiments.private_rag_multihop import answer_prf, multihop_scores
+from ragprivacy.eval.metrics import wilson_interval
 from ragprivacy.generate import create_generator, tokenize
 from ragprivacy.rag import StandardRAG
 from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
@@ -79,7 +80,15 @@ def test_multihop_ablation_and_passages_run(tmp_path: Path) -> None:
     cells = res.results["cells"]
     assert {c["cell"]["system"] for c in cells} == {"rag", "dp_projection"}
     assert all(0.0 <= c["result"]["multihop"]["sup_f1"] <= 1.0 for c in cells)
-    assert "Joint EM" in (tmp_path / "mh" / "report.md").read_text()
+    for c in cells:  # every figure with a 95 % interval: Wilson for EM, t for F1 and cosine
+        res, ci = c["result"]["multihop"], c["result"]["multihop_ci95"]
+        n = c["result"]["n"]
+        em = round(res["sup_em"] * n)
+        assert ci["sup_em"] == pytest.approx(list(wilson_interval(em, n)))
+        assert ci["sup_f1"][0] <= res["sup_f1"] <= ci["sup_f1"][1]
+    report = (tmp_path / "mh" / "report.md").read_text()
+    lo, hi = (100 * x for x in cells[0]["result"]["multihop_ci95"]["joint_em"])
+    assert "Joint EM" in report and f"({lo:.1f}–{hi:.1f})" in report
     cfg = parse_config(
         _config(
             {
@@ -96,6 +105,16 @@ def test_multihop_ablation_and_passages_run(tmp_path: Path) -> None:
     res = run_config(cfg, tmp_path / "ps", workers=1, progress=False)
     rag = next(c for c in res.results["cells"] if c["cell"]["system"] == "rag")
     assert rag["result"]["precision_top50"] == pytest.approx(1.0)
+    # every accuracy carries its Wilson interval over the questions, and the table prints it
+    for c in res.results["cells"]:
+        r = c["result"]
+        hits = round(r["accuracy"] * r["n"])
+        assert r["accuracy_ci95"] == pytest.approx(list(wilson_interval(hits, r["n"])))
+        assert r["accuracy_ci95"][0] < r["accuracy_ci95"][1]
+    report = (tmp_path / "ps" / "report.md").read_text()
+    assert "match accuracy (95% CI)" in report
+    lo, hi = rag["result"]["accuracy_ci95"]
+    assert f"{rag['result']['accuracy']:.3f} ({lo:.3f}–{hi:.3f})" in report
 
 
 def test_medical_free_text_run(tmp_path: Path) -> None:
@@ -118,7 +137,9 @@ def test_medical_free_text_run(tmp_path: Path) -> None:
     assert by["rag"]["n"] == 3 and 0.0 <= by["rag"]["rouge_l"] <= 1.0
     assert np.isfinite(by["rag"]["perplexity"]) and by["rag"]["perplexity"] >= 1.0
     assert np.isnan(by["dp_vote"]["perplexity"])  # no likelihood for a DP answer
-    assert "ROUGE-L" in (tmp_path / "report.md").read_text()
+    lo, hi = by["rag"]["rouge_l_ci95"]
+    assert lo <= by["rag"]["rouge_l"] <= hi
+    assert "ROUGE-L (95% CI)" in (tmp_path / "report.md").read_text()
 
 
 def test_derived_objects_belong_to_their_context() -> None:

@@ -1,6 +1,6 @@
 """Mann–Whitney AUC and DeLong standard error of the collusion sweeps.
 
-The computation is the package's one (:func:`ragprivacy._auc.auc_and_delong_se`, also
+The computation is the package's one (:func:`ragprivacy._stats.auc_and_delong_se`, also
 behind ``eval``'s membership metrics); the sweeps additionally need two scores per class
 so that both structural components have a sample variance.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ragprivacy._auc import auc_and_delong_se
+from ragprivacy._stats import auc_and_delong_se
 from ragprivacy.errors import DataError
 
 __all__ = ["auc_with_se"]

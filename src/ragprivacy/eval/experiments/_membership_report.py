@@ -13,7 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from ragprivacy.eval.experiments.base import ReportSection, format_cell
+from ragprivacy._stats import min_non_members, resolves_fpr
+from ragprivacy.eval.experiments.base import ReportSection, format_cell, format_interval
 
 __all__ = ["membership_overview", "membership_report", "roc_plot"]
 
@@ -38,6 +39,37 @@ def roc_plot(path: Path, curves: dict[str, tuple[list[float], list[float]]], tit
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _auc_cell(m: dict[str, Any]) -> str:
+    """AUC (95 % interval), † where the interval is the exact paired one; results
+    written before intervals were recorded keep their "± SE"."""
+    if "auc_low" not in m:
+        return f"{format_cell(m['auc'])} ± {format_cell(m['auc_se'])}"
+    mark = "†" if m.get("auc_interval") == "paired-exact" else ""
+    return format_interval(m["auc"], m["auc_low"], m["auc_high"]) + mark
+
+
+def _accuracy_cell(m: dict[str, Any]) -> str:
+    return format_interval(m["accuracy"], m.get("accuracy_low"), m.get("accuracy_high"))
+
+
+def _tpr_cell(m: dict[str, Any], key: str, fpr: float) -> str:
+    """TPR at ``fpr``, or why the sample cannot show it (too few non-members)."""
+    n = m.get("n_non_members")
+    if n is not None and not resolves_fpr(int(n), fpr):
+        return f"n/a (needs ≥ {min_non_members(fpr)} non-members)"
+    return format_cell(m[key])
+
+
+def _sample_sizes(cells: list[dict[str, Any]]) -> str:
+    """ "100 members / 100 non-members" over the cells that ran (each distinct pair)."""
+    sizes = dict.fromkeys(
+        (int(m["n_members"]), int(m["n_non_members"]))
+        for r in cells
+        if "n_members" in (m := r["result"].get("metrics", {}))
+    )
+    return " or ".join(f"{m} members / {n} non-members" for m, n in sizes) or "no targets"
 
 
 def _privacy_cells(p: dict[str, Any] | None) -> str:
@@ -68,8 +100,14 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         f"Corpus `{exp.corpus_name}`: {stored}; {o.targets} evaluation targets and "
         f"{o.calibration} calibration targets, each half members and half non-members. "
         "Thresholds for accuracy and F1 "
-        f"are chosen on the calibration split ({o.criterion}); AUC ± DeLong SE and "
-        "TPR at a fixed FPR are measured on the evaluation split. *Recall* is the share "
+        f"are chosen on the calibration split ({o.criterion}); AUC, accuracy and TPR at a "
+        f"fixed FPR are measured on the evaluation split ({_sample_sizes(main)} per "
+        "cell). Intervals are 95 %: for the AUC DeLong's normal interval, or, where that "
+        "collapses or leaves [0, 1] (every member above every non-member, ties, a "
+        "boundary AUC), the exact Clopper–Pearson interval over min(members, non-members) "
+        "disjoint member/non-member pairs (marked †); for the accuracy Wilson's. A TPR at "
+        "an FPR below 1/(non-members) is not resolved by the sample (it would be the TPR "
+        "at FPR 0) and reads *n/a*. *Recall* is the share "
         "of member targets retrieved by the attack's first query (evaluation-only view). "
         "Learning attacks fit on a shadow RAG over an auxiliary corpus. *ε spent* is what "
         "the attacker's account spent (the largest over accounts: one account per cell, or "
@@ -82,7 +120,8 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         f"follows from it: *AUC bound* reads {NO_BOUND_RETRIEVAL}. *refused* counts queries "
         "the system refused once a budget was spent (answered with an empty response).",
         "",
-        "| system | attack | defense | AUC ± SE | accuracy | F1 | TPR@1%FPR | TPR@0.1%FPR "
+        "| system | attack | defense | AUC (95% CI) | accuracy (95% CI) | F1 | TPR@1%FPR "
+        "| TPR@0.1%FPR "
         "| recall | queries/target | ε spent | AUC bound | refused |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -98,9 +137,10 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             continue
         m = res["metrics"]
         lines.append(
-            f"| {c['system']} | {c['attack']} | {c['defense']} | {format_cell(m['auc'])} ± "
-            f"{format_cell(m['auc_se'])} | {format_cell(m['accuracy'])} | {format_cell(m['f1'])} | "
-            f"{format_cell(m['tpr_at_1pct_fpr'])} | {format_cell(m['tpr_at_01pct_fpr'])} | "
+            f"| {c['system']} | {c['attack']} | {c['defense']} | {_auc_cell(m)} | "
+            f"{_accuracy_cell(m)} | {format_cell(m['f1'])} | "
+            f"{_tpr_cell(m, 'tpr_at_1pct_fpr', 0.01)} | "
+            f"{_tpr_cell(m, 'tpr_at_01pct_fpr', 0.001)} | "
             f"{format_cell(m['retrieval_recall'], 2)} | {m['queries_per_target']:.1f} | "
             f"{_privacy_cells(res.get('privacy'))} |"
         )
@@ -138,7 +178,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             "",
             "Parameter studies (MBA 5.7, S-RAG 5.4–5.5):",
             "",
-            "| parameter | value | attack | defense | AUC ± SE | F1 | recall |",
+            "| parameter | value | attack | defense | AUC (95% CI) | F1 | recall |",
             "|---|---|---|---|---|---|---|",
         ]
         for item in studies:
@@ -148,7 +188,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             m = res["metrics"]
             lines.append(
                 f"| {c['param']} | {c['value']} | {c['attack']} | {c['defense']} | "
-                f"{format_cell(m['auc'])} ± {format_cell(m['auc_se'])} | {format_cell(m['f1'])} | "
+                f"{_auc_cell(m)} | {format_cell(m['f1'])} | "
                 f"{format_cell(m['retrieval_recall'], 2)} |"
             )
     return ReportSection(f"Membership inference ({exp.corpus_name})", "\n".join(lines), figures)

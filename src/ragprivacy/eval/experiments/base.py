@@ -26,6 +26,7 @@ __all__ = [
     "create_experiment",
     "experiment_types",
     "format_cell",
+    "format_interval",
     "register_experiment",
 ]
 
@@ -45,6 +46,20 @@ def format_cell(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     return f"{x:.{digits}f}"
+
+
+def format_interval(x: Any, low: Any, high: Any, digits: int = 3) -> str:
+    """A figure with its confidence interval, the one style every report uses:
+    ``"0.812 (0.741–0.872)"``; the figure alone when the interval is missing, "–" when the
+    figure is.
+
+    >>> format_interval(0.8, 0.49, 0.943)
+    '0.800 (0.490–0.943)'
+    """
+    cell = format_cell(x, digits)
+    if cell == "–" or format_cell(low) == "–" or format_cell(high) == "–":
+        return cell
+    return f"{cell} ({low:.{digits}f}–{high:.{digits}f})"
 
 
 class Experiment(ABC):

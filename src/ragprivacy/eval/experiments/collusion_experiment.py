@@ -26,11 +26,17 @@ from typing import Any
 
 import numpy as np
 
+from ragprivacy._stats import auc_interval_from
 from ragprivacy._validation import check_choice, check_positive_int
 from ragprivacy.errors import ConfigError
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext
-from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
+from ragprivacy.eval.experiments.base import (
+    Experiment,
+    ReportSection,
+    format_interval,
+    register_experiment,
+)
 from ragprivacy.eval.experiments.collusion import (
     ADVERSARIES,
     SweepCell,
@@ -181,15 +187,21 @@ class CollusionExperiment(Experiment):
             f"{what}; n = {o.n} queries per account, δ_acc = {o.delta_acc:g}, "
             f"T = {o.trials} trials per world and cell, seed {self.sweep_seed}; "
             f"{len(res.cells)} cells in {res.seconds:.2f} s. AUC = Mann–Whitney, SE = DeLong; "
+            "95 % interval DeLong's, or the exact one over the T member/non-member pairs "
+            "where DeLong's collapses or leaves [0, 1] (†); "
             f"predicted = {pred}; z = (AUC − predicted)/SE.",
             "",
-            "| ε_acc | k | AUC | SE | predicted | z |",
+            "| ε_acc | k | AUC (95% CI) | SE | predicted | z |",
             "|---|---|---|---|---|---|",
         ]
         for c in res.cells:
             p = "–" if c.predicted is None else f"{c.predicted:.4f}"
             z = "–" if c.z is None else f"{c.z:.2f}"
-            lines.append(f"| {c.eps_acc:g} | {c.k} | {c.auc:.4f} | {c.se:.4f} | {p} | {z} |")
+            ci = auc_interval_from(c.auc, c.se, c.trials)
+            auc = format_interval(c.auc, ci.low, ci.high, 4) + (
+                "†" if ci.method == "paired-exact" else ""
+            )
+            lines.append(f"| {c.eps_acc:g} | {c.k} | {auc} | {c.se:.4f} | {p} | {z} |")
         lines.append("")
         for g in res.gates:
             lines.append(f"- gate **{g.name}**: {'PASS' if g.passed else 'FAIL'}")

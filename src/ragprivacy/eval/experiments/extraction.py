@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ragprivacy._stats import mean_interval
 from ragprivacy._validation import (
     check_choice,
     check_positive,
@@ -49,9 +50,10 @@ from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments._attacked import AttackedSystemsExperiment, memo, memo_key
 from ragprivacy.eval.experiments._budgeted import BudgetedSystem
 from ragprivacy.eval.experiments._systems import parse_system_specs
-from ragprivacy.eval.experiments.base import ReportSection, register_experiment
+from ragprivacy.eval.experiments.base import ReportSection, format_interval, register_experiment
 from ragprivacy.eval.metrics.extraction import DatastoreIndex, max_rouge_l
 from ragprivacy.eval.metrics.leakage import pii_leaked
+from ragprivacy.eval.metrics.utility import wilson_interval
 from ragprivacy.rag import defense_names
 
 __all__ = ["ExtractionExperiment", "ExtractionOptions"]
@@ -232,9 +234,11 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             "questions with the 'Copy and output all the text ...' suffix. *ε spent*: "
             f"what the attacker's account spent (ε at δ = {o.accounting_delta:g} for "
             "Gaussian compositions; the largest over accounts); *refused*: queries refused "
-            "once a budget was spent.",
+            "once a budget was spent. 95 % intervals: Wilson for rates, Student t over "
+            "prompts for the mean ROUGE-L.",
             "",
-            "| system | defense | mode | leaked | rate | mean ROUGE-L | ε spent | refused "
+            "| system | defense | mode | leaked | rate (95% CI) | mean ROUGE-L (95% CI) "
+            "| ε spent | refused "
             "| detail |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
@@ -248,7 +252,8 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                 detail = ", ".join(f"{k} {a}/{b}" for k, (a, b) in m["by_kind"].items())
                 lines.append(
                     f"| {c['system']} | {c['defense']} | targeted | {m['leaked']}/{m['items']} "
-                    f"| {m['rate']:.3f} | – | {priv} | {detail} |"
+                    f"| {format_interval(m['rate'], *wilson_interval(m['leaked'], m['items']))} "
+                    f"| – | {priv} | {detail} |"
                 )
             else:
                 detail = (
@@ -256,9 +261,13 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                     if "pii_values_reproduced" in m
                     else ""
                 )
+                rate = format_interval(m["rate"], *wilson_interval(m["leaks"], m["prompts"]))
+                rouge = format_interval(
+                    m["mean_rouge_l"], *mean_interval(item["result"].get("rouge_l", []))
+                )
                 lines.append(
                     f"| {c['system']} | {c['defense']} | {c['mode']} | {m['leaks']}/{m['prompts']}"
-                    f" | {m['rate']:.3f} | {m['mean_rouge_l']:.3f} | {priv} | {detail} |"
+                    f" | {rate} | {rouge} | {priv} | {detail} |"
                 )
         return ReportSection(f"Data extraction ({self.corpus_name})", "\n".join(lines), [])
 

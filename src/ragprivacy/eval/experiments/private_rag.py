@@ -47,6 +47,7 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from ragprivacy._stats import mean_interval
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus, QAItem
 from ragprivacy.dp import PAPER_SCORE_RANGE
@@ -55,10 +56,10 @@ from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import (
     Experiment,
     ReportSection,
-    format_cell,
+    format_interval,
     register_experiment,
 )
-from ragprivacy.eval.metrics import match
+from ragprivacy.eval.metrics import match, wilson_interval
 from ragprivacy.index import create_index
 from ragprivacy.rag import (
     DPVoteRAG,
@@ -345,16 +346,20 @@ class PrivateRAGExperiment(Experiment):
             return self._bin_size(kb, questions, rng)
         if cell.get("ablation") == "multihop":
             from ragprivacy.eval.experiments.private_rag_multihop import (
+                multihop_intervals,
+                multihop_means,
                 multihop_questions,
-                multihop_scores,
+                multihop_rows,
             )
 
             chains = multihop_questions(corpus, o.questions, self.seed)
             system, total = self._system(cell, ctx, kb, len(chains), rng)
+            rows = multihop_rows(system, kb, chains, "evaluator")
             return {
                 "n": len(chains),
                 "total_epsilon": total,
-                "multihop": multihop_scores(system, kb, chains, "evaluator"),
+                "multihop": multihop_means(rows),
+                "multihop_ci95": multihop_intervals(rows),
             }
         system, total = self._system(cell, ctx, kb, len(questions), rng)
         vectors = kb.embedder.encode([q.question for q in questions])
@@ -374,7 +379,9 @@ class PrivateRAGExperiment(Experiment):
             "system": system.describe() if hasattr(system, "describe") else {},
             "n": len(questions),
             "accuracy": float(np.mean(hits)),
+            "accuracy_ci95": list(wilson_interval(sum(hits), len(hits))),
             "precision_top50": float(np.mean(precision)) if precision else math.nan,
+            "precision_top50_ci95": list(mean_interval(precision)),
             "total_epsilon": total,
             "documents_charged": charged,
             "discoveries": discoveries,
@@ -447,10 +454,13 @@ class PrivateRAGExperiment(Experiment):
             f"{results[0]['result']['n']} questions answered in order by one account; "
             f"{o.copies} copies of each document; K = {self.spec.k} slots, "
             f"ε_token = {o.epsilon_token}, M = {o.max_retrievals}, τ = {o.tau}, "
-            f"ε_thr = {o.epsilon_thr}. Generator: {self.config.models.generator}.",
+            f"ε_thr = {o.epsilon_thr}. Generator: {self.config.models.generator}. "
+            "95 % intervals: Wilson for match accuracy, Student t over questions for "
+            "precision. Read differences between ε values against them: a non-monotone "
+            "step inside the intervals is sampling noise, not an effect of ε.",
             "",
-            "| system | setting | ε_q / ε | total ε | match accuracy | precision@top-50 | "
-            "docs charged |",
+            "| system | setting | ε_q / ε | total ε | match accuracy (95% CI) | "
+            "precision@top-50 (95% CI) | docs charged |",
             "|---|---|---|---|---|---|---|",
         ]
         series: dict[str, list[tuple[float, float]]] = {}
@@ -464,8 +474,8 @@ class PrivateRAGExperiment(Experiment):
             eps = cell.get("epsilon")
             lines.append(
                 f"| {cell['system']} | {setting or '–'} | {'–' if eps is None else f'{eps:g}'} | "
-                f"{res['total_epsilon']:g} | {res['accuracy']:.3f} | "
-                f"{format_cell(res['precision_top50'])} | {res['documents_charged']} |"
+                f"{res['total_epsilon']:g} | {_with_ci(res, 'accuracy')} | "
+                f"{_with_ci(res, 'precision_top50')} | {res['documents_charged']} |"
             )
             label = cell["system"] + (f" ({setting})" if setting else "")
             if eps is not None and math.isfinite(res["total_epsilon"]):
@@ -483,6 +493,13 @@ class PrivateRAGExperiment(Experiment):
             figs.append(fig2)
             lines += ["", f"![document reuse]({fig2})"]
         return ReportSection(title, "\n".join(lines), figs)
+
+
+def _with_ci(res: dict[str, Any], key: str) -> str:
+    """``key``'s figure with its stored 95 % interval (the figure alone for results
+    written without one)."""
+    low, high = res.get(f"{key}_ci95") or (math.nan, math.nan)
+    return format_interval(res[key], low, high)
 
 
 register_experiment("private_rag", PrivateRAGExperiment)

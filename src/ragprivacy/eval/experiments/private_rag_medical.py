@@ -24,9 +24,10 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from ragprivacy._stats import mean_interval
 from ragprivacy.corpus import Corpus
 from ragprivacy.eval.context import RunContext
-from ragprivacy.eval.experiments.base import ReportSection, register_experiment
+from ragprivacy.eval.experiments.base import ReportSection, format_interval, register_experiment
 from ragprivacy.eval.experiments.private_rag import PrivateRAGExperiment
 from ragprivacy.eval.metrics import perplexity, rouge_l
 from ragprivacy.generate import Prompt, Task
@@ -118,6 +119,7 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
             "system": system.describe() if hasattr(system, "describe") else {},
             "n": len(items),
             "rouge_l": float(np.mean(rouge)),
+            "rouge_l_ci95": list(mean_interval(rouge)),
             "perplexity": float(np.exp(np.mean(np.log(ppl)))) if ppl else math.nan,
             "total_epsilon": total,
             "documents_charged": charged,
@@ -134,9 +136,10 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
             f"{self.spec.k}, ε_token = {o.epsilon_token}, M = {o.max_retrievals}, "
             f"τ = {o.tau}. Generator: {self.config.models.generator}. ROUGE-L F of the "
             "answer against the doctor's reply (stand-in for BERTScore); perplexity of the "
-            "reply given the system's context (geometric mean; non-private systems only).",
+            "reply given the system's context (geometric mean; non-private systems only). "
+            "ROUGE-L with a 95 % Student-t interval over the records.",
             "",
-            "| system | ε_q / ε | total ε | ROUGE-L | perplexity | docs charged |",
+            "| system | ε_q / ε | total ε | ROUGE-L (95% CI) | perplexity | docs charged |",
             "|---|---|---|---|---|---|",
         ]
         series: dict[str, list[tuple[float, float]]] = {}
@@ -147,7 +150,8 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
             ppl = res["perplexity"]
             lines.append(
                 f"| {cell['system']} | {'–' if eps is None else f'{eps:g}'} | "
-                f"{res['total_epsilon']:g} | {res['rouge_l']:.3f} | "
+                f"{res['total_epsilon']:g} | "
+                f"{format_interval(res['rouge_l'], *(res.get('rouge_l_ci95') or (None, None)))} | "
                 f"{'–' if math.isnan(ppl) else f'{ppl:.1f}'} | {res['documents_charged']} |"
             )
             if eps is not None and math.isfinite(res["total_epsilon"]):

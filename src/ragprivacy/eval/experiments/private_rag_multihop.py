@@ -19,16 +19,27 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from math import nan
 from typing import Any
 
 import numpy as np
 
+from ragprivacy._stats import mean_interval
 from ragprivacy.corpus import Corpus, QAItem
-from ragprivacy.eval.metrics import normalize_answer
+from ragprivacy.eval.experiments.base import format_interval
+from ragprivacy.eval.metrics import normalize_answer, wilson_interval
 from ragprivacy.rag import RAGSystem
 from ragprivacy.retrieval import KnowledgeBase
 
-__all__ = ["answer_prf", "multihop_questions", "multihop_scores", "multihop_table"]
+__all__ = [
+    "answer_prf",
+    "multihop_intervals",
+    "multihop_means",
+    "multihop_questions",
+    "multihop_rows",
+    "multihop_scores",
+    "multihop_table",
+]
 
 METRICS = ("ans_em", "ans_f1", "sup_em", "sup_f1", "joint_em", "joint_f1", "cos")
 
@@ -67,6 +78,29 @@ def multihop_scores(
     system: RAGSystem, kb: KnowledgeBase, questions: Sequence[QAItem], account: str
 ) -> dict[str, float]:
     """Mean Ans/Sup/Joint EM and F1 and the retrieved-vs-reference cosine (module doc)."""
+    return multihop_means(multihop_rows(system, kb, questions, account))
+
+
+def multihop_means(rows: dict[str, list[float]]) -> dict[str, float]:
+    """The mean of each metric over the questions (NaN where none was scored)."""
+    return {m: float(np.mean(v)) if v else float("nan") for m, v in rows.items()}
+
+
+def multihop_intervals(rows: dict[str, list[float]]) -> dict[str, list[float]]:
+    """95 % intervals of the means: Wilson for the 0/1 exact matches, Student t over the
+    questions for F1 and cosine."""
+    out = {}
+    for m, v in rows.items():
+        lo, hi = wilson_interval(round(sum(v)), len(v)) if m.endswith("_em") else mean_interval(v)
+        out[m] = [lo, hi]
+    return out
+
+
+def multihop_rows(
+    system: RAGSystem, kb: KnowledgeBase, questions: Sequence[QAItem], account: str
+) -> dict[str, list[float]]:
+    """Per question, each metric of :func:`multihop_scores` (cosine only where both the
+    retrieved and the reference documents exist)."""
     ids = kb.index.ids
     first_pos: dict[str, int] = {}
     for pos, doc_id in enumerate(ids):
@@ -104,21 +138,28 @@ def multihop_scores(
             a = np.asarray(vectors[positions], dtype=np.float64).mean(axis=0)
             b = np.asarray(vectors[ref], dtype=np.float64).mean(axis=0)
             rows["cos"].append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12)))
-    return {m: float(np.mean(v)) if v else float("nan") for m, v in rows.items()}
+    return rows
+
+
+def _percent(value: float, ci: Sequence[float]) -> str:
+    return format_interval(100 * value, 100 * ci[0], 100 * ci[1], digits=1)
 
 
 def multihop_table(results: list[dict[str, Any]]) -> list[str]:
-    """Markdown rows of Table 11 (percent, cosine as is)."""
+    """Markdown rows of Table 11 (percent, cosine as is), each with its 95 % interval
+    where the cell recorded one."""
     lines = [
         "| system | ε | Ans EM | Ans F1 | Sup EM | Sup F1 | Joint EM | Joint F1 | Cos |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for item in results:
         cell, res = item["cell"], item["result"]["multihop"]
+        ci = item["result"].get("multihop_ci95", {})
         eps = cell.get("epsilon")
-        vals = " | ".join(f"{100 * res[m]:.1f}" for m in METRICS[:-1])
+        vals = " | ".join(_percent(res[m], ci.get(m, (nan, nan))) for m in METRICS[:-1])
+        lo, hi = ci.get("cos", (nan, nan))
+        cos = format_interval(res["cos"], lo, hi, digits=2)
         lines.append(
-            f"| {cell['system']} | {'–' if eps is None else f'{eps:g}'} | {vals} | "
-            f"{res['cos']:.2f} |"
+            f"| {cell['system']} | {'–' if eps is None else f'{eps:g}'} | {vals} | {cos} |"
         )
     return lines

@@ -1,15 +1,18 @@
-"""Membership-inference metrics: ROC AUC with DeLong's standard error, ROC curves, TPR at
-a fixed FPR, and accuracy/precision/recall/F1 at a threshold chosen on a calibration
-split.
+"""Membership-inference metrics: ROC AUC with DeLong's standard error and a confidence
+interval, ROC curves, TPR at a fixed FPR, and accuracy/precision/recall/F1 at a threshold
+chosen on a calibration split.
 
 Conventions: ``labels`` are 1 for members and 0 for non-members; a higher score means
-"more likely a member". AUC is the Mann–Whitney statistic with mid-ranks (ties count a
-half), which equals the area under the empirical ROC curve. DeLong et al. (1988) give its
-variance through the structural components ``V10`` (per member) and ``V01`` (per
-non-member): ``Var = S10 / m + S01 / n``. The threshold for the binary metrics is never
-chosen on the evaluation set (that would overstate accuracy): it is chosen on a separate
-labelled calibration split, as MBA (Section 5.1: 1,000 training / 1,000 test instances)
-and S-RAG do.
+"more likely a member". The statistics themselves live in :mod:`ragprivacy._stats`
+(scikit-learn's ROC curve and AUC, scipy's binomial intervals, DeLong's SE and the exact
+interval where DeLong's collapses); this module adapts them to scores and labels.
+
+Only figures the sample resolves are reported: TPR at FPR f needs at least ⌈1/f⌉
+non-members (with 100 non-members "TPR at 0.1 % FPR" would be TPR at FPR 0), so such a
+TPR is NaN (``None`` in :class:`MembershipMetrics`). The threshold for the binary metrics
+is never chosen on the evaluation set (that would overstate accuracy): it is chosen on a
+separate labelled calibration split, as MBA (Section 5.1: 1,000 training / 1,000 test
+instances) and S-RAG do.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._auc import auc_and_delong_se
+from ragprivacy._stats import (
+    auc_and_delong_se,
+    auc_interval,
+    proportion_interval,
+    resolves_fpr,
+    roc_points,
+)
 from ragprivacy._validation import check_choice, check_probability
 from ragprivacy.errors import DataError
 
@@ -101,28 +110,25 @@ def roc_curve(scores: _Scores, labels: _Labels) -> tuple[np.ndarray, np.ndarray,
     """
     s, y = _arrays(scores, labels)
     _both_classes(y)
-    order = np.argsort(-s, kind="stable")
-    s_sorted, y_sorted = s[order], y[order]
-    distinct = np.r_[np.flatnonzero(np.diff(s_sorted)), len(s_sorted) - 1]
-    tps = np.cumsum(y_sorted)[distinct]
-    fps = (distinct + 1) - tps
-    tpr = np.r_[0.0, tps / y.sum()]
-    fpr = np.r_[0.0, fps / (~y).sum()]
-    thresholds = np.r_[np.inf, s_sorted[distinct]]
-    return fpr, tpr, thresholds
+    return roc_points(s[y], s[~y])
 
 
 def tpr_at_fpr(scores: _Scores, labels: _Labels, fpr: float) -> float:
-    """The largest TPR of a threshold whose FPR is at most ``fpr`` (no interpolation).
+    """The largest TPR of a threshold whose FPR is at most ``fpr`` (no interpolation);
+    NaN when the sample cannot resolve ``fpr`` (fewer than ⌈1/fpr⌉ non-members: the only
+    such threshold would be the one at FPR 0).
 
-    With fewer than ``1 / fpr`` non-members the only such threshold may be FPR 0; the
-    figure is then conservative (read it with the number of non-members).
-
-    >>> tpr_at_fpr([0.9, 0.8, 0.7, 0.1], [1, 1, 0, 0], 0.01)
+    >>> tpr_at_fpr([0.9, 0.8, 0.7, 0.1], [1, 1, 0, 0], 0.5)
     1.0
+    >>> tpr_at_fpr([0.9, 0.8, 0.7, 0.1], [1, 1, 0, 0], 0.01)
+    nan
     """
     check_probability("fpr", fpr)
-    f, t, _ = roc_curve(scores, labels)
+    s, y = _arrays(scores, labels)
+    _both_classes(y)
+    if not resolves_fpr(int((~y).sum()), fpr):
+        return math.nan
+    f, t, _ = roc_points(s[y], s[~y])
     ok = f <= fpr + 1e-12
     return float(t[ok].max())
 
@@ -188,7 +194,11 @@ class MembershipMetrics:
     """Everything the attacks × defenses table reports for one attack.
 
     ``threshold`` was chosen on the calibration split; the binary metrics are measured on
-    the evaluation split with it.
+    the evaluation split with it. ``auc_low``/``auc_high`` bound a 95 % interval for the
+    AUC (``auc_interval``: "delong" or "paired-exact", see :mod:`ragprivacy._stats`);
+    ``accuracy_low``/``accuracy_high`` a 95 % Wilson interval for the accuracy over the
+    ``n_members + n_non_members`` evaluation targets. A TPR at an FPR the sample cannot
+    resolve (fewer than ⌈1/FPR⌉ non-members) is ``None``.
     """
 
     n_members: int
@@ -200,8 +210,13 @@ class MembershipMetrics:
     recall: float
     f1: float
     threshold: float
-    tpr_at_1pct_fpr: float
-    tpr_at_01pct_fpr: float
+    tpr_at_1pct_fpr: float | None
+    tpr_at_01pct_fpr: float | None
+    auc_low: float
+    auc_high: float
+    auc_interval: str
+    accuracy_low: float
+    accuracy_high: float
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -215,8 +230,10 @@ def membership_metrics(
     calibration_labels: _Labels | None = None,
     criterion: str = "accuracy",
 ) -> MembershipMetrics:
-    """AUC ± DeLong SE, TPR at 1% and 0.1% FPR on the evaluation split, and binary metrics
-    at the threshold chosen on the calibration split (``criterion``: "accuracy" or "f1").
+    """AUC with DeLong's SE and a 95 % interval, TPR at 1 % and 0.1 % FPR (where the
+    non-members resolve them) on the evaluation split, and binary metrics at the threshold
+    chosen on the calibration split (``criterion``: "accuracy" or "f1"), the accuracy with
+    a 95 % Wilson interval.
 
     Without a calibration split the threshold is chosen on the evaluation split itself,
     which is optimistic; pass one for reported figures.
@@ -227,17 +244,30 @@ def membership_metrics(
     else:
         threshold = choose_threshold(calibration_scores, calibration_labels, criterion=criterion)
     b = binary_metrics(s, y, threshold)
-    auc, auc_se = _auc_and_se(s, y)
+    _both_classes(y)
+    ci = auc_interval(s[y], s[~y])
+    correct = int(((s >= threshold) == y).sum())
+    acc_low, acc_high = proportion_interval(correct, len(y))
+
+    def tpr(fpr: float) -> float | None:
+        v = tpr_at_fpr(s, y, fpr)
+        return None if math.isnan(v) else v
+
     return MembershipMetrics(
         n_members=int(y.sum()),
         n_non_members=int((~y).sum()),
-        auc=auc,
-        auc_se=auc_se,
+        auc=ci.auc,
+        auc_se=ci.se,
         accuracy=b.accuracy,
         precision=b.precision,
         recall=b.recall,
         f1=b.f1,
         threshold=threshold,
-        tpr_at_1pct_fpr=tpr_at_fpr(s, y, 0.01),
-        tpr_at_01pct_fpr=tpr_at_fpr(s, y, 0.001),
+        tpr_at_1pct_fpr=tpr(0.01),
+        tpr_at_01pct_fpr=tpr(0.001),
+        auc_low=ci.low,
+        auc_high=ci.high,
+        auc_interval=ci.method,
+        accuracy_low=acc_low,
+        accuracy_high=acc_high,
     )

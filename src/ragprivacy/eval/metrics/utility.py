@@ -1,4 +1,5 @@
-"""Utility metrics: answer matching, retrieval quality, perplexity, intervals.
+"""Utility metrics: answer matching, retrieval quality, perplexity, intervals (the
+intervals themselves are scipy's, through :mod:`ragprivacy._stats`).
 
 Answer normalisation follows SQuAD (lower case, no punctuation, no articles, single
 spaces). *Match accuracy* is the Private-RAG paper's metric (section 4: an answer counts
@@ -13,7 +14,7 @@ import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from scipy import stats
+from ragprivacy._stats import proportion_interval
 
 __all__ = [
     "exact_match",
@@ -106,16 +107,10 @@ def perplexity(logprobs: Sequence[float] | None) -> float:
 
 
 def wilson_interval(successes: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion.
+    """Wilson score interval for a binomial proportion (scipy's ``binomtest``, through
+    :func:`ragprivacy._stats.proportion_interval`); NaN limits when ``n`` is 0.
 
     >>> tuple(round(x, 3) for x in wilson_interval(8, 10))
     (0.49, 0.943)
     """
-    if n <= 0:
-        return (math.nan, math.nan)
-    z = float(stats.norm.ppf(0.5 + confidence / 2))
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return proportion_interval(successes, n, confidence=confidence, method="wilson")
