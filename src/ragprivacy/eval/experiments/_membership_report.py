@@ -93,7 +93,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
     studies = [r for r in results if "study" in r["cell"]]
     stored = (
         f"{o.member_fraction:.0%} of the documents stored, the rest held out"
-        if o.members is None
+        if getattr(o, "members", None) is None
         else f"the documents listed in `{o.members}` are the members, the rest non-members"
     )
     lines = [
