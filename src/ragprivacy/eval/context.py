@@ -32,10 +32,12 @@ def load_corpus_spec(spec: CorpusSpec, *, root_seed: int, name: str) -> Corpus:
     if spec.synthetic is not None:
         seed = spec.seed if spec.seed is not None else derive_seed(root_seed, "corpus", name)
         corpus = synthesize(spec.synthetic, spec.n, seed=seed)
-    elif spec.path is not None:
-        corpus = load_corpus(spec.path)
+    elif spec.dataset is not None:  # with 'path': the dataset's own files, read directly
+        corpus = load_dataset_corpus(
+            spec.dataset, path=spec.path, split=spec.split, limit=spec.limit
+        )
     else:
-        corpus = load_dataset_corpus(str(spec.dataset), limit=spec.limit)
+        corpus = load_corpus(str(spec.path))
     if spec.limit is not None and len(corpus) > spec.limit:
         corpus = corpus.subset(corpus.ids[: spec.limit])
     return corpus.require_nonempty()
