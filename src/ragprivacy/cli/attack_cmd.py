@@ -4,7 +4,9 @@
 ``membership`` experiment (see :mod:`ragprivacy.eval.experiments.membership`) over a
 synthetic corpus kind or a JSONL/CSV file and writes ``report.md`` (the attacks ×
 defenses table and ROC plots) and ``results.json``. ``--attack all`` and ``--defense
-all`` run every one; options repeat (``--attack mba --attack srag``). ``--system`` picks
+all`` run every one; options repeat or take lists (``--attack mba --attack srag``,
+``--attack mba,srag``). ``--generator`` names the target's reader (default the offline
+reference reader; ``openai:MODEL@URL``, ``hf:PATH``). ``--system`` picks
 the systems under attack: a registered name (``rag``, ``dp_vote``, ...) or an inline
 YAML mapping with options, e.g. ``--system "{name: murag, epsilon_q: 10, budget:
 target}"`` (the keys of ``system_specs`` in
@@ -36,12 +38,16 @@ def build_config(
     embedder: str = "lsa",
     background_n: int = 1000,
     systems: list[str] | None = None,
+    generator: str = "reference",
 ) -> Any:
     """The experiment config ``ragprivacy attack`` runs."""
     from ragprivacy.attacks import attack_names
+    from ragprivacy.cli._parsing import split_names
     from ragprivacy.eval import DEFAULT_ATTACKS, parse_config
     from ragprivacy.rag import defense_names
 
+    attacks = split_names(attacks, "--attack")
+    defenses = split_names(defenses, "--defense")
     attack_list = list(DEFAULT_ATTACKS) if "all" in attacks else attacks
     for a in attack_list:
         if a not in attack_names():
@@ -51,11 +57,25 @@ def build_config(
                 f"Unknown attack {a!r}; choose one of: {', '.join(attack_names())}, all."
             )
     defense_list = defense_names() if "all" in defenses else defenses
+    for d in defense_list:
+        if d not in defense_names():
+            from ragprivacy.errors import ConfigError
+
+            raise ConfigError(
+                f"Unknown defense {d!r}; choose one of: {', '.join(defense_names())}, all."
+            )
     source: dict[str, Any] = (
         {"path": corpus} if Path(corpus).is_file() else {"synthetic": corpus, "n": n}
     )
     name = Path(corpus).stem if "path" in source else corpus
-    specs = [_system_spec(s) for s in (systems or ["rag"])]
+    specs: list[Any] = []
+    for s in systems or ["rag"]:  # names may come as lists; a mapping is one system
+        is_mapping = s.strip().startswith("{")
+        specs += [_system_spec(s)] if is_mapping else split_names([s], "--system")
+    # the reference reader's compliance with defense prompts; other readers follow them
+    generator_options = (
+        {"compliance": compliance} if generator.partition(":")[0] == "reference" else {}
+    )
     return parse_config(
         {
             "name": f"attack {', '.join(attack_list)} on {name}",
@@ -64,8 +84,9 @@ def build_config(
             "corpora": {name: source},
             "models": {
                 "embedder": embedder,
+                "generator": generator,
                 "background_n": background_n,
-                "generator_options": {"compliance": compliance},
+                "generator_options": generator_options,
             },
             "experiments": [
                 {
@@ -129,6 +150,11 @@ def register(app: typer.Typer) -> None:
         ),
         workers: int = typer.Option(2, "--workers", help="Processes."),
         embedder: str = typer.Option("lsa", "--embedder", help="Embedder of the RAG system."),
+        generator: str = typer.Option(
+            "reference",
+            "--generator",
+            help="Reader of the system under attack: reference, openai:MODEL@URL or hf:PATH.",
+        ),
         background_n: int = typer.Option(
             1000, "--background-n", help="Public background texts (reader and proxy LM)."
         ),
@@ -151,6 +177,7 @@ def register(app: typer.Typer) -> None:
             embedder=embedder,
             background_n=background_n,
             systems=system,
+            generator=generator,
         )
         result = run_config(config, out, progress=progress, config_path="ragprivacy attack")
         typer.echo(f"wrote {result.report_path} and {result.results_path}")

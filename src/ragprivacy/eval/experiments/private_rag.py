@@ -50,7 +50,7 @@ import numpy as np
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus, QAItem
 from ragprivacy.dp import PAPER_SCORE_RANGE
-from ragprivacy.errors import ConfigError
+from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import (
@@ -389,6 +389,13 @@ class PrivateRAGExperiment(Experiment):
             )
 
             chains = multihop_questions(corpus, o.questions, self.seed)
+            if len(chains) < o.questions:  # a smaller sample would be reported as asked for
+                raise DataError(
+                    f"experiments[{self.index}] (ablation: multihop) asks for {o.questions} "
+                    f"multi-hop questions; corpus {self.corpus_name!r} has {len(chains)}. "
+                    f"Set 'questions' to at most {len(chains)} or enlarge the corpus "
+                    "(a synthetic knowledge corpus has about n/20 chains)."
+                )
             system, total = self._system(cell, ctx, kb, len(chains), rng)
             return {
                 "n": len(chains),
