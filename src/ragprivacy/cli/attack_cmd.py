@@ -56,6 +56,15 @@ def build_config(
             raise ConfigError(
                 f"Unknown attack {a!r}; choose one of: {', '.join(attack_names())}, all."
             )
+    from ragprivacy.generate import generator_names
+
+    if generator.partition(":")[0] not in generator_names():  # before any corpus is built
+        from ragprivacy.errors import ConfigError
+
+        raise ConfigError(
+            f"Unknown --generator {generator!r}; give reference, openai:MODEL@URL or hf:PATH "
+            f"(registered: {', '.join(generator_names())})."
+        )
     defense_list = defense_names() if "all" in defenses else defenses
     for d in defense_list:
         if d not in defense_names():
