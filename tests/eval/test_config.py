@@ -27,7 +27,7 @@ def test_parse_good_config_keeps_type_options() -> None:
     [
         ({"corpora": {"k": {"synthetic": "knowledge", "m": 1}}}, r"corpora\.k\.m: unknown key"),
         ({"corpora": {"k": {"synthetic": "knowledge", "n": "x"}}}, "expected an integer"),
-        ({"corpora": {"k": {"n": 5}}}, "exactly one of"),
+        ({"corpora": {"k": {"n": 5}}}, "needs one of"),
         ({"seed": -1}, "'seed' parameter"),
         ({"workers": 0}, "'workers' parameter"),
         ({"experiments": []}, "no experiments"),

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ragprivacy._sqlite import connect_wal
-from ragprivacy.errors import ConfigError, DataError, VerificationError
+from ragprivacy.errors import BackendError, ConfigError, DataError, VerificationError
 
 __all__ = [
     "EMPTY_ROOT",
@@ -294,7 +294,7 @@ class MerkleLog:
             datas.append(bytes(d))
         with self._lock:
             if self._db is not None:
-                self._db.execute("BEGIN IMMEDIATE")  # one writer at a time, any process
+                self._begin()  # one writer at a time, any process
                 try:
                     self._catch_up()
                     if self._sealed_size() is not None:
@@ -329,6 +329,19 @@ class MerkleLog:
                     raise
             return indices
 
+    def _begin(self) -> None:
+        """Take the file's write lock, or say which file another writer holds."""
+        assert self._db is not None
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            raise BackendError(
+                f"The Merkle log {self.path} stayed locked by another writer for {_WAIT_S:g} s; "
+                "nothing was written. Retry when the other process is done, or stop it."
+            ) from None
+
     def _sealed_size(self) -> int | None:
         assert self._db is not None
         row = self._db.execute("SELECT value FROM meta WHERE key = 'sealed'").fetchone()
@@ -343,7 +356,7 @@ class MerkleLog:
         if self._db is None:
             raise ConfigError("Only a durable (SQLite) log can be sealed.")
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin()
             try:
                 self._catch_up()
                 if self._sealed_size() is None:

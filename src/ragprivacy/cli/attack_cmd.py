@@ -4,7 +4,9 @@
 ``membership`` experiment (see :mod:`ragprivacy.eval.experiments.membership`) over a
 synthetic corpus kind or a JSONL/CSV file and writes ``report.md`` (the attacks ×
 defenses table and ROC plots) and ``results.json``. ``--attack all`` and ``--defense
-all`` run every one; options repeat (``--attack mba --attack srag``). ``--system`` picks
+all`` run every one; options repeat or take lists (``--attack mba --attack srag``,
+``--attack mba,srag``). ``--generator`` names the target's reader (default the offline
+reference reader; ``openai:MODEL@URL``, ``hf:PATH``). ``--system`` picks
 the systems under attack: a registered name (``rag``, ``dp_vote``, ...) or an inline
 YAML mapping with options, e.g. ``--system "{name: murag, epsilon_q: 10, budget:
 target}"`` (the keys of ``system_specs`` in
@@ -36,6 +38,7 @@ def build_config(
     embedder: str = "lsa",
     background_n: int = 1000,
     systems: list[str] | None = None,
+    generator: str = "reference",
     target: str | None = None,
     members: str | None = None,
     requests_per_second: float | None = None,
@@ -47,13 +50,16 @@ def build_config(
     through the run's generation cache, so a rerun resumes), ``corpus`` must be the file
     of candidate documents and ``members`` the file of the ids known to be in the
     endpoint's database (one per line). No defense of ours wraps it, and the shadow RAG of
-    the learning attacks uses the offline reference reader: only the attack's own queries
-    go to the endpoint.
+    the learning attacks uses ``generator`` (default the offline reference reader): only
+    the attack's own queries go to the endpoint.
     """
     from ragprivacy.attacks import attack_names
+    from ragprivacy.cli._parsing import split_names
     from ragprivacy.eval import DEFAULT_ATTACKS, parse_config
     from ragprivacy.rag import defense_names
 
+    attacks = split_names(attacks, "--attack")
+    defenses = split_names(defenses, "--defense")
     attack_list = list(DEFAULT_ATTACKS) if "all" in attacks else attacks
     for a in attack_list:
         if a not in attack_names():
@@ -62,16 +68,40 @@ def build_config(
             raise ConfigError(
                 f"Unknown attack {a!r}; choose one of: {', '.join(attack_names())}, all."
             )
+    from ragprivacy.generate import generator_names
+
+    if generator.partition(":")[0] not in generator_names():  # before any corpus is built
+        from ragprivacy.errors import ConfigError
+
+        raise ConfigError(
+            f"Unknown --generator {generator!r}; give reference, openai:MODEL@URL or hf:PATH "
+            f"(registered: {', '.join(generator_names())})."
+        )
     defense_list = defense_names() if "all" in defenses else defenses
+    for d in defense_list:
+        if d not in defense_names():
+            from ragprivacy.errors import ConfigError
+
+            raise ConfigError(
+                f"Unknown defense {d!r}; choose one of: {', '.join(defense_names())}, all."
+            )
     source: dict[str, Any] = (
         {"path": corpus} if Path(corpus).is_file() else {"synthetic": corpus, "n": n}
     )
     name = Path(corpus).stem if "path" in source else corpus
-    specs = [_system_spec(s) for s in (systems or ["rag"])]
+    specs: list[Any] = []
+    for s in systems or ["rag"]:  # names may come as lists; a mapping is one system
+        is_mapping = s.strip().startswith("{")
+        specs += [_system_spec(s)] if is_mapping else split_names([s], "--system")
+    # the reference reader's compliance with defense prompts; other readers follow them
+    generator_options = (
+        {"compliance": compliance} if generator.partition(":")[0] == "reference" else {}
+    )
     models: dict[str, Any] = {
         "embedder": embedder,
+        "generator": generator,
         "background_n": background_n,
-        "generator_options": {"compliance": compliance},
+        "generator_options": generator_options,
     }
     extra: dict[str, Any] = {}
     if target is not None:
@@ -99,7 +129,7 @@ def build_config(
             remote["requests_per_second"] = requests_per_second
         specs = [remote]
         models = {"generator": target, "background_n": background_n, "embedder": embedder}
-        extra = {"members": members, "shadow_generator": "reference"}
+        extra = {"members": members, "shadow_generator": generator}
     elif members is not None:
         from ragprivacy.errors import ConfigError
 
@@ -174,6 +204,11 @@ def register(app: typer.Typer) -> None:
         ),
         workers: int = typer.Option(2, "--workers", help="Processes."),
         embedder: str = typer.Option("lsa", "--embedder", help="Embedder of the RAG system."),
+        generator: str = typer.Option(
+            "reference",
+            "--generator",
+            help="Reader of the system under attack: reference, openai:MODEL@URL or hf:PATH.",
+        ),
         background_n: int = typer.Option(
             1000, "--background-n", help="Public background texts (reader and proxy LM)."
         ),
@@ -208,6 +243,7 @@ def register(app: typer.Typer) -> None:
             embedder=embedder,
             background_n=background_n,
             systems=system,
+            generator=generator,
             target=target,
             members=members,
             requests_per_second=rate,

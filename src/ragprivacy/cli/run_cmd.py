@@ -1,5 +1,6 @@
 """``ragprivacy run`` (one experiment config), ``ragprivacy demo`` (the shipped demo
-config) and ``ragprivacy backends`` (what each registry holds)."""
+config), ``ragprivacy backends`` (what each registry holds) and ``ragprivacy options``
+(every config key; ``--markdown`` prints docs/options.md)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _run(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``run``, ``demo`` and ``backends`` to the root command."""
+    """Add ``run``, ``demo``, ``backends`` and ``options`` to the root command."""
 
     @app.command("run")
     def run(
@@ -100,3 +101,35 @@ def register(app: typer.Typer) -> None:
         else:
             for kind, names in table.items():
                 typer.echo(f"{kind:>18}: {', '.join(names)}")
+
+    @app.command("options")
+    def options(
+        section: str | None = typer.Argument(
+            None, help="Only this part: an experiment type, corpora, models, systems, ..."
+        ),
+        markdown: bool = typer.Option(
+            False, "--markdown", help="Print the Markdown reference (docs/options.md)."
+        ),
+    ) -> None:
+        """Every key an experiment config accepts: type, default and meaning."""
+        from ragprivacy.eval import option_sections, options_markdown
+
+        if markdown:
+            if section is not None:
+                from ragprivacy.errors import ConfigError
+
+                raise ConfigError("--markdown prints the whole reference; drop the section.")
+            typer.echo(options_markdown(), nl=False)
+            return
+        sections = option_sections()
+        if section is not None:
+            sections = [s for s in sections if s.name == section]
+            if not sections:
+                from ragprivacy.errors import ConfigError
+
+                names = ", ".join(s.name for s in option_sections())
+                raise ConfigError(f"No config section {section!r}; choose one of: {names}.")
+        for s in sections:
+            typer.echo(f"{s.where}:")
+            for o in s.options:
+                typer.echo(f"  {o.key} ({o.type}, default {o.default}): {o.doc}")

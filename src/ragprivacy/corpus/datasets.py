@@ -177,10 +177,11 @@ def _unavailable(spec: DatasetSpec, hub_id: str | None, why: str) -> DataUnavail
     get = f" Get it from {spec.source}." if spec.source else ""
     return DataUnavailableError(
         f"Dataset {spec.name!r}{where} is not available offline: {why}. Nothing is downloaded "
-        f"at run time.{get} Pass path= to local files in the dataset's own format (JSON, "
-        "JSONL, CSV or Parquet), e.g. load_dataset_corpus("
-        f"{spec.name!r}, path='data/{spec.name}/'), or put a copy in the local Hugging Face "
-        "cache."
+        f"at run time.{get} Read its own files (JSON, JSONL, CSV or Parquet; a file or a "
+        f"folder) instead: 'ragprivacy corpus load --dataset {spec.name} --path "
+        f"data/{spec.name}/', a config corpus {{dataset: {spec.name}, path: data/{spec.name}/}}"
+        f", or load_dataset_corpus({spec.name!r}, path='data/{spec.name}/'); or put a copy "
+        "in the local Hugging Face cache."
     )
 
 

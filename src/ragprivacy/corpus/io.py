@@ -355,7 +355,8 @@ def read_csv(
             if text_column not in columns:
                 raise DataError(
                     f"{str(p)!r} has no {text_column!r} column (columns: {', '.join(columns)}); "
-                    "pass text_column= naming the column that holds the text."
+                    f"rename the column that holds the text to {text_column!r} (from Python, "
+                    "read_csv(..., text_column=NAME) reads another)."
                 )
             for row, rec in enumerate(reader, start=1):
                 where = f"row {row} of {str(p)!r}"

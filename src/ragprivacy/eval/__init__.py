@@ -30,6 +30,7 @@ from ragprivacy.eval.experiments import (
     trained_embedder_check,
 )
 from ragprivacy.eval.runner import RunResult, package_versions, run_config
+from ragprivacy.eval.schema import OptionDoc, OptionSection, option_sections, options_markdown
 
 __all__ = [
     "CachedGenerator",
@@ -40,6 +41,8 @@ __all__ = [
     "ExperimentSpec",
     "GenerationCache",
     "ModelSpec",
+    "OptionDoc",
+    "OptionSection",
     "ReportSection",
     "RunContext",
     "RunResult",
@@ -50,6 +53,8 @@ __all__ = [
     "experiment_types",
     "from_mapping",
     "load_config",
+    "option_sections",
+    "options_markdown",
     "package_versions",
     "parse_config",
     "plot_calibration",

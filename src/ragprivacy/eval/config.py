@@ -18,9 +18,10 @@ message. Library code takes these objects; only ``eval`` and ``cli`` read YAML.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,21 +44,37 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CorpusSpec:
-    """Where a corpus comes from: exactly one of ``synthetic`` (a kind), ``path`` (a
-    JSONL/CSV file) or ``dataset`` (a registered dataset loader name).
+    """Where a corpus comes from: ``synthetic`` (a kind), ``path`` (a ragprivacy
+    JSONL/CSV file) or ``dataset`` (a registered dataset), one of them; ``dataset`` with
+    ``path`` reads that dataset's own public files (JSON, JSONL, CSV or Parquet; a file
+    or a folder) instead of the local Hugging Face cache.
 
-    ``pii_detector`` names the PII detector (``regex``, ``presidio``,
-    ``presidio:SPACY_MODEL``) that fills the documents' PII ground truth, or ``none``.
-    Default: ``regex`` for datasets and for documents of a file that carry no spans; a
-    synthetic corpus keeps its generator's exact spans (a detector named here adds what
-    it finds elsewhere). ``redact_pii`` (a detector) stores the corpus as a provider
-    that redacts PII before indexing would: detected spans become typed placeholders
-    (``[PHONE]``), e.g. to measure the utility the PII-redaction defense keeps.
+    Attributes:
+        synthetic: kind of synthetic corpus (``medical``, ``email``, ``legal``,
+            ``knowledge``; see ``ragprivacy backends``).
+        path: a corpus file (.jsonl, .json or .csv); with ``dataset``, the dataset's own
+            file or folder.
+        dataset: a registered public dataset (``healthcaremagic``, ``enron``, ...); read
+            from ``path`` when given, else from the local Hugging Face cache (nothing is
+            downloaded).
+        split: with ``dataset``: the split to read (default: the dataset's usual one).
+        n: documents of a synthetic corpus.
+        seed: seed of a synthetic corpus (default: derived from the config's seed).
+        limit: keep at most this many documents.
+        pii_detector: the PII detector (``regex``, ``presidio``,
+            ``presidio:SPACY_MODEL``) that fills the documents' PII ground truth, or
+            ``none``. Default: ``regex`` for datasets and for documents of a file that
+            carry no spans; a synthetic corpus keeps its generator's exact spans (a
+            detector named here adds what it finds elsewhere).
+        redact_pii: a detector; the corpus is stored as a provider that redacts PII
+            before indexing would (detected spans become typed placeholders such as
+            ``[PHONE]``), e.g. to measure the utility the PII-redaction defense keeps.
     """
 
     synthetic: str | None = None
     path: str | None = None
     dataset: str | None = None
+    split: str | None = None
     n: int = 2000
     seed: int | None = None
     limit: int | None = None
@@ -65,10 +82,16 @@ class CorpusSpec:
     redact_pii: str | None = None
 
     def __post_init__(self) -> None:
-        given = [x for x in (self.synthetic, self.path, self.dataset) if x is not None]
+        sources = (self.synthetic, None if self.dataset else self.path, self.dataset)
+        given = [x for x in sources if x is not None]
         if len(given) != 1:
             raise ConfigError(
-                f"A corpus needs exactly one of 'synthetic', 'path' or 'dataset'; got {len(given)}."
+                "A corpus needs one of 'synthetic', 'path' or 'dataset' ('dataset' may come "
+                f"with a 'path' to the dataset's own files); got {len(given)}."
+            )
+        if self.split is not None and self.dataset is None:
+            raise ConfigError(
+                f"'split' ({self.split!r}) applies to a 'dataset' corpus only; remove it."
             )
         check_positive_int("n", self.n)
         if self.limit is not None:
@@ -86,8 +109,15 @@ class CorpusSpec:
 class ModelSpec:
     """Backends by registry name, with their options.
 
-    ``background`` sizes the reference reader's background corpus: texts the synthetic
-    generator makes from a stream independent of every member document.
+    Attributes:
+        embedder: embedder (``lsa``, ``hashing``, ``minilm``, ``sentence-transformers``;
+            see ``ragprivacy backends``).
+        index: vector index (``exact``, ``faiss-flat``, ``faiss-hnsw``, ...).
+        generator: generator spec (``reference``, ``openai:MODEL@URL``, ``hf:PATH``).
+        generator_options: keyword options of the generator (e.g. the reference
+            reader's ``compliance``).
+        background_n: size of the reference reader's background corpus: texts the
+            synthetic generator makes from a stream independent of every member document.
     """
 
     embedder: str = "lsa"
@@ -105,7 +135,17 @@ class ModelSpec:
 class ExperimentSpec:
     """One experiment: its registered ``type``, the ``corpus`` it runs on (``None`` for
     types that use no documents, such as ``collusion``), the ``systems`` compared, and
-    type-specific ``options`` (everything else in the mapping)."""
+    type-specific ``options`` (everything else in the mapping).
+
+    Attributes:
+        type: the experiment type (``qa``, ``leakage``, ``membership``, ``extraction``,
+            ``private_rag``, ``private_rag_medical``, ``collusion``).
+        corpus: name of one of the config's ``corpora`` (not used by ``collusion``).
+        systems: the systems compared, by registered name (``non-rag``, ``rag``, ...).
+        k: documents retrieved per query.
+        options: the type's options as one mapping; they may also be given as keys of
+            the experiment itself (see the type's section).
+    """
 
     type: str
     corpus: str | None = None
@@ -123,7 +163,17 @@ class ExperimentSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExperimentConfig:
-    """A whole run: corpora, models, experiments, root seed, workers and caching."""
+    """A whole run: corpora, models, experiments, root seed, workers and caching.
+
+    Attributes:
+        name: the run's title (in the report).
+        seed: root seed; every corpus, experiment and cell derives its own from it.
+        corpora: named corpora (see ``corpora.NAME``).
+        models: embedder, index and generator (see ``models``).
+        experiments: the experiments to run, in order (see ``experiments[]``).
+        workers: worker processes.
+        cache: keep a generation cache in the output directory (reruns reuse answers).
+    """
 
     name: str
     seed: int = 0
@@ -202,7 +252,7 @@ def _check_type(where: str, value: Any, hint: Any) -> Any:
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer; got {value!r}.")
+            raise ConfigError(f"{where}: expected an integer; got {value!r}{_int_hint(value)}.")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -215,9 +265,26 @@ def _check_type(where: str, value: Any, hint: Any) -> Any:
     return value
 
 
-def from_mapping(cls: Any, data: Any, where: str) -> Any:
+def _int_hint(value: Any) -> str:
+    """Why a number-looking value is not an integer, and how to write it."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return ""
+    if not isinstance(number, float) or not number.is_integer():
+        return ""
+    # YAML 1.1 reads 1e8 as a string and 1.0e+8 as a float; counts must be written out.
+    kind = "a string in YAML" if isinstance(value, str) else "a float"
+    return f" ({kind}); write it as an integer, e.g. {int(number)}"
+
+
+def from_mapping(cls: Any, data: Any, where: str, *, also: Iterable[str] = ()) -> Any:
     """Build dataclass ``cls`` from a YAML mapping, refusing unknown or mistyped keys;
-    ``where`` prefixes error messages with the key path."""
+    ``where`` prefixes error messages with the key path. ``also`` names keys the caller
+    accepts besides ``cls``'s fields (listed in the unknown-key message, e.g. the
+    ``type``, ``corpus``, ``systems`` and ``k`` next to an experiment's options)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping; got {data!r}.")
     hints = typing.get_type_hints(cls)
@@ -233,9 +300,7 @@ def from_mapping(cls: Any, data: Any, where: str) -> Any:
         elif extra_into is not None:
             options[key] = value  # type-specific; the experiment validates them
         else:
-            raise ConfigError(
-                f"{where}.{key}: unknown key; expected one of {', '.join(sorted(fields))}."
-            )
+            raise ConfigError(_unknown_key(f"{where}.{key}", str(key), [*fields, *also]))
     if extra_into is not None:
         kwargs[extra_into] = options
     missing = [
@@ -251,6 +316,16 @@ def from_mapping(cls: Any, data: Any, where: str) -> Any:
         return cls(**kwargs)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def _unknown_key(where: str, key: str, known: Iterable[str]) -> str:
+    names = sorted(set(known))
+    close = difflib.get_close_matches(key, names, n=1)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    return (
+        f"{where}: unknown key{guess}; expected one of {', '.join(names)} "
+        "(every key is described in docs/options.md and by 'ragprivacy options')."
+    )
 
 
 def parse_config(data: Any, *, source: str = "config") -> ExperimentConfig:

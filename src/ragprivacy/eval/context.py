@@ -33,12 +33,18 @@ def load_corpus_spec(spec: CorpusSpec, *, root_seed: int, name: str) -> Corpus:
     if spec.synthetic is not None:
         seed = spec.seed if spec.seed is not None else derive_seed(root_seed, "corpus", name)
         corpus = synthesize(spec.synthetic, spec.n, seed=seed, pii_detector=detector)
-    elif spec.path is not None:
+    elif spec.dataset is not None:  # with 'path': the dataset's own files, read directly
         default = "regex" if spec.pii_detector is None else detector
-        corpus = load_corpus(spec.path, pii_detector=default)
+        corpus = load_dataset_corpus(
+            spec.dataset,
+            path=spec.path,
+            split=spec.split,
+            limit=spec.limit,
+            pii_detector=default,
+        )
     else:
         default = "regex" if spec.pii_detector is None else detector
-        corpus = load_dataset_corpus(str(spec.dataset), limit=spec.limit, pii_detector=default)
+        corpus = load_corpus(str(spec.path), pii_detector=default)
     if spec.limit is not None and len(corpus) > spec.limit:
         corpus = corpus.subset(corpus.ids[: spec.limit])
     if spec.redact_pii is not None:

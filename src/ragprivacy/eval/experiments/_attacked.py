@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from ragprivacy.eval.cache import CachedGenerator
-from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments._budgeted import BudgetedSystem
 from ragprivacy.eval.experiments._privacy_tally import PrivacyTally
@@ -55,12 +55,11 @@ class AttackedSystemsExperiment(Experiment):
     ``generator_options``, ``defense_options`` and ``accounting_delta`` fields.
     """
 
-    options_type: ClassVar[type]
     options: Any
 
     def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
         super().__init__(spec, config, index)
-        self.options = from_mapping(self.options_type, spec.options, f"experiments[{index}]")
+        self.options = self.parse_options()
         specs = parse_system_specs(
             self.options.system_specs or spec.systems, f"experiments[{index}].systems"
         )

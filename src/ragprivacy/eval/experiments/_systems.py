@@ -69,11 +69,25 @@ NO_LOGPROB_SYSTEMS = VOTING_SYSTEMS
 ONE_BY_ONE_SYSTEMS = (*VOTING_SYSTEMS, "knnlm")
 _SPEC_KEYS = ("budget", "k", "label", "name", "redact_pii", "retriever", "retriever_options")
 _SIMULATED_RETRIEVERS = ("dp_projection", "noisy_topk", "threshold")
+_RETRIEVER_SYSTEMS = ("dp_projection", "noisy_topk", "projection", "threshold")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemSpec:
-    """One system under attack (see the module docstring)."""
+    """One system under attack (see the module docstring).
+
+    Attributes:
+        name: a registered system (``rag``, ``dp_vote``, ``murag``, ``knnlm``, ...), or a
+            retriever name (``noisy_topk``, ``dp_projection``, ``projection``,
+            ``threshold``) for ``rag`` over that retriever, as ``private_rag`` names them.
+        label: the name in tables (default: built from the rest).
+        retriever: a registered retriever (default ``topk``).
+        retriever_options: keyword options of the retriever (``epsilon_acc``, ...).
+        options: keyword options of the system (``epsilon``, ``epsilon_q``, ``tau``, ...),
+            usually given as keys of the entry itself.
+        k: documents retrieved (default: the experiment's ``k``).
+        budget: ``run`` (one account for the whole run) or ``target`` (one per target).
+    """
 
     name: str
     label: str = ""
@@ -85,7 +99,15 @@ class SystemSpec:
     redact_pii: str | None = None
 
     def __post_init__(self) -> None:
-        check_choice("system", self.name, system_names())
+        if self.name in _RETRIEVER_SYSTEMS:  # private_rag's names for RAG over a retriever
+            if self.retriever not in ("topk", self.name):
+                raise ConfigError(
+                    f"System {self.name!r} is 'rag' over the {self.name!r} retriever; it "
+                    f"cannot take retriever {self.retriever!r} as well: drop one of them."
+                )
+            object.__setattr__(self, "retriever", self.name)
+            object.__setattr__(self, "name", "rag")
+        check_choice("system", self.name, [*system_names(), *_RETRIEVER_SYSTEMS])
         if self.redact_pii is not None:
             check_choice("redact_pii", str(self.redact_pii).partition(":")[0], pii_detector_names())
         check_choice("retriever", self.retriever, retriever_names())

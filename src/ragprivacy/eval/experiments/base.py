@@ -7,23 +7,26 @@ section of the report from all its cells' results.
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ragprivacy._registry import Registry
 from ragprivacy.errors import ConfigError
-from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
 from ragprivacy.eval.context import RunContext, derive_seed
 
 __all__ = [
     "Experiment",
     "ReportSection",
     "create_experiment",
+    "experiment_class",
     "experiment_types",
     "format_cell",
     "format_interval",
@@ -72,6 +75,10 @@ class Experiment(ABC):
     type: str = "experiment"
     #: whether the experiment reads documents (then its spec must name a ``corpus``)
     needs_corpus: bool = True
+    #: the frozen dataclass of the type's options (the keys of an experiment entry
+    #: besides ``type``, ``corpus``, ``systems`` and ``k``); ``None`` when it has none.
+    #: ``ragprivacy options`` and docs/options.md are generated from it.
+    options_type: ClassVar[builtins.type | None] = None
 
     def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
         self.spec = spec
@@ -85,6 +92,16 @@ class Experiment(ABC):
         #: the corpus the experiment runs on ('' for types that read none)
         self.corpus_name: str = spec.corpus or ""
         self.seed = derive_seed(config.seed, "experiment", str(index), spec.type)
+
+    def parse_options(self) -> Any:
+        """``spec.options`` as an :attr:`options_type` instance; an unknown key is
+        refused with every key the entry accepts (the spec's own and the options')."""
+        if self.options_type is None:
+            return None
+        common = [f.name for f in dataclasses.fields(ExperimentSpec)]
+        return from_mapping(
+            self.options_type, self.spec.options, f"experiments[{self.index}]", also=common
+        )
 
     def cells(self) -> list[dict[str, Any]]:
         """JSON-ready parameters of the independent cells (default: one per system)."""
@@ -125,6 +142,14 @@ def register_experiment(name: str, cls: type[Experiment], *, replace: bool = Fal
 def create_experiment(spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> Experiment:
     """The experiment of ``spec`` (its ``index`` in the config seeds its samples)."""
     return _REGISTRY.factory(spec.type)(spec, config, index)
+
+
+def experiment_class(name: str) -> type[Experiment]:
+    """The class registered as experiment type ``name``."""
+    factory = _REGISTRY.factory(name)
+    if not (isinstance(factory, type) and issubclass(factory, Experiment)):
+        raise ConfigError(f"Experiment type {name!r} is registered as a function, not a class.")
+    return factory
 
 
 def experiment_types() -> list[str]:

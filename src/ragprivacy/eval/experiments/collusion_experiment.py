@@ -29,7 +29,7 @@ import numpy as np
 from ragprivacy._stats import auc_interval_from
 from ragprivacy._validation import check_choice, check_positive_int
 from ragprivacy.errors import ConfigError
-from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import (
     Experiment,
@@ -60,11 +60,16 @@ class CollusionOptions:
             through the multi-tenant service, regime ``regime``, mode ``mode``).
         eps_acc: per-account ε values (one row, and one cell of the run, each).
         coalition_sizes: the k values.
-        n: queries per account; trials: Monte Carlo trials per world and cell.
+        n: queries per account.
+        trials: Monte Carlo trials per world and cell.
         delta_acc: per-account δ.
-        adversary, rho: scalar only (``pooled-mean``, ``bayes-llr``, ``split``).
-        regime, mode, background, dim: top-K only.
-        seed: the sweep's root seed (``None``: derived from the config seed).
+        adversary: scalar only: ``pooled-mean``, ``bayes-llr`` or ``split``.
+        rho: scalar only, ``split``: fraction of the colluders on the target.
+        regime: top-K only: ``same-tenant``, ``external-m4`` or ``external``.
+        mode: top-K only: ``exact`` (binomial) or ``service`` (through the service).
+        background: top-K only: background documents of the synthetic index.
+        dim: top-K only: embedding dimension of the synthetic index.
+        seed: the sweep's root seed (``null``: derived from the config seed).
     """
 
     mechanism: str = "scalar"
@@ -113,13 +118,12 @@ class CollusionExperiment(Experiment):
     """Scalar or top-K k-account sweep with the P1/P3 gates (collusion paper §4)."""
 
     type = "collusion"
+    options_type = CollusionOptions
     needs_corpus = False
 
     def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
         super().__init__(spec, config, index)
-        self.options: CollusionOptions = from_mapping(
-            CollusionOptions, spec.options, f"experiments[{index}]"
-        )
+        self.options: CollusionOptions = self.parse_options()
 
     @property
     def sweep_seed(self) -> int:

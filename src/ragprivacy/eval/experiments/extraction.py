@@ -63,7 +63,28 @@ MODES = ("adversarial", "targeted", "untargeted")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExtractionOptions:
-    """Options of the ``extraction`` experiment (see the module docstring)."""
+    """Options of the ``extraction`` experiment (see the module docstring).
+
+    Attributes:
+        modes: attack modes (``adversarial``, ``targeted``, ``untargeted``).
+        defenses: prompt defenses each system is wrapped in (``none``,
+            ``prompt-modifying``, ``paraphrasing``).
+        kinds: PII kinds the targeted attack asks for (``email``, ``url``, ``phone``).
+        attempts: targeted: queries per item.
+        items: targeted: PII items attacked.
+        prompts: untargeted: size of the prompt pool.
+        scale: untargeted: share of the prompt pool sent.
+        questions: adversarial: questions sent with the injected instruction.
+        threshold: ROUGE-L above which an answer counts as reproducing a document.
+        max_tokens: tokens per answer.
+        generator_options: overrides of the config's generator options for the target.
+        defense_options: per defense name, its keyword options.
+        batch_size: queries per batched system call.
+        system_specs: systems under attack with options (replaces ``systems``; see
+            ``systems`` entries).
+        accounting_delta: δ at which Gaussian compositions of the privacy spent are
+            reported.
+    """
 
     modes: tuple[str, ...] = MODES
     defenses: tuple[str, ...] = ("none",)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ragprivacy._validation import check_positive_int
-from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
 from ragprivacy.eval.experiments.plots import step_cdf
@@ -31,8 +31,15 @@ __all__ = ["LeakageExperiment", "LeakageOptions"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeakageOptions:
-    """Targets sampled from the stored documents, prefix length given to the system,
-    tokens it may generate, and the run length that counts as verbatim."""
+    """Options of the ``leakage`` experiment.
+
+    Attributes:
+        targets: stored documents sampled as targets.
+        prefix_tokens: tokens of each target's beginning given to the system as the prompt.
+        max_tokens: tokens the system may generate.
+        min_run: shortest run of the target's words, verbatim, that counts as leaked.
+        extracted_run: run length that counts the target as extracted.
+    """
 
     targets: int = 200
     prefix_tokens: int = 24
@@ -49,12 +56,11 @@ class LeakageExperiment(Experiment):
     """Continuation prompts built from stored documents' prefixes."""
 
     type = "leakage"
+    options_type = LeakageOptions
 
     def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
         super().__init__(spec, config, index)
-        self.options: LeakageOptions = from_mapping(
-            LeakageOptions, spec.options, f"experiments[{index}]"
-        )
+        self.options: LeakageOptions = self.parse_options()
 
     def run_cell(
         self, cell: dict[str, Any], ctx: RunContext, rng: np.random.Generator

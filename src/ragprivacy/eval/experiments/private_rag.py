@@ -51,7 +51,8 @@ from ragprivacy._stats import mean_interval
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus, QAItem
 from ragprivacy.dp import PAPER_SCORE_RANGE
-from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
+from ragprivacy.errors import ConfigError, DataError
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import (
     Experiment,
@@ -91,7 +92,42 @@ ABLATIONS = ("none", "bin_size", "tau", "rp_dim", "clip_only", "multihop")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrivateRAGOptions:
-    """Options of the ``private_rag`` experiment (see the module docstring)."""
+    """Options of the ``private_rag`` (and ``private_rag_medical``) experiment (see the
+    module docstring).
+
+    Attributes:
+        question_set: ``independent`` (one single-hop question per entity) or
+            ``correlated`` (every question of sampled groups, chains first).
+        questions: questions answered per cell (``private_rag_medical``: test records;
+            ``ablation: multihop``: multi-hop chains, at most as many as the corpus has).
+        copies: copies of every document in the knowledge base (DP voting needs several
+            documents supporting a fact).
+        passages: split every document into its sentences before copying.
+        epsilons: the ε grid (per-query ε_q of voting systems, ε_acc of ``noisy_topk``,
+            per-query ε of ``dp_projection``); must not be empty.
+        tau: MURAG's relevance threshold τ.
+        epsilon_thr: MURAG-ADA's ε spent on the adaptive threshold.
+        max_retrievals: M, how many answers may use one document (MURAG).
+        bin_size: MURAG-ADA's score bin width.
+        epsilon_token: DP voting's ε per released token.
+        docs_per_voter: documents in each voter's prompt.
+        max_tokens: tokens per answer.
+        rag_k: documents retrieved by ``rag``, ``projection``, ``noisy_topk`` and
+            ``dp_projection`` (voting systems vote over the experiment's ``k``).
+        rp_dim: projection dimension of ``projection`` and ``dp_projection``.
+        dp_clip: ``dp_projection``'s clipping bound.
+        dp_delta: ``dp_projection``'s δ.
+        ablation: ``none``, ``bin_size``, ``tau``, ``rp_dim``, ``clip_only`` or
+            ``multihop`` (see the module docstring).
+        bin_sizes: ``ablation: bin_size``: the bin widths compared.
+        epsilon_thrs: ``ablation: bin_size``: the ε_thr values compared.
+        taus: ``ablation: tau``: the τ values compared.
+        rp_dims: ``ablation: rp_dim``: the projection dimensions compared.
+        rp_variances: ``ablation: rp_dim``: Gaussian matrix variances compared (besides
+            the default scaling).
+        rp_kinds: ``ablation: rp_dim``: matrix kinds (``gaussian``, ``rademacher``).
+        clips: ``ablation: clip_only``: the clipping bounds compared.
+    """
 
     question_set: str = "independent"
     questions: int = 40
@@ -122,6 +158,10 @@ class PrivateRAGOptions:
         check_choice("question_set", self.question_set, ("independent", "correlated"))
         check_positive_int("questions", self.questions)
         check_positive_int("copies", self.copies)
+        if not self.epsilons:
+            raise ConfigError(
+                "The 'epsilons' list must not be empty; give the ε grid, e.g. [2, 5, 10]."
+            )
         for e in self.epsilons:
             check_positive("epsilons", e)
         check_choice("ablation", self.ablation, ABLATIONS)
@@ -215,12 +255,11 @@ class PrivateRAGExperiment(Experiment):
     """The privacy–utility sweep (and its ablations) of the defenses."""
 
     type = "private_rag"
+    options_type = PrivateRAGOptions
 
     def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
         super().__init__(spec, config, index)
-        self.options: PrivateRAGOptions = from_mapping(
-            PrivateRAGOptions, spec.options, f"experiments[{index}]"
-        )
+        self.options: PrivateRAGOptions = self.parse_options()
         for s in spec.systems:
             check_choice("systems", s, SYSTEMS)
 
@@ -353,6 +392,13 @@ class PrivateRAGExperiment(Experiment):
             )
 
             chains = multihop_questions(corpus, o.questions, self.seed)
+            if len(chains) < o.questions:  # a smaller sample would be reported as asked for
+                raise DataError(
+                    f"experiments[{self.index}] (ablation: multihop) asks for {o.questions} "
+                    f"multi-hop questions; corpus {self.corpus_name!r} has {len(chains)}. "
+                    f"Set 'questions' to at most {len(chains)} or enlarge the corpus "
+                    "(a synthetic knowledge corpus has about n/20 chains)."
+                )
             system, total = self._system(cell, ctx, kb, len(chains), rng)
             rows = multihop_rows(system, kb, chains, "evaluator")
             return {

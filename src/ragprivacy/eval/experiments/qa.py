@@ -18,7 +18,7 @@ import numpy as np
 from ragprivacy._validation import check_positive_int
 from ragprivacy.corpus import QAItem
 from ragprivacy.errors import ConfigError, DataError
-from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec, from_mapping
+from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import (
     Experiment,
@@ -42,8 +42,12 @@ __all__ = ["QAExperiment", "QAOptions"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QAOptions:
-    """``questions``: how many questions to sample per hop count; ``hops``: which hop
-    counts to evaluate (1 = single-hop, 2+ = multi-hop chains)."""
+    """Options of the ``qa`` experiment.
+
+    Attributes:
+        questions: questions sampled per hop count.
+        hops: hop counts evaluated (1 = single-hop, 2 or more = multi-hop chains).
+    """
 
     questions: int = 500
     hops: tuple[int, ...] = (1,)
@@ -63,10 +67,11 @@ class QAExperiment(Experiment):
     """Answer a seeded sample of the corpus's questions with each system."""
 
     type = "qa"
+    options_type = QAOptions
 
     def __init__(self, spec: ExperimentSpec, config: ExperimentConfig, index: int = 0) -> None:
         super().__init__(spec, config, index)
-        self.options: QAOptions = from_mapping(QAOptions, spec.options, f"experiments[{index}]")
+        self.options: QAOptions = self.parse_options()
 
     def _sample(self, ctx: RunContext) -> list[QAItem]:
         corpus = ctx.corpus(self.corpus_name)
