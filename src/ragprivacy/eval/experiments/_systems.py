@@ -87,6 +87,9 @@ class SystemSpec:
             usually given as keys of the entry itself.
         k: documents retrieved (default: the experiment's ``k``).
         budget: ``run`` (one account for the whole run) or ``target`` (one per target).
+        redact_pii: a PII detector (``regex``, ``presidio``): the system indexes the
+            documents with the spans it detects replaced by typed placeholders
+            (``[PHONE]``), the PII-redaction defense.
     """
 
     name: str
