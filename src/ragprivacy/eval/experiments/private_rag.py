@@ -345,16 +345,21 @@ class PrivateRAGExperiment(Experiment):
             return self._bin_size(kb, questions, rng)
         if cell.get("ablation") == "multihop":
             from ragprivacy.eval.experiments.private_rag_multihop import (
+                chain_queries,
                 multihop_questions,
                 multihop_scores,
             )
 
             chains = multihop_questions(corpus, o.questions, self.seed)
-            system, total = self._system(cell, ctx, kb, len(chains), rng)
+            # asked hop by hop: the budget covers one query per hop
+            queries = chain_queries(chains)
+            system, total = self._system(cell, ctx, kb, queries, rng)
+            by_id = {q.id: q for q in corpus.questions}
             return {
                 "n": len(chains),
+                "queries": queries,
                 "total_epsilon": total,
-                "multihop": multihop_scores(system, kb, chains, "evaluator"),
+                "multihop": multihop_scores(system, kb, chains, "evaluator", by_id),
             }
         system, total = self._system(cell, ctx, kb, len(questions), rng)
         vectors = kb.embedder.encode([q.question for q in questions])
@@ -436,9 +441,13 @@ class PrivateRAGExperiment(Experiment):
         if o.ablation == "multihop":
             from ragprivacy.eval.experiments.private_rag_multihop import multihop_table
 
+            first = results[0]["result"]
             head = [
-                f"{results[0]['result']['n']} multi-hop questions (RP paper Table 11; "
-                f"percent, cosine as is). Generator: {self.config.models.generator}.",
+                f"{first['n']} multi-hop chains (RP paper Table 11; percent, cosine as is), "
+                f"asked hop by hop ({first.get('queries', first['n'])} queries: each later "
+                "sub-question carries the system's own previous answer; Ans scores the last "
+                "hop, Sup each hop's top document). Generator: "
+                f"{self.config.models.generator}.",
                 "",
             ]
             body = "\n".join(head + multihop_table(results))
