@@ -210,6 +210,14 @@ def question_sample(corpus: Corpus, which: str, count: int, seed: int) -> list[Q
     return out[:count]
 
 
+_ABLATION_AXES: dict[str, tuple[str, str, bool]] = {
+    "rp_dim": ("dim", "projection dimension (log scale)", True),
+    "tau": ("tau", "screening threshold τ", False),
+    "clip_only": ("clip", "clipping bound (log scale)", True),
+}
+"""Per ablation: the cell key it varies, the plot's x label and whether x is logarithmic."""
+
+
 class PrivateRAGExperiment(Experiment):
     """The privacy–utility sweep (and its ablations) of the defenses."""
 
@@ -421,6 +429,7 @@ class PrivateRAGExperiment(Experiment):
     def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
         from ragprivacy.eval.experiments.private_rag_plots import (
             bin_size_plot,
+            parameter_plot,
             privacy_utility_plot,
             reuse_plot,
         )
@@ -483,7 +492,26 @@ class PrivateRAGExperiment(Experiment):
                 flat[label] = res["accuracy"]
             reuse = reuse or res.get("reuse")
         fig = f"private_rag_{self.index}_utility.png"
-        privacy_utility_plot(out_dir / fig, series, flat, title=title)
+        swept = _ABLATION_AXES.get(o.ablation)
+        if swept is not None:  # against the parameter varied: total ε is one value (or ∞)
+            key, xlabel, log_x = swept
+            by_setting: dict[str, list[tuple[float, float]]] = {}
+            for item in results:
+                cell, res = item["cell"], item["result"]
+                rest = ", ".join(
+                    f"{k}={v}" for k, v in cell.items() if k not in ("system", key, "clip_only")
+                )
+                name = cell["system"] + (f" ({rest})" if rest else "")
+                by_setting.setdefault(name, []).append((float(cell[key]), res["accuracy"]))
+            parameter_plot(
+                out_dir / fig,
+                by_setting,
+                xlabel=xlabel,
+                title=f"{title}: {o.ablation} ablation",
+                log_x=log_x,
+            )
+        else:
+            privacy_utility_plot(out_dir / fig, series, flat, title=title)
         figs.append(fig)
         lines += ["", f"![privacy-utility]({fig})"]
         if reuse:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ragprivacy.corpus import Corpus, QAItem
+from ragprivacy.eval.experiments.base import format_cell
 from ragprivacy.eval.metrics import normalize_answer
 from ragprivacy.rag import RAGSystem
 from ragprivacy.retrieval import KnowledgeBase
@@ -187,6 +188,6 @@ def multihop_table(results: list[dict[str, Any]]) -> list[str]:
         vals = " | ".join(f"{100 * res[m]:.1f}" for m in METRICS[:-1])
         lines.append(
             f"| {cell['system']} | {'–' if eps is None else f'{eps:g}'} | {vals} | "
-            f"{res['cos']:.2f} |"
+            f"{format_cell(res['cos'], 2)} |"
         )
     return lines
