@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 
 from ragprivacy.eval.experiments.base import ReportSection, format_cell
 
@@ -22,15 +23,48 @@ NO_BOUND_RETRIEVAL = "— (retrieval ε)"
 
 
 def roc_plot(path: Path, curves: dict[str, tuple[list[float], list[float]]], title: str) -> Path:
-    """ROC curves on linear axes with the chance diagonal."""
+    """ROC curves with the false-positive rate on a log axis (the low-FPR region is where
+    a membership attack matters, and a linear axis hides it) and the chance line TPR = FPR.
+
+    FPR = 0 cannot sit on a log axis: such points are drawn at the left edge, half the
+    smallest non-zero FPR of the curves (one non-member in the evaluation split at most),
+    and the axis label says so."""
+    positive = [f for fpr, _ in curves.values() for f in fpr if f > 0]
+    floor = min(positive, default=1e-3) / 2
     fig, ax = plt.subplots(figsize=(5.2, 4.6), dpi=110)
-    for name, (fpr, tpr) in curves.items():
-        ax.step(fpr, tpr, where="post", label=name)
-    ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("false positive rate")
+    grid = sorted({f for fpr, _ in curves.values() for f in fpr})
+
+    def shape(fpr: list[float], tpr: list[float]) -> tuple[float, ...]:
+        # the step curve's TPR at every FPR any curve steps at: equal shapes coincide
+        return tuple(max([t for f, t in zip(fpr, tpr) if f <= x], default=0.0) for x in grid)
+
+    merged: dict[str, tuple[list[float], list[float]]] = {}
+    shapes: dict[str, tuple[float, ...]] = {}
+    for name, (fpr, tpr) in curves.items():  # a curve drawn over another is named with it
+        mine = shape(list(fpr), list(tpr))
+        same = next((k for k, v in shapes.items() if v == mine), None)
+        if same is None:
+            merged[name], shapes[name] = (list(fpr), list(tpr)), mine
+        else:
+            label = f"{same} = {name}"
+            merged[label], shapes[label] = merged.pop(same), shapes.pop(same)
+    styles = ["-", "--", "-.", ":"]
+    for i, (name, (fpr, tpr)) in enumerate(merged.items()):
+        ax.step(
+            [max(f, floor) for f in fpr],
+            tpr,
+            where="post",
+            label=name,
+            ls=styles[(i // 10) % len(styles)],
+            lw=1.4,
+        )
+    chance = np.geomspace(floor, 1.0, 64)
+    ax.plot(chance, chance, color="grey", lw=0.8, ls="--", label="chance (TPR = FPR)")
+    ax.set_xscale("log")
+    ax.set_xlim(floor, 1.0)
+    ax.set_xlabel(f"false positive rate (log scale; 0 drawn at {floor:.2g})")
     ax.set_ylabel("true positive rate")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.02)
+    ax.set_ylim(-0.02, 1.02)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
