@@ -16,7 +16,13 @@ import numpy as np
 
 from ragprivacy.eval.experiments.base import ReportSection, format_cell
 
-__all__ = ["membership_overview", "membership_report", "roc_plot"]
+__all__ = [
+    "membership_overview",
+    "membership_report",
+    "release_cells",
+    "roc_plot",
+    "utility_note",
+]
 
 NO_BOUND_RETRIEVAL = "— (retrieval ε)"
 """The AUC-bound cell where the ε spent covers only which documents were retrieved."""
@@ -89,6 +95,61 @@ def _privacy_cells(p: dict[str, Any] | None) -> str:
     return f"{spent} | {cell} | {p.get('refused', 0)}"
 
 
+_UTILITY_NAMES = {"match": "match accuracy", "rouge_l": "ROUGE-L F"}
+RELEASE_COLUMNS = ("utility", "answered", "docs/answer", "voted tokens/answer")
+"""Columns beside every attack row: what the system is still good for, and what it
+released (an AUC of 0.5 from a system that answered nothing is no defense)."""
+
+
+def release_cells(res: dict[str, Any]) -> str:
+    """The :data:`RELEASE_COLUMNS` cells of one attack row: the system's utility on the
+    benign probe (under the row's defense), the share of the attack's queries answered
+    with any text, and the documents passed to the generator per attack query."""
+    u = res.get("utility") or {}
+    r = res.get("release") or {}
+    value = u.get("value") if u.get("metric") else None
+    return (
+        f"{format_cell(value)} | {format_cell(r.get('answered'), 2)} | "
+        f"{format_cell(r.get('documents_per_answer'), 1)} | "
+        f"{format_cell(r.get('voted_tokens_per_answer'), 1)}"
+    )
+
+
+def utility_note(results: list[dict[str, Any]]) -> str:
+    """The sentence that says what *utility* measured (and its no-retrieval baseline)."""
+    probe = next(
+        (
+            r["result"]["utility"]
+            for r in results
+            if (r["result"].get("utility") or {}).get("metric")
+        ),
+        None,
+    )
+    release = (
+        "*answered* is the share of the attack's queries answered with any text (refusals "
+        "and empty answers are not), *docs/answer* the documents passed to the generator "
+        "per attack query (0: a filter or refusal kept every document out), and *voted "
+        "tokens/answer*, for DP voting systems, the tokens per answer the vote released "
+        "from the documents (discoveries; – for other systems): their voters read the "
+        "documents, whose text reaches the answer only through a discovery. An AUC near "
+        "0.5 beside no answers, no documents or no discoveries says the system released "
+        "nothing, not that it defends well."
+    )
+    if probe is None:
+        return "*utility*: – (no benign probe for this corpus). " + release
+    name = _UTILITY_NAMES.get(str(probe["metric"]), str(probe["metric"]))
+    what = (
+        "questions whose supporting documents are stored"
+        if probe["metric"] == "match"
+        else "held-out patient records (patient half in, the doctor's reply as reference)"
+    )
+    return (
+        f"*utility* is the system's {name} under the row's defense on "
+        f"{probe['queries']} benign {what}, asked like a user would (the generator alone, "
+        f"with no retrieval, scores {format_cell(probe.get('no_retrieval'))}). " + release
+    )
+
+
 def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
     o = exp.options
     main = [r for r in results if "study" not in r["cell"]]
@@ -109,11 +170,14 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         "(noisy top-K, DP-RP-G) ε covers which documents are retrieved, not the text the "
         "generator then reads from them (collusion paper §7), so no membership AUC bound "
         f"follows from it: *AUC bound* reads {NO_BOUND_RETRIEVAL}. *refused* counts queries "
-        "the system refused once a budget was spent (answered with an empty response).",
+        "the system refused once a budget was spent (answered with an empty response). "
+        + utility_note(main),
         "",
         "| system | attack | defense | AUC ± SE | accuracy | F1 | TPR@1%FPR | TPR@0.1%FPR "
-        "| recall | queries/target | ε spent | AUC bound | refused |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| recall | queries/target | ε spent | AUC bound | refused | "
+        + " | ".join(RELEASE_COLUMNS)
+        + " |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(RELEASE_COLUMNS),
     ]
     figures: list[str] = []
     curves: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
@@ -122,7 +186,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         if "skipped" in res:
             lines.append(
                 f"| {c['system']} | {c['attack']} | {c['defense']} | skipped: "
-                f"{res['skipped']} | | | | | | | | | |"
+                f"{res['skipped']} | | | | | | | | | | – | – | – | – |"
             )
             continue
         m = res["metrics"]
@@ -131,7 +195,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             f"{format_cell(m['auc_se'])} | {format_cell(m['accuracy'])} | {format_cell(m['f1'])} | "
             f"{format_cell(m['tpr_at_1pct_fpr'])} | {format_cell(m['tpr_at_01pct_fpr'])} | "
             f"{format_cell(m['retrieval_recall'], 2)} | {m['queries_per_target']:.1f} | "
-            f"{_privacy_cells(res.get('privacy'))} |"
+            f"{_privacy_cells(res.get('privacy'))} | {release_cells(res)} |"
         )
         key = f"{c['system']}/{c['defense']}"
         curves.setdefault(key, {})[f"{c['attack']} ({m['auc']:.2f})"] = (
@@ -167,8 +231,10 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             "",
             "Parameter studies (MBA 5.7, S-RAG 5.4–5.5):",
             "",
-            "| parameter | value | attack | defense | AUC ± SE | F1 | recall |",
-            "|---|---|---|---|---|---|---|",
+            "| parameter | value | attack | defense | AUC ± SE | F1 | recall | "
+            + " | ".join(RELEASE_COLUMNS)
+            + " |",
+            "|---|---|---|---|---|---|---|" + "---|" * len(RELEASE_COLUMNS),
         ]
         for item in studies:
             c, res = item["cell"], item["result"]
@@ -178,7 +244,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             lines.append(
                 f"| {c['param']} | {c['value']} | {c['attack']} | {c['defense']} | "
                 f"{format_cell(m['auc'])} ± {format_cell(m['auc_se'])} | {format_cell(m['f1'])} | "
-                f"{format_cell(m['retrieval_recall'], 2)} |"
+                f"{format_cell(m['retrieval_recall'], 2)} | {release_cells(res)} |"
             )
     return ReportSection(f"Membership inference ({exp.corpus_name})", "\n".join(lines), figures)
 
@@ -249,6 +315,8 @@ def membership_overview(
         owner: dict[str, int] = {}  # column label → the experiment it came from
         auc: dict[tuple[str, str], float | str] = {}
         spent: dict[str, str] = {}
+        useful: dict[str, str] = {}
+        released: dict[str, str] = {}
         for exp, cells in parts:
             if exp.corpus_name != corpus:
                 continue
@@ -266,6 +334,10 @@ def membership_overview(
                 auc[(c["attack"], col)] = _SKIPPED if "skipped" in res else value
                 if "privacy" in res and col not in spent:
                     spent[col] = _privacy_cells(res["privacy"]).split(" | ")[0]
+                if "metrics" in res and col not in useful:
+                    parts4 = release_cells(res).split(" | ")
+                    useful[col] = parts4[0]
+                    released[col] = parts4[2] + ("" if parts4[3] == "–" else f" ({parts4[3]} tok)")
         grid = [[auc.get((a, col)) for col in columns] for a in attacks]
         fig = f"membership_overview_{len(figures)}.png"
         auc_heatmap(out_dir / fig, attacks, columns, grid)
@@ -276,11 +348,17 @@ def membership_overview(
             "counts, the ε each test spent and the other metrics are in the sections "
             "below; *n/a*: the system exposes no log-probabilities; –: not run). "
             "*ε spent* is the first attack's spend (per target where each target meets a "
-            "fresh budget), as a scale.",
+            "fresh budget), as a scale; *utility* the system's score on the benign probe "
+            "and *docs/answer* the documents its answers to the first attack passed to the "
+            "generator (with the tokens a DP vote released from them; see the sections "
+            "below): a low AUC beside a utility no better than no retrieval, or 0 "
+            "documents, is a system that released nothing.",
             "",
             "| attack | " + " | ".join(columns) + " |",
             "|---|" + "---|" * len(columns),
             "| *ε spent* | " + " | ".join(spent.get(col, "–") for col in columns) + " |",
+            "| *utility* | " + " | ".join(useful.get(col, "–") for col in columns) + " |",
+            "| *docs/answer* | " + " | ".join(released.get(col, "–") for col in columns) + " |",
         ]
         for a, row in zip(attacks, grid):
             lines.append(
