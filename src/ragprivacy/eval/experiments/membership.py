@@ -167,6 +167,11 @@ class MembershipOptions:
                 )
 
 
+def _cache_path(ctx: RunContext) -> str | None:
+    """The run's call cache (part of a memo key: each run directory fills its own)."""
+    return str(ctx.cache.path) if ctx.cache is not None else None
+
+
 class MembershipExperiment(AttackedSystemsExperiment):
     """Membership attacks × defenses (see the module docstring)."""
 
@@ -373,7 +378,7 @@ class MembershipExperiment(AttackedSystemsExperiment):
                 **system.release_summary(),
             }
 
-        key = memo_key("utility", self._config_key(), label, defense, k)
+        key = memo_key("utility", self._config_key(), label, defense, k, _cache_path(ctx))
         return memo(key, measure)
 
     def _utility_baseline(
@@ -391,7 +396,7 @@ class MembershipExperiment(AttackedSystemsExperiment):
                 np.mean([max(rouge_l(t, r) for r in refs) for t, (_, refs) in zip(replies, items)])
             )
 
-        return memo(memo_key("utility-baseline", self._config_key()), measure)
+        return memo(memo_key("utility-baseline", self._config_key(), _cache_path(ctx)), measure)
 
     # ------------------------------------------------------------------ run
 
