@@ -177,3 +177,19 @@ def test_derived_objects_belong_to_their_context() -> None:
     assert ref() is None
     assert len(private_rag._KB_CACHE) == kbs - 1
     assert len(private_rag_medical._SPLIT_CACHE) == splits - 1
+
+
+def test_qa_two_hop_chains_are_answered_by_non_private_rag(tmp_path: Path) -> None:
+    """The qa experiment's multi-hop rows ask each chain hop by hop: non-private RAG
+    answers them, the generator alone does not (asked whole, both scored 0)."""
+    cfg = parse_config(
+        _config(
+            {"type": "qa", "systems": ["non-rag", "rag"], "k": 3, "questions": 8, "hops": [2]},
+            n=120,
+        )
+    )
+    res = run_config(cfg, tmp_path, workers=1, progress=False)
+    by = {c["cell"]["system"]: c["result"] for c in res.results["cells"]}
+    assert by["rag"]["by_hops"]["2"]["exact_match"] > 0.0
+    assert by["non-rag"]["by_hops"]["2"]["match_accuracy"] == 0.0
+    assert all(r["queries"] == 2 for r in by["rag"]["records"])
