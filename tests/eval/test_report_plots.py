@@ -155,7 +155,7 @@ def test_merge_identical_names_lines_drawn_over_each_other(
         title="t",
     )
     labels = _labels(_axes(drawn))
-    assert "murag = murag_ada" in labels and "rag = projection (no ε)" in labels
+    assert "murag = murag_ada" in labels and "rag = projection" in labels
 
 
 def _private_rag(ablation: dict[str, Any]) -> Any:

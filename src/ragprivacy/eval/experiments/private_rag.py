@@ -218,6 +218,11 @@ _ABLATION_AXES: dict[str, tuple[str, str, bool]] = {
 """Per ablation: the cell key it varies, the plot's x label and whether x is logarithmic."""
 
 
+def _total(eps: float) -> str:
+    """A total ε for a legend: ∞ for no guarantee, 0 for a system that reads no data."""
+    return "∞" if math.isinf(eps) else f"{eps:g}"
+
+
 class PrivateRAGExperiment(Experiment):
     """The privacy–utility sweep (and its ablations) of the defenses."""
 
@@ -489,7 +494,7 @@ class PrivateRAGExperiment(Experiment):
             if eps is not None and math.isfinite(res["total_epsilon"]):
                 series.setdefault(label, []).append((res["total_epsilon"], res["accuracy"]))
             else:
-                flat[label] = res["accuracy"]
+                flat[f"{label} (ε = {_total(res['total_epsilon'])})"] = res["accuracy"]
             reuse = reuse or res.get("reuse")
         fig = f"private_rag_{self.index}_utility.png"
         swept = _ABLATION_AXES.get(o.ablation)

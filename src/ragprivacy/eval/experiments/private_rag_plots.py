@@ -53,7 +53,7 @@ def _flat_lines(ax: plt.Axes, flat: Mapping[str, float], offset: int) -> None:
             linestyle=_STYLES[(i + 1) % len(_STYLES)],
             color=f"C{(i + offset) % 10}",
             lw=1.2,
-            label=f"{name} (no ε)",
+            label=name,
         )
 
 
