@@ -108,7 +108,7 @@ def _sweep(mechanism: str, predicted: bool) -> SweepResult:
     return SweepResult(mechanism, {"n": 10, "trials": 100}, cells, [], 0.0)
 
 
-@pytest.mark.parametrize(("mechanism", "words"), [("scalar", "eq. (3.11)"), ("topk", "upper")])
+@pytest.mark.parametrize(("mechanism", "words"), [("scalar", "predicted"), ("topk", "upper bound")])
 def test_sweep_legend_names_the_predicted_curves(
     tmp_path: Path, drawn: list[Figure], mechanism: str, words: str
 ) -> None:

@@ -23,10 +23,11 @@ def plot_sweep(result: SweepResult, path: str | Path, *, title: str | None = Non
 
 
 def _prediction_label(res: SweepResult) -> str:
-    """What a sweep's predicted curve is: eq. (3.10)/(3.11) for the scalar mechanism, the
-    scalar prediction as an upper bound for top-K (Remark 3.8)."""
+    """What a sweep's predicted curve is: the closed form for the scalar mechanism (eq.
+    (3.10)/(3.11), or the split adversary's of §A.2), the scalar prediction as an upper
+    bound for top-K (Remark 3.8)."""
     if res.mechanism == "scalar":
-        return "predicted, eq. (3.11)"
+        return "predicted"
     return "scalar prediction (upper bound, Rem. 3.8)"
 
 
