@@ -37,7 +37,7 @@ def roc_plot(path: Path, curves: dict[str, tuple[list[float], list[float]]], tit
     and the axis label says so."""
     positive = [f for fpr, _ in curves.values() for f in fpr if f > 0]
     floor = min(positive, default=1e-3) / 2
-    fig, ax = plt.subplots(figsize=(5.2, 4.6), dpi=110)
+    fig, ax = plt.subplots(figsize=(5.4, 5.6), dpi=110)
     grid = sorted({f for fpr, _ in curves.values() for f in fpr})
 
     def shape(fpr: list[float], tpr: list[float]) -> tuple[float, ...]:
@@ -73,7 +73,8 @@ def roc_plot(path: Path, curves: dict[str, tuple[list[float], list[float]]], tit
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    # below the axes: inside, it would cover the low-FPR corners of the curves
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -263,7 +264,12 @@ def _label(value: Any) -> str:
 
 
 def auc_heatmap(
-    path: Path, attacks: list[str], columns: list[str], auc: list[list[float | str | None]]
+    path: Path,
+    attacks: list[str],
+    columns: list[str],
+    auc: list[list[float | str | None]],
+    *,
+    note: str = "",
 ) -> Path:
     """Attacks (rows) × systems and defenses (columns), coloured from 0.5 (chance) to 1;
     ``"n/a"`` marks a skipped cell and ``None`` a pair the run did not have."""
@@ -290,7 +296,7 @@ def auc_heatmap(
             )
     ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=7)
     ax.set_yticks(range(len(attacks)), attacks, fontsize=8)
-    ax.set_title("membership AUC (0.5 = chance)", fontsize=9)
+    ax.set_title("membership AUC (0.5 = chance)" + (f"\n{note}" if note else ""), fontsize=9)
     fig.colorbar(img, ax=ax, fraction=0.03, pad=0.02)
     fig.tight_layout()
     fig.savefig(path)
@@ -317,6 +323,7 @@ def membership_overview(
         spent: dict[str, str] = {}
         useful: dict[str, str] = {}
         released: dict[str, str] = {}
+        baseline: str | None = None
         for exp, cells in parts:
             if exp.corpus_name != corpus:
                 continue
@@ -337,10 +344,21 @@ def membership_overview(
                 if "metrics" in res and col not in useful:
                     parts4 = release_cells(res).split(" | ")
                     useful[col] = parts4[0]
+                    no_retrieval = (res.get("utility") or {}).get("no_retrieval")
+                    if baseline is None and no_retrieval is not None:
+                        baseline = format_cell(no_retrieval)
                     released[col] = parts4[2] + ("" if parts4[3] == "–" else f" ({parts4[3]} tok)")
         grid = [[auc.get((a, col)) for col in columns] for a in attacks]
         fig = f"membership_overview_{len(figures)}.png"
-        auc_heatmap(out_dir / fig, attacks, columns, grid)
+        # each column names its utility: a chance AUC from a system that lost its
+        # utility (released nothing) must not read as a good defense
+        shown = [f"{col}\nutility {useful.get(col, '–')}" for col in columns]
+        note = (
+            f"column labels: utility on the benign probe (no retrieval: {baseline})"
+            if baseline is not None
+            else ""
+        )
+        auc_heatmap(out_dir / fig, attacks, shown, grid, note=note)
         figures.append(fig)
         lines += [
             f"Corpus `{corpus}`: the AUC of every attack (rows) against every system and "
