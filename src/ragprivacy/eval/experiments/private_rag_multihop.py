@@ -91,7 +91,7 @@ def _hop_answer(text: str) -> str:
 
 
 def ask_chain(
-    system: RAGSystem, question: QAItem, by_id: Mapping[str, QAItem], account: str
+    system: RAGSystem, question: QAItem, by_id: Mapping[str, QAItem], account: str | None
 ) -> list[Response]:
     """Ask ``question``'s chain hop by hop (module doc): each later sub-question with its
     subject replaced by the previous hop's answer. A chain whose sub-questions the corpus
