@@ -48,11 +48,40 @@ def test_membership_experiment_table_roc_and_resume(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "| rag | mba | none |" in report and "mba.n_masks" in report
     assert list(tmp_path.glob("membership_0_roc_*.png"))
+    # utility and what was released sit beside every attack row, studies included
+    rows = _attack_rows(report)
+    assert len(rows) == 5
+    for row in rows:
+        assert _number(row["utility"]) > 0.0  # ROUGE-L of the benign probe
+        assert _number(row["answered"]) == pytest.approx(1.0)
+        assert _number(row["docs/answer"]) == pytest.approx(3.0)  # k = 3 reach the reader
+    assert "no retrieval, scores" in report
     # a crash before a cell finished loses nothing else: the rerun redoes one cell
     first = sorted((tmp_path / "cells").glob("*.json"))[0]
     first.unlink()
     again = run_config(cfg, tmp_path, progress=False)
     assert json.dumps(again.results["cells"], sort_keys=True, default=str).count('"auc"') == 5
+
+
+def _number(cell: str) -> float:
+    return float(cell.strip())
+
+
+def _attack_rows(report: str) -> list[dict[str, str]]:
+    """Every row of the report's attack tables (main and studies), by column name."""
+    rows: list[dict[str, str]] = []
+    header: list[str] | None = None
+    for line in report.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| system | attack") or line.startswith("| parameter | value"):
+            header = cells
+        elif header and line.startswith("|---"):
+            continue
+        elif header and line.startswith("|"):
+            rows.append(dict(zip(header, cells)))
+        else:
+            header = None
+    return rows
 
 
 def test_bad_options_are_refused() -> None:
@@ -165,6 +194,18 @@ def test_dp_systems_report_privacy_refusals_and_progress(tmp_path: Path) -> None
     assert "ε spent" in report and "| noisy | rag-mia | none |" in report
     noisy = [line for line in report.splitlines() if line.startswith("| noisy | rag-mia |")]
     assert noisy and all("| — (retrieval ε) |" in line for line in noisy)
+    rows = {(r["system"], r["attack"], r["defense"]): r for r in _attack_rows(report)}
+    assert len(rows) == 12
+    for key, row in rows.items():
+        assert {"utility", "answered", "docs/answer", "voted tokens/answer"} <= set(row)
+        if "skipped" not in row["AUC (95% CI)"]:
+            assert row["utility"] != "–" and row["docs/answer"] != "–", key
+    assert _number(rows[("non-rag", "rag-mia", "none")]["docs/answer"]) == 0.0
+    vote = rows[("naive_multi(epsilon_q=4.0,total_epsilon=20.0),k=2", "rag-mia", "none")]
+    # 11 of 16 queries refused: answered shows it; the vote's released tokens are counted
+    assert _number(vote["answered"]) <= 5 / 16 + 1e-9
+    assert vote["voted tokens/answer"] != "–"
+    assert rows[("noisy", "rag-mia", "none")]["voted tokens/answer"] == "–"
 
 
 def test_overview_matrix_spans_every_membership_experiment(tmp_path: Path) -> None:

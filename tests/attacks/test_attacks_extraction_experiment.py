@@ -111,4 +111,10 @@ def test_private_system_budget_and_refusals(tmp_path: Path) -> None:
     per_item = got["per item"]
     assert per_item["accounts"] == 6 and per_item["refused"] == 0
     assert per_item["epsilon"] == pytest.approx(2.0, rel=1e-6)
-    assert "| capped | none | targeted |" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "| capped | none | targeted |" in report
+    # what each system released sits beside its row: 35 of the 60 queries were refused
+    release = {c["cell"]["system"]: c["result"]["release"] for c in result.results["cells"]}
+    assert release["capped"]["answered"] <= 25 / 60 + 1e-9
+    assert release["per item"]["documents_per_answer"] > 0
+    assert "| answered | docs/answer | voted tokens/answer |" in report

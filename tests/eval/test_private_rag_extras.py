@@ -6,14 +6,19 @@ from __future__ import annotations
 import gc
 import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from ragprivacy.corpus import Corpus, QAItem
+from ragprivacy.corpus import Corpus, QAItem, synthesize
 from ragprivacy.eval import RunContext, parse_config, run_config
 from ragprivacy.eval.experiments import private_rag, private_rag_medical
-from ragprivacy.eval.experiments.private_rag_multihop import answer_prf, multihop_scores
+from ragprivacy.eval.experiments.private_rag_multihop import (
+    answer_prf,
+    ask_chain,
+    multihop_scores,
+)
 from ragprivacy.eval.metrics import wilson_interval
 from ragprivacy.generate import create_generator, tokenize
 from ragprivacy.rag import StandardRAG
@@ -61,12 +66,35 @@ def test_multihop_scores_pin_support_and_joint() -> None:
     assert -1.0 <= scores["cos"] <= 1.0 + 1e-9
 
 
+def test_ask_chain_feeds_each_answer_to_the_next_hop() -> None:
+    corpus = synthesize("knowledge", 120, seed=3)
+    chain = next(q for q in corpus.questions if q.hops > 1)
+    by_id = {q.id: q for q in corpus.questions}
+    kb = KnowledgeBase.build(corpus, embedder="lsa")
+    gen = create_generator("reference", background=["a plain background sentence ."])
+    seen: list[str] = []
+
+    class Recording(StandardRAG):
+        def answer(self, query: Any, *, account: str | None = None) -> Any:
+            seen.append(str(query))
+            return super().answer(query, account=account)
+
+    hops = ask_chain(Recording(TopKRetriever(kb, k=3), gen), chain, by_id, "t")
+    assert len(hops) == len(chain.chain) == len(seen)
+    assert seen[0] == by_id[chain.chain[0]].question
+    for prev, asked, sub in zip(hops, seen[1:], [by_id[i] for i in chain.chain[1:]]):
+        assert prev.text.strip().rstrip(".") in asked
+        assert sub.question.replace(sub.metadata["subject"], "") == asked.replace(
+            prev.text.strip().rstrip("."), ""
+        )
+
+
 def test_multihop_ablation_and_passages_run(tmp_path: Path) -> None:
     cfg = parse_config(
         _config(
             {
                 "type": "private_rag",
-                "systems": ["rag", "dp_projection"],
+                "systems": ["non-rag", "rag", "dp_projection"],
                 "k": 4,
                 "copies": 1,
                 "ablation": "multihop",
@@ -78,8 +106,16 @@ def test_multihop_ablation_and_passages_run(tmp_path: Path) -> None:
     )
     res = run_config(cfg, tmp_path / "mh", workers=1, progress=False)
     cells = res.results["cells"]
-    assert {c["cell"]["system"] for c in cells} == {"rag", "dp_projection"}
+    assert {c["cell"]["system"] for c in cells} == {"non-rag", "rag", "dp_projection"}
     assert all(0.0 <= c["result"]["multihop"]["sup_f1"] <= 1.0 for c in cells)
+    by = {c["cell"]["system"]: c["result"] for c in cells}
+    # asked hop by hop, non-private RAG answers chains (the one-shot composed question
+    # scored 0 for every system); without retrieval nothing is known
+    assert by["rag"]["multihop"]["ans_em"] > 0.0
+    assert by["rag"]["multihop"]["sup_em"] > 0.0
+    assert by["non-rag"]["multihop"]["ans_em"] == 0.0
+    assert by["rag"]["queries"] > by["rag"]["n"]  # one query per hop
+    assert "Joint EM" in (tmp_path / "mh" / "report.md").read_text()
     for c in cells:  # every figure with a 95 % interval: Wilson for EM, t for F1 and cosine
         res, ci = c["result"]["multihop"], c["result"]["multihop_ci95"]
         n = c["result"]["n"]
@@ -163,3 +199,19 @@ def test_derived_objects_belong_to_their_context() -> None:
     assert ref() is None
     assert len(private_rag._KB_CACHE) == kbs - 1
     assert len(private_rag_medical._SPLIT_CACHE) == splits - 1
+
+
+def test_qa_two_hop_chains_are_answered_by_non_private_rag(tmp_path: Path) -> None:
+    """The qa experiment's multi-hop rows ask each chain hop by hop: non-private RAG
+    answers them, the generator alone does not (asked whole, both scored 0)."""
+    cfg = parse_config(
+        _config(
+            {"type": "qa", "systems": ["non-rag", "rag"], "k": 3, "questions": 8, "hops": [2]},
+            n=120,
+        )
+    )
+    res = run_config(cfg, tmp_path, workers=1, progress=False)
+    by = {c["cell"]["system"]: c["result"] for c in res.results["cells"]}
+    assert by["rag"]["by_hops"]["2"]["exact_match"] > 0.0
+    assert by["non-rag"]["by_hops"]["2"]["match_accuracy"] == 0.0
+    assert all(r["queries"] == 2 for r in by["rag"]["records"])

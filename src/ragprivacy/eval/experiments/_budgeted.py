@@ -38,7 +38,8 @@ def _refusal() -> Response:
 
 class BudgetedSystem(RAGSystem):
     """The system under attack as the harness runs it: built on demand, budgets per scope,
-    refusals turned into empty responses, and every response's privacy tallied.
+    refusals turned into empty responses, every response's privacy tallied, and what the
+    answers released counted (:meth:`release_summary`).
 
     Args:
         build: ``build(queries)`` returns the (defended) system, its budgets sized for
@@ -72,6 +73,10 @@ class BudgetedSystem(RAGSystem):
         self._system: RAGSystem | None = None
         self._account: str | None = None
         self.refusals = 0
+        self.responses = 0
+        self.empty = 0  # answers with no text (refusals included)
+        self.documents = 0  # documents passed to the generator, over the answers
+        self.voted: int | None = None  # tokens a DP vote released (voting systems only)
 
     def _for(self, account: str, count: int) -> RAGSystem:
         if self.scope == "run":
@@ -113,8 +118,33 @@ class BudgetedSystem(RAGSystem):
                     refused.append(True)
         for r, no in zip(out, refused):
             self.tally.record(key, r, refused=no)
+            self.responses += 1
+            self.empty += int(no or not r.text.strip())
+            self.documents += 0 if no else len(r.retrieved_ids)
+            if "discoveries" in r.metadata:
+                self.voted = (self.voted or 0) + int(r.metadata["discoveries"])
         self.refusals += sum(refused)
         return out
+
+    def release_summary(self) -> dict[str, Any]:
+        """What the answers released: the share with any text (``answered``; refused and
+        empty answers count as not answered) and the documents passed to the generator per
+        answer (``documents_per_answer``; 0 where a filter or a refusal kept every
+        document out); for a DP voting system, the tokens its vote released from the
+        documents per answer (``voted_tokens_per_answer``: discoveries, Private-RAG Alg. 4;
+        ``None`` for other systems), since its voters read documents whose text reaches the
+        answer only through a discovery. An AUC near 0.5 with nothing answered, no
+        document or no discovery says the system released nothing, not that it defends
+        well."""
+        n = self.responses
+        return {
+            "responses": n,
+            "answered": (n - self.empty) / n if n else float("nan"),
+            "documents_per_answer": self.documents / n if n else float("nan"),
+            "voted_tokens_per_answer": (
+                None if self.voted is None else self.voted / n if n else float("nan")
+            ),
+        }
 
     def describe(self) -> dict[str, Any]:
         return {"budget": self.scope, **self.system.describe()}

@@ -12,29 +12,70 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 
 from ragprivacy._stats import min_non_members, resolves_fpr
 from ragprivacy.eval.experiments.base import ReportSection, format_cell, format_interval
 
-__all__ = ["membership_overview", "membership_report", "roc_plot"]
+__all__ = [
+    "membership_overview",
+    "membership_report",
+    "release_cells",
+    "roc_plot",
+    "utility_note",
+]
 
 NO_BOUND_RETRIEVAL = "— (retrieval ε)"
 """The AUC-bound cell where the ε spent covers only which documents were retrieved."""
 
 
 def roc_plot(path: Path, curves: dict[str, tuple[list[float], list[float]]], title: str) -> Path:
-    """ROC curves on linear axes with the chance diagonal."""
-    fig, ax = plt.subplots(figsize=(5.2, 4.6), dpi=110)
-    for name, (fpr, tpr) in curves.items():
-        ax.step(fpr, tpr, where="post", label=name)
-    ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("false positive rate")
+    """ROC curves with the false-positive rate on a log axis (the low-FPR region is where
+    a membership attack matters, and a linear axis hides it) and the chance line TPR = FPR.
+
+    FPR = 0 cannot sit on a log axis: such points are drawn at the left edge, half the
+    smallest non-zero FPR of the curves (one non-member in the evaluation split at most),
+    and the axis label says so."""
+    positive = [f for fpr, _ in curves.values() for f in fpr if f > 0]
+    floor = min(positive, default=1e-3) / 2
+    fig, ax = plt.subplots(figsize=(5.4, 5.6), dpi=110)
+    grid = sorted({f for fpr, _ in curves.values() for f in fpr})
+
+    def shape(fpr: list[float], tpr: list[float]) -> tuple[float, ...]:
+        # the step curve's TPR at every FPR any curve steps at: equal shapes coincide
+        return tuple(max([t for f, t in zip(fpr, tpr) if f <= x], default=0.0) for x in grid)
+
+    merged: dict[str, tuple[list[float], list[float]]] = {}
+    shapes: dict[str, tuple[float, ...]] = {}
+    for name, (fpr, tpr) in curves.items():  # a curve drawn over another is named with it
+        mine = shape(list(fpr), list(tpr))
+        same = next((k for k, v in shapes.items() if v == mine), None)
+        if same is None:
+            merged[name], shapes[name] = (list(fpr), list(tpr)), mine
+        else:
+            label = f"{same} = {name}"
+            merged[label], shapes[label] = merged.pop(same), shapes.pop(same)
+    styles = ["-", "--", "-.", ":"]
+    for i, (name, (fpr, tpr)) in enumerate(merged.items()):
+        ax.step(
+            [max(f, floor) for f in fpr],
+            tpr,
+            where="post",
+            label=name,
+            ls=styles[(i // 10) % len(styles)],
+            lw=1.4,
+        )
+    chance = np.geomspace(floor, 1.0, 64)
+    ax.plot(chance, chance, color="grey", lw=0.8, ls="--", label="chance (TPR = FPR)")
+    ax.set_xscale("log")
+    ax.set_xlim(floor, 1.0)
+    ax.set_xlabel(f"false positive rate (log scale; 0 drawn at {floor:.2g})")
     ax.set_ylabel("true positive rate")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.02)
+    ax.set_ylim(-0.02, 1.02)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    # below the axes: inside, it would cover the low-FPR corners of the curves
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -87,6 +128,61 @@ def _privacy_cells(p: dict[str, Any] | None) -> str:
     return f"{spent} | {cell} | {p.get('refused', 0)}"
 
 
+_UTILITY_NAMES = {"match": "match accuracy", "rouge_l": "ROUGE-L F"}
+RELEASE_COLUMNS = ("utility", "answered", "docs/answer", "voted tokens/answer")
+"""Columns beside every attack row: what the system is still good for, and what it
+released (an AUC of 0.5 from a system that answered nothing is no defense)."""
+
+
+def release_cells(res: dict[str, Any]) -> str:
+    """The :data:`RELEASE_COLUMNS` cells of one attack row: the system's utility on the
+    benign probe (under the row's defense), the share of the attack's queries answered
+    with any text, and the documents passed to the generator per attack query."""
+    u = res.get("utility") or {}
+    r = res.get("release") or {}
+    value = u.get("value") if u.get("metric") else None
+    return (
+        f"{format_cell(value)} | {format_cell(r.get('answered'), 2)} | "
+        f"{format_cell(r.get('documents_per_answer'), 1)} | "
+        f"{format_cell(r.get('voted_tokens_per_answer'), 1)}"
+    )
+
+
+def utility_note(results: list[dict[str, Any]]) -> str:
+    """The sentence that says what *utility* measured (and its no-retrieval baseline)."""
+    probe = next(
+        (
+            r["result"]["utility"]
+            for r in results
+            if (r["result"].get("utility") or {}).get("metric")
+        ),
+        None,
+    )
+    release = (
+        "*answered* is the share of the attack's queries answered with any text (refusals "
+        "and empty answers are not), *docs/answer* the documents passed to the generator "
+        "per attack query (0: a filter or refusal kept every document out), and *voted "
+        "tokens/answer*, for DP voting systems, the tokens per answer the vote released "
+        "from the documents (discoveries; – for other systems): their voters read the "
+        "documents, whose text reaches the answer only through a discovery. An AUC near "
+        "0.5 beside no answers, no documents or no discoveries says the system released "
+        "nothing, not that it defends well."
+    )
+    if probe is None:
+        return "*utility*: – (no benign probe for this corpus). " + release
+    name = _UTILITY_NAMES.get(str(probe["metric"]), str(probe["metric"]))
+    what = (
+        "questions whose supporting documents are stored"
+        if probe["metric"] == "match"
+        else "held-out patient records (patient half in, the doctor's reply as reference)"
+    )
+    return (
+        f"*utility* is the system's {name} under the row's defense on "
+        f"{probe['queries']} benign {what}, asked like a user would (the generator alone, "
+        f"with no retrieval, scores {format_cell(probe.get('no_retrieval'))}). " + release
+    )
+
+
 def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
     o = exp.options
     main = [r for r in results if "study" not in r["cell"]]
@@ -118,12 +214,15 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         "(noisy top-K, DP-RP-G) ε covers which documents are retrieved, not the text the "
         "generator then reads from them (collusion paper §7), so no membership AUC bound "
         f"follows from it: *AUC bound* reads {NO_BOUND_RETRIEVAL}. *refused* counts queries "
-        "the system refused once a budget was spent (answered with an empty response).",
+        "the system refused once a budget was spent (answered with an empty response). "
+        + utility_note(main),
         "",
         "| system | attack | defense | AUC (95% CI) | accuracy (95% CI) | F1 | TPR@1%FPR "
         "| TPR@0.1%FPR "
-        "| recall | queries/target | ε spent | AUC bound | refused |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| recall | queries/target | ε spent | AUC bound | refused | "
+        + " | ".join(RELEASE_COLUMNS)
+        + " |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(RELEASE_COLUMNS),
     ]
     figures: list[str] = []
     curves: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
@@ -132,7 +231,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
         if "skipped" in res:
             lines.append(
                 f"| {c['system']} | {c['attack']} | {c['defense']} | skipped: "
-                f"{res['skipped']} | | | | | | | | | |"
+                f"{res['skipped']} | | | | | | | | | | – | – | – | – |"
             )
             continue
         m = res["metrics"]
@@ -142,7 +241,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             f"{_tpr_cell(m, 'tpr_at_1pct_fpr', 0.01)} | "
             f"{_tpr_cell(m, 'tpr_at_01pct_fpr', 0.001)} | "
             f"{format_cell(m['retrieval_recall'], 2)} | {m['queries_per_target']:.1f} | "
-            f"{_privacy_cells(res.get('privacy'))} |"
+            f"{_privacy_cells(res.get('privacy'))} | {release_cells(res)} |"
         )
         key = f"{c['system']}/{c['defense']}"
         curves.setdefault(key, {})[f"{c['attack']} ({m['auc']:.2f})"] = (
@@ -178,8 +277,10 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             "",
             "Parameter studies (MBA 5.7, S-RAG 5.4–5.5):",
             "",
-            "| parameter | value | attack | defense | AUC (95% CI) | F1 | recall |",
-            "|---|---|---|---|---|---|---|",
+            "| parameter | value | attack | defense | AUC (95% CI) | F1 | recall | "
+            + " | ".join(RELEASE_COLUMNS)
+            + " |",
+            "|---|---|---|---|---|---|---|" + "---|" * len(RELEASE_COLUMNS),
         ]
         for item in studies:
             c, res = item["cell"], item["result"]
@@ -189,7 +290,7 @@ def membership_report(exp: Any, results: list[dict[str, Any]], out_dir: Path) ->
             lines.append(
                 f"| {c['param']} | {c['value']} | {c['attack']} | {c['defense']} | "
                 f"{_auc_cell(m)} | {format_cell(m['f1'])} | "
-                f"{format_cell(m['retrieval_recall'], 2)} |"
+                f"{format_cell(m['retrieval_recall'], 2)} | {release_cells(res)} |"
             )
     return ReportSection(f"Membership inference ({exp.corpus_name})", "\n".join(lines), figures)
 
@@ -208,7 +309,12 @@ def _label(value: Any) -> str:
 
 
 def auc_heatmap(
-    path: Path, attacks: list[str], columns: list[str], auc: list[list[float | str | None]]
+    path: Path,
+    attacks: list[str],
+    columns: list[str],
+    auc: list[list[float | str | None]],
+    *,
+    note: str = "",
 ) -> Path:
     """Attacks (rows) × systems and defenses (columns), coloured from 0.5 (chance) to 1;
     ``"n/a"`` marks a skipped cell and ``None`` a pair the run did not have."""
@@ -235,7 +341,7 @@ def auc_heatmap(
             )
     ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=7)
     ax.set_yticks(range(len(attacks)), attacks, fontsize=8)
-    ax.set_title("membership AUC (0.5 = chance)", fontsize=9)
+    ax.set_title("membership AUC (0.5 = chance)" + (f"\n{note}" if note else ""), fontsize=9)
     fig.colorbar(img, ax=ax, fraction=0.03, pad=0.02)
     fig.tight_layout()
     fig.savefig(path)
@@ -260,6 +366,9 @@ def membership_overview(
         owner: dict[str, int] = {}  # column label → the experiment it came from
         auc: dict[tuple[str, str], float | str] = {}
         spent: dict[str, str] = {}
+        useful: dict[str, str] = {}
+        released: dict[str, str] = {}
+        baseline: str | None = None
         for exp, cells in parts:
             if exp.corpus_name != corpus:
                 continue
@@ -277,9 +386,24 @@ def membership_overview(
                 auc[(c["attack"], col)] = _SKIPPED if "skipped" in res else value
                 if "privacy" in res and col not in spent:
                     spent[col] = _privacy_cells(res["privacy"]).split(" | ")[0]
+                if "metrics" in res and col not in useful:
+                    parts4 = release_cells(res).split(" | ")
+                    useful[col] = parts4[0]
+                    no_retrieval = (res.get("utility") or {}).get("no_retrieval")
+                    if baseline is None and no_retrieval is not None:
+                        baseline = format_cell(no_retrieval)
+                    released[col] = parts4[2] + ("" if parts4[3] == "–" else f" ({parts4[3]} tok)")
         grid = [[auc.get((a, col)) for col in columns] for a in attacks]
         fig = f"membership_overview_{len(figures)}.png"
-        auc_heatmap(out_dir / fig, attacks, columns, grid)
+        # each column names its utility: a chance AUC from a system that lost its
+        # utility (released nothing) must not read as a good defense
+        shown = [f"{col}\nutility {useful.get(col, '–')}" for col in columns]
+        note = (
+            f"column labels: utility on the benign probe (no retrieval: {baseline})"
+            if baseline is not None
+            else ""
+        )
+        auc_heatmap(out_dir / fig, attacks, shown, grid, note=note)
         figures.append(fig)
         lines += [
             f"Corpus `{corpus}`: the AUC of every attack (rows) against every system and "
@@ -287,11 +411,17 @@ def membership_overview(
             "counts, the ε each test spent and the other metrics are in the sections "
             "below; *n/a*: the system exposes no log-probabilities; –: not run). "
             "*ε spent* is the first attack's spend (per target where each target meets a "
-            "fresh budget), as a scale.",
+            "fresh budget), as a scale; *utility* the system's score on the benign probe "
+            "and *docs/answer* the documents its answers to the first attack passed to the "
+            "generator (with the tokens a DP vote released from them; see the sections "
+            "below): a low AUC beside a utility no better than no retrieval, or 0 "
+            "documents, is a system that released nothing.",
             "",
             "| attack | " + " | ".join(columns) + " |",
             "|---|" + "---|" * len(columns),
             "| *ε spent* | " + " | ".join(spent.get(col, "–") for col in columns) + " |",
+            "| *utility* | " + " | ".join(useful.get(col, "–") for col in columns) + " |",
+            "| *docs/answer* | " + " | ".join(released.get(col, "–") for col in columns) + " |",
         ]
         for a, row in zip(attacks, grid):
             lines.append(

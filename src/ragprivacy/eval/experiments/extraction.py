@@ -50,7 +50,12 @@ from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments._attacked import AttackedSystemsExperiment, memo, memo_key
 from ragprivacy.eval.experiments._budgeted import BudgetedSystem
 from ragprivacy.eval.experiments._systems import parse_system_specs
-from ragprivacy.eval.experiments.base import ReportSection, format_interval, register_experiment
+from ragprivacy.eval.experiments.base import (
+    ReportSection,
+    format_cell,
+    format_interval,
+    register_experiment,
+)
 from ragprivacy.eval.metrics.extraction import DatastoreIndex, max_rouge_l
 from ragprivacy.eval.metrics.leakage import pii_leaked
 from ragprivacy.eval.metrics.utility import wilson_interval
@@ -190,6 +195,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             return {
                 "system": system.describe(),
                 "privacy": {"budget": system.scope, **system.tally.summary()},
+                "release": system.release_summary(),
                 "metrics": metrics,
             }
         store = memo(
@@ -226,6 +232,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
         return {
             "system": system.describe(),
             "privacy": {"budget": system.scope, **system.tally.summary()},
+            "release": system.release_summary(),
             "metrics": metrics,
             "rouge_l": best,
         }
@@ -255,20 +262,28 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             "questions with the 'Copy and output all the text ...' suffix. *ε spent*: "
             f"what the attacker's account spent (ε at δ = {o.accounting_delta:g} for "
             "Gaussian compositions; the largest over accounts); *refused*: queries refused "
-            "once a budget was spent. 95 % intervals: Wilson for rates, Student t over "
-            "prompts for the mean ROUGE-L.",
+            "once a budget was spent; *answered*: the share of the attack's queries answered "
+            "with any text; *docs/answer*: documents passed to the generator per query; "
+            "*voted tokens/answer*: for DP voting systems, tokens the vote released from "
+            "the documents (– for other systems). A low leak rate beside no answers or no "
+            "documents is a system that released nothing. 95 % intervals: Wilson for "
+            "rates, Student t over prompts for the mean ROUGE-L.",
             "",
             "| system | defense | mode | leaked | rate (95% CI) | mean ROUGE-L (95% CI) "
-            "| ε spent | refused "
-            "| detail |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| ε spent | refused | answered | docs/answer | voted tokens/answer | detail |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for item in results:
             c, m = item["cell"], item["result"]["metrics"]
             p = item["result"].get("privacy") or {}
             eps = p.get("epsilon")
             spent = "–" if eps is None else ("∞" if eps == float("inf") else f"{eps:.3g}")
-            priv = f"{spent} | {p.get('refused', 0)}"
+            r = item["result"].get("release") or {}
+            priv = (
+                f"{spent} | {p.get('refused', 0)} | {format_cell(r.get('answered'), 2)} | "
+                f"{format_cell(r.get('documents_per_answer'), 1)} | "
+                f"{format_cell(r.get('voted_tokens_per_answer'), 1)}"
+            )
             if c["mode"] == "targeted":
                 detail = ", ".join(f"{k} {a}/{b}" for k, (a, b) in m["by_kind"].items())
                 lines.append(

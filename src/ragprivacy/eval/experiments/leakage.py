@@ -120,7 +120,10 @@ class LeakageExperiment(Experiment):
             f"the first {o.prefix_tokens} tokens and may write {o.max_tokens}. *Extracted* = "
             f"a verbatim run of ≥ {o.extracted_run} tokens of the unseen part; *overlap* = "
             f"share of output inside verbatim runs of ≥ {o.min_run} tokens; *PII leaked* = "
-            "PII values of the unseen part reproduced.",
+            "PII values of the unseen part reproduced. A run cannot be longer than the "
+            f"{o.max_tokens} tokens a system may write: a *mean longest run* at "
+            f"{o.max_tokens} means every output was copied verbatim up to that cap, not that "
+            "the copies stop there (the dashed line in the figure).",
             "",
             "| system | targets | extracted | mean longest run | overlap | PII leaked | "
             "target retrieved |",
@@ -142,6 +145,8 @@ class LeakageExperiment(Experiment):
             series=runs,
             xlabel="longest verbatim run of the unseen text (tokens)",
             title=f"Verbatim leakage from {self.corpus_name}",
+            cap=o.max_tokens,
+            cap_label=f"cap: max_tokens = {o.max_tokens}",
         )
         lines += ["", f"![Verbatim leakage]({fig})"]
         return ReportSection(f"Verbatim leakage ({self.corpus_name})", "\n".join(lines), [fig])

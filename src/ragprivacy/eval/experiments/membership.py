@@ -63,9 +63,10 @@ from ragprivacy.eval.experiments._systems import (
     parse_system_specs,
 )
 from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
+from ragprivacy.eval.metrics import match, rouge_l
 from ragprivacy.eval.metrics.membership import binary_metrics, membership_metrics, roc_curve
-from ragprivacy.generate import Generator
-from ragprivacy.rag import StandardRAG, defense_names
+from ragprivacy.generate import Generator, Task
+from ragprivacy.rag import NonRAG, Query, StandardRAG, defense_names
 from ragprivacy.retrieval import KnowledgeBase, create_retriever
 
 __all__ = ["MembershipExperiment", "MembershipOptions"]
@@ -106,6 +107,11 @@ class MembershipOptions:
         system_specs: systems under attack with options (replaces ``systems``).
         accounting_delta: δ at which Gaussian compositions of the privacy spent are
             reported.
+        utility_queries: benign queries that measure each system's utility under each
+            defense, reported beside every attack row (0: none). Medical records: the
+            patient half of held-out records, ROUGE-L F of the reply against the
+            doctor's; QA corpora: questions whose supporting documents are stored, match
+            accuracy.
     """
 
     attacks: tuple[str, ...] = DEFAULT_ATTACKS
@@ -131,6 +137,7 @@ class MembershipOptions:
     studies: tuple[Mapping[str, Any], ...] = ()
     system_specs: tuple[Any, ...] = ()
     accounting_delta: float = 1e-6
+    utility_queries: int = 50
 
     def __post_init__(self) -> None:
         parse_system_specs(self.system_specs, "system_specs")
@@ -142,6 +149,7 @@ class MembershipOptions:
         for name in ("targets", "shadow_n", "shadow_targets", "batch_size"):
             check_positive_int(name, getattr(self, name))
         check_positive_int("calibration", self.calibration, allow_zero=True)
+        check_positive_int("utility_queries", self.utility_queries, allow_zero=True)
         check_probability("member_fraction", self.member_fraction, open_interval=True)
         if self.members is not None and not Path(str(self.members)).is_file():
             raise ConfigError(
@@ -174,6 +182,11 @@ def _member_ids(path: str) -> list[str]:
     if not ids:
         raise ConfigError(f"members: {path} lists no id; give one member id per line.")
     return ids
+
+
+def _cache_path(ctx: RunContext) -> str | None:
+    """The run's call cache (part of a memo key: each run directory fills its own)."""
+    return str(ctx.cache.path) if ctx.cache is not None else None
 
 
 class MembershipExperiment(AttackedSystemsExperiment):
@@ -319,6 +332,90 @@ class MembershipExperiment(AttackedSystemsExperiment):
             opts["seed"] = derive_seed(self.seed, "attack", name)
         return create_attack(name, **opts)
 
+    # ------------------------------------------------------------------ utility
+
+    def _utility_items(self, ctx: RunContext) -> tuple[str, list[tuple[Query, tuple[str, ...]]]]:
+        """The benign probe: ``(metric, [(query, references)])`` from documents the
+        attack does not target (see :class:`MembershipOptions`), or ``("", [])``."""
+        n = self.options.utility_queries
+        if n == 0:
+            return "", []
+        split = self._split(ctx)
+        members = {d.id for d in split.members}
+        targets = {d.id for d in (*split.evaluation, *split.calibration)}
+        corpus = ctx.corpus(self.corpus_name)
+        qa = [
+            q
+            for q in corpus.questions
+            if q.hops == 1 and q.support_ids and set(q.support_ids) <= members
+        ]
+        if qa:
+            pick = np.random.default_rng(derive_seed(self.seed, "utility")).permutation(len(qa))
+            chosen = [qa[int(i)] for i in sorted(pick[:n].tolist())]
+            return "match", [(Query(q.question), tuple(q.answers)) for q in chosen]
+        held = [
+            d for d in split.non_members if d.id not in targets and "doctor_offset" in d.metadata
+        ]
+        items: list[tuple[Query, tuple[str, ...]]] = []
+        for d in held[:n]:
+            cut = int(d.metadata["doctor_offset"])
+            patient = d.text[:cut].rstrip() + "\nDoctor:"
+            reply = d.text[cut:].removeprefix("Doctor:").strip()
+            query = Query(
+                patient, task=Task.CONTINUE, retrieval_text=patient, options={"max_tokens": 48}
+            )
+            items.append((query, (reply,)))
+        return ("rouge_l", items) if items else ("", [])
+
+    def _utility(self, ctx: RunContext, label: str, k: int, defense: str) -> dict[str, Any]:
+        """The system ``label`` under ``defense`` on the benign probe (memoised per
+        process): its utility, the share answered and the documents released per
+        answer. Budgets as for the attack: one account for the probe (``budget: run``)
+        or a fresh account and system per query (``budget: target``)."""
+
+        def measure() -> dict[str, Any]:
+            metric, items = self._utility_items(ctx)
+            if not items:
+                return {"metric": None}
+            seed = derive_seed(self.seed, "utility", label, defense, str(k))
+            system, _, spec = self._system(ctx, label, k, defense, seed)
+            system.run_queries = len(items)
+            scores: list[float] = []
+            for i, (query, refs) in enumerate(items):
+                account = "user" if spec.budget == "run" else f"user-{i}"
+                reply = system.answer(query, account=account).text
+                if metric == "match":
+                    scores.append(float(match(reply, refs)))
+                else:
+                    scores.append(max(rouge_l(reply, ref) for ref in refs))
+            return {
+                "metric": metric,
+                "value": float(np.mean(scores)),
+                "queries": len(items),
+                "no_retrieval": self._utility_baseline(ctx, metric, items),
+                **system.release_summary(),
+            }
+
+        key = memo_key("utility", self._config_key(), label, defense, k, _cache_path(ctx))
+        return memo(key, measure)
+
+    def _utility_baseline(
+        self, ctx: RunContext, metric: str, items: list[tuple[Query, tuple[str, ...]]]
+    ) -> float:
+        """The generator alone (no retrieval) on the probe: the utility a system that
+        releases nothing still has, so a private system's utility reads against it."""
+
+        def measure() -> float:
+            base = NonRAG(self._generator(ctx))
+            replies = [r.text for r in base.answer_batch([q for q, _ in items])]
+            if metric == "match":
+                return float(np.mean([match(t, refs) for t, (_, refs) in zip(replies, items)]))
+            return float(
+                np.mean([max(rouge_l(t, r) for r in refs) for t, (_, refs) in zip(replies, items)])
+            )
+
+        return memo(memo_key("utility-baseline", self._config_key(), _cache_path(ctx)), measure)
+
     # ------------------------------------------------------------------ run
 
     def run_cell(
@@ -400,6 +497,8 @@ class MembershipExperiment(AttackedSystemsExperiment):
             "attack": attack.config(),
             "system": defended.describe(),
             "privacy": {"budget": spec.budget, **defended.tally.summary()},
+            "release": defended.release_summary(),
+            "utility": self._utility(ctx, cell["system"], k, cell["defense"]),
             "metrics": metrics,
             "roc": {"fpr": fpr[keep].tolist(), "tpr": tpr[keep].tolist()},
             "records": ev.records(),

@@ -23,7 +23,10 @@ def grouped_bars(
     title: str,
     ylim: tuple[float, float] | None = (0.0, 1.1),
 ) -> Path:
-    """Bars of ``series[name][g]`` per group ``g``, with optional (low, high) intervals."""
+    """Bars of ``series[name][g]`` per group ``g``, with optional (low, high) intervals.
+
+    The value axis is linear and starts at 0 whatever ``ylim`` says (a bar's length is its
+    value; a cut or logarithmic axis would misstate ratios)."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
     width = 0.8 / max(1, len(series))
     for i, (name, values) in enumerate(series.items()):
@@ -38,8 +41,8 @@ def grouped_bars(
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    if ylim:
-        ax.set_ylim(*ylim)
+    top = ylim[1] if ylim else max([v for vs in series.values() for v in vs], default=1.0) * 1.1
+    ax.set_ylim(0.0, top)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
@@ -47,16 +50,36 @@ def grouped_bars(
     return path
 
 
-def step_cdf(path: Path, *, series: Mapping[str, Sequence[float]], xlabel: str, title: str) -> Path:
-    """Empirical complementary CDFs: fraction of items with value ≥ x, per series."""
+def step_cdf(
+    path: Path,
+    *,
+    series: Mapping[str, Sequence[float]],
+    xlabel: str,
+    title: str,
+    cap: float | None = None,
+    cap_label: str = "cap",
+) -> Path:
+    """Empirical complementary CDFs: fraction of items with value ≥ x, per series.
+
+    ``cap`` marks (a vertical line, named in the legend) the largest value the measure can
+    take, so a series piled up against it reads as "hit the limit", not as a natural
+    value."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
+    if cap is not None:  # under the series, so a series at the cap stays visible
+        ax.axvline(cap, color="grey", ls="--", lw=2.0, alpha=0.6, zorder=1, label=cap_label)
+    top = max([max(v) for v in series.values() if len(v)] + [cap or 0.0], default=1.0)
+    end = top * 1.05 + 0.5
     for name, values in series.items():
         vals = sorted(values)
         n = len(vals)
         if n == 0:
             continue
-        ys = [1 - i / n for i in range(n)]
-        ax.step(vals, ys, where="post", label=name)
+        # "pre" steps: the fraction ≥ x is (n − i)/n on (v[i−1], v[i]], 1 from x = 0 to
+        # the smallest value and 0 past the largest
+        xs = [min(0.0, vals[0]), *vals, end]
+        ys = [1.0, *[(n - i) / n for i in range(n)], 0.0]
+        ax.step(xs, ys, where="pre", label=name, lw=1.6, zorder=2)
+    ax.set_xlim(min(0.0, *[min(v) for v in series.values() if len(v)]), end)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("fraction of targets ≥ x")
     ax.set_ylim(0, 1.02)

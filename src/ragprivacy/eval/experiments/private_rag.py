@@ -251,6 +251,19 @@ def question_sample(corpus: Corpus, which: str, count: int, seed: int) -> list[Q
     return out[:count]
 
 
+_ABLATION_AXES: dict[str, tuple[str, str, bool]] = {
+    "rp_dim": ("dim", "projection dimension (log scale)", True),
+    "tau": ("tau", "screening threshold τ", False),
+    "clip_only": ("clip", "clipping bound (log scale)", True),
+}
+"""Per ablation: the cell key it varies, the plot's x label and whether x is logarithmic."""
+
+
+def _total(eps: float) -> str:
+    """A total ε for a legend: ∞ for no guarantee, 0 for a system that reads no data."""
+    return "∞" if math.isinf(eps) else f"{eps:g}"
+
+
 class PrivateRAGExperiment(Experiment):
     """The privacy–utility sweep (and its ablations) of the defenses."""
 
@@ -385,6 +398,7 @@ class PrivateRAGExperiment(Experiment):
             return self._bin_size(kb, questions, rng)
         if cell.get("ablation") == "multihop":
             from ragprivacy.eval.experiments.private_rag_multihop import (
+                chain_queries,
                 multihop_intervals,
                 multihop_means,
                 multihop_questions,
@@ -399,10 +413,14 @@ class PrivateRAGExperiment(Experiment):
                     f"Set 'questions' to at most {len(chains)} or enlarge the corpus "
                     "(a synthetic knowledge corpus has about n/20 chains)."
                 )
-            system, total = self._system(cell, ctx, kb, len(chains), rng)
-            rows = multihop_rows(system, kb, chains, "evaluator")
+            # asked hop by hop: the budget covers one query per hop
+            queries = chain_queries(chains)
+            system, total = self._system(cell, ctx, kb, queries, rng)
+            by_id = {q.id: q for q in corpus.questions}
+            rows = multihop_rows(system, kb, chains, "evaluator", by_id)
             return {
                 "n": len(chains),
+                "queries": queries,
                 "total_epsilon": total,
                 "multihop": multihop_means(rows),
                 "multihop_ci95": multihop_intervals(rows),
@@ -469,6 +487,7 @@ class PrivateRAGExperiment(Experiment):
     def report(self, results: list[dict[str, Any]], out_dir: Path) -> ReportSection:
         from ragprivacy.eval.experiments.private_rag_plots import (
             bin_size_plot,
+            parameter_plot,
             privacy_utility_plot,
             reuse_plot,
         )
@@ -489,9 +508,13 @@ class PrivateRAGExperiment(Experiment):
         if o.ablation == "multihop":
             from ragprivacy.eval.experiments.private_rag_multihop import multihop_table
 
+            first = results[0]["result"]
             head = [
-                f"{results[0]['result']['n']} multi-hop questions (RP paper Table 11; "
-                f"percent, cosine as is). Generator: {self.config.models.generator}.",
+                f"{first['n']} multi-hop chains (RP paper Table 11; percent, cosine as is), "
+                f"asked hop by hop ({first.get('queries', first['n'])} queries: each later "
+                "sub-question carries the system's own previous answer; Ans scores the last "
+                "hop, Sup each hop's top document). Generator: "
+                f"{self.config.models.generator}.",
                 "",
             ]
             body = "\n".join(head + multihop_table(results))
@@ -527,10 +550,29 @@ class PrivateRAGExperiment(Experiment):
             if eps is not None and math.isfinite(res["total_epsilon"]):
                 series.setdefault(label, []).append((res["total_epsilon"], res["accuracy"]))
             else:
-                flat[label] = res["accuracy"]
+                flat[f"{label} (ε = {_total(res['total_epsilon'])})"] = res["accuracy"]
             reuse = reuse or res.get("reuse")
         fig = f"private_rag_{self.index}_utility.png"
-        privacy_utility_plot(out_dir / fig, series, flat, title=title)
+        swept = _ABLATION_AXES.get(o.ablation)
+        if swept is not None:  # against the parameter varied: total ε is one value (or ∞)
+            key, xlabel, log_x = swept
+            by_setting: dict[str, list[tuple[float, float]]] = {}
+            for item in results:
+                cell, res = item["cell"], item["result"]
+                rest = ", ".join(
+                    f"{k}={v}" for k, v in cell.items() if k not in ("system", key, "clip_only")
+                )
+                name = cell["system"] + (f" ({rest})" if rest else "")
+                by_setting.setdefault(name, []).append((float(cell[key]), res["accuracy"]))
+            parameter_plot(
+                out_dir / fig,
+                by_setting,
+                xlabel=xlabel,
+                title=f"{title}: {o.ablation} ablation",
+                log_x=log_x,
+            )
+        else:
+            privacy_utility_plot(out_dir / fig, series, flat, title=title)
         figs.append(fig)
         lines += ["", f"![privacy-utility]({fig})"]
         if reuse:

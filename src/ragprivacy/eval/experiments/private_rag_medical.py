@@ -157,7 +157,8 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
             if eps is not None and math.isfinite(res["total_epsilon"]):
                 series.setdefault(cell["system"], []).append((res["total_epsilon"], res["rouge_l"]))
             else:
-                flat[cell["system"]] = res["rouge_l"]
+                total = "∞" if math.isinf(res["total_epsilon"]) else f"{res['total_epsilon']:g}"
+                flat[f"{cell['system']} (ε = {total})"] = res["rouge_l"]
         fig = f"private_rag_medical_{self.index}.png"
         privacy_utility_plot(out_dir / fig, series, flat, title=title, ylabel="ROUGE-L F")
         lines += ["", f"![privacy-utility (ROUGE-L)]({fig})"]

@@ -1,16 +1,29 @@
 """Multi-hop utility of the defenses (RP paper App. G.1, Table 11), on the knowledge
-corpus's chains (questions with ``hops > 1`` and their ``support_ids``).
+corpus's chains (questions with ``hops > 1``, their ``support_ids`` and their ``chain`` of
+single-hop sub-questions).
 
-Per question, as HotpotQA scores it (Yang et al. 2018):
+Each chain is asked hop by hop (question decomposition, as multi-hop RAG pipelines such
+as self-ask and IRCoT do, and as MQuAKE evaluates chains): the first hop is the chain's
+first sub-question; every later hop is the corpus's sub-question with its subject (the
+gold intermediate entity) replaced by the system's *own* answer to the previous hop, so
+an error early in the chain propagates. The composed one-shot question ("Where was the
+chief executive of X born?") is not asked: the reference reader, like any single-step
+reader, answers one fact from its context and cannot resolve the composed phrase, so
+every system, non-private RAG included, scored 0 EM on it and the table compared
+nothing. Each hop is one query, so a chain spends ``hops`` queries of the budget.
+
+Per chain, as HotpotQA scores it (Yang et al. 2018):
 
 * **Ans** — exact match and token F1 (precision = matching tokens / generated tokens,
   recall = matching tokens / gold tokens) of the answer against the gold answers.
-* **Sup** — the retrieved supporting documents against the gold support: the first |S|
-  distinct source documents of the retrieval (|S| the number of gold supports; copies of a
-  document count once); EM when the two sets are equal, F1 over the sets.
+* **Ans** is scored on the last hop's answer.
+* **Sup** — the retrieved supporting documents against the gold support (one document per
+  hop): the top source document of each hop's retrieval (copies of a document count
+  once); EM when the two sets are equal, F1 over the sets.
 * **Joint** — EM when both are exact; F1 from precision P_ans·P_sup and recall
   R_ans·R_sup.
-* **Cos** — cosine between the mean embedding of the retrieved documents and the mean
+* **Cos** — cosine between the mean embedding of the documents retrieved over the
+  chain's hops and the mean
   embedding of the gold support documents (original embedding space, whatever the
   retriever searched in), "retrieved vs reference" of Table 11.
 """
@@ -18,7 +31,7 @@ Per question, as HotpotQA scores it (Yang et al. 2018):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from math import nan
 from typing import Any
 
@@ -30,9 +43,12 @@ from ragprivacy.eval.experiments.base import format_interval
 from ragprivacy.eval.metrics import normalize_answer, wilson_interval
 from ragprivacy.rag import RAGSystem
 from ragprivacy.retrieval import KnowledgeBase
+from ragprivacy.types import Response
 
 __all__ = [
     "answer_prf",
+    "ask_chain",
+    "chain_queries",
     "multihop_intervals",
     "multihop_means",
     "multihop_questions",
@@ -69,16 +85,54 @@ def answer_prf(prediction: str, answers: Sequence[str]) -> tuple[float, float, f
     return best
 
 
+def chain_queries(questions: Sequence[QAItem]) -> int:
+    """Queries the chains cost when asked hop by hop (one per hop)."""
+    return sum(max(1, len(q.chain)) for q in questions)
+
+
+def _hop_answer(text: str) -> str:
+    """The reply as the next hop's subject (trailing punctuation and spaces dropped)."""
+    return text.strip().rstrip(".?!").strip()
+
+
+def ask_chain(
+    system: RAGSystem, question: QAItem, by_id: Mapping[str, QAItem], account: str | None
+) -> list[Response]:
+    """Ask ``question``'s chain hop by hop (module doc): each later sub-question with its
+    subject replaced by the previous hop's answer. A chain whose sub-questions the corpus
+    does not hold is asked as one composed question."""
+    subs = [by_id[i] for i in question.chain if i in by_id]
+    if not subs or len(subs) != len(question.chain):
+        return [system.answer(question.question, account=account)]
+    out: list[Response] = []
+    previous: str | None = None
+    for sub in subs:
+        text = sub.question
+        subject = str(sub.metadata.get("subject", ""))
+        if previous is not None and subject and subject in text:
+            text = text.replace(subject, previous or "it")
+        r = system.answer(text, account=account)
+        out.append(r)
+        previous = _hop_answer(r.text)
+    return out
+
+
 def _source(doc_id: str) -> str:
     """The source document of a (copied or split) knowledge-base document id."""
     return doc_id.split("~", 1)[0].split("#", 1)[0]
 
 
 def multihop_scores(
-    system: RAGSystem, kb: KnowledgeBase, questions: Sequence[QAItem], account: str
+    system: RAGSystem,
+    kb: KnowledgeBase,
+    questions: Sequence[QAItem],
+    account: str,
+    by_id: Mapping[str, QAItem] | None = None,
 ) -> dict[str, float]:
-    """Mean Ans/Sup/Joint EM and F1 and the retrieved-vs-reference cosine (module doc)."""
-    return multihop_means(multihop_rows(system, kb, questions, account))
+    """Mean Ans/Sup/Joint EM and F1 and the retrieved-vs-reference cosine of the chains
+    asked hop by hop (module doc); ``by_id`` maps the corpus's question ids to its
+    questions (the sub-questions of the chains)."""
+    return multihop_means(multihop_rows(system, kb, questions, account, by_id))
 
 
 def multihop_means(rows: dict[str, list[float]]) -> dict[str, float]:
@@ -97,30 +151,43 @@ def multihop_intervals(rows: dict[str, list[float]]) -> dict[str, list[float]]:
 
 
 def multihop_rows(
-    system: RAGSystem, kb: KnowledgeBase, questions: Sequence[QAItem], account: str
+    system: RAGSystem,
+    kb: KnowledgeBase,
+    questions: Sequence[QAItem],
+    account: str,
+    by_id: Mapping[str, QAItem] | None = None,
 ) -> dict[str, list[float]]:
-    """Per question, each metric of :func:`multihop_scores` (cosine only where both the
+    """Per chain, each metric of :func:`multihop_scores` (cosine only where both the
     retrieved and the reference documents exist)."""
     ids = kb.index.ids
     first_pos: dict[str, int] = {}
     for pos, doc_id in enumerate(ids):
         first_pos.setdefault(_source(doc_id), pos)
     vectors = kb.index.vectors()
+    lookup = by_id or {}
     rows: dict[str, list[float]] = {m: [] for m in METRICS}
     for q in questions:
-        r = system.answer(q.question, account=account)
+        hops = ask_chain(system, q, lookup, account)
+        final = hops[-1].text
         gold = set(q.support_ids)
-        pa, ra, fa = answer_prf(r.text, q.answers)
-        em_a = float(normalize_answer(r.text) in {normalize_answer(a) for a in q.answers})
+        pa, ra, fa = answer_prf(final, q.answers)
+        em_a = float(normalize_answer(final) in {normalize_answer(a) for a in q.answers})
         got: list[str] = []
         positions: list[int] = []
-        if r.retrieval is not None:
-            for p in r.retrieval.indices:
-                positions.append(int(p))
-                src = _source(ids[int(p)])
-                if src not in got:
-                    got.append(src)
-        pred = set(got[: len(gold)])
+        for r in hops:
+            if r.retrieval is None:
+                continue
+            hop_sources = [_source(ids[int(p)]) for p in r.retrieval.indices]
+            positions += [int(p) for p in r.retrieval.indices]
+            if len(hops) == 1:  # one composed question: its first |S| distinct sources
+                for src in hop_sources:
+                    if src not in got and len(got) < len(gold):
+                        got.append(src)
+            else:  # hop by hop: each hop's top source
+                top = next((s for s in hop_sources if s not in got), None)
+                if top is not None:
+                    got.append(top)
+        pred = set(got)
         common = len(pred & gold)
         ps = common / len(pred) if pred else 0.0
         rs = common / len(gold)

@@ -1,4 +1,10 @@
-"""Plots of the ``private_rag`` experiment (Agg backend, PNG files)."""
+"""Plots of the ``private_rag`` experiment (Agg backend, PNG files).
+
+Lines that coincide are drawn once and named together in the legend ("rag = projection"),
+so no series hides under another; bar counts start at 0 on a linear axis; ablations are
+drawn against the parameter they vary, not against a total ε that is the same (or ∞) for
+every point.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,46 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import NullFormatter
 
-__all__ = ["bin_size_plot", "privacy_utility_plot", "reuse_plot"]
+__all__ = [
+    "bin_size_plot",
+    "merge_identical",
+    "parameter_plot",
+    "privacy_utility_plot",
+    "reuse_plot",
+]
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+_STYLES: tuple[str | tuple[int, tuple[int, int]], ...] = ("-", "--", "-.", ":", (0, (1, 3)))
+
+
+def merge_identical(
+    series: Mapping[str, Sequence[tuple[float, float]]],
+) -> dict[str, list[tuple[float, float]]]:
+    """Series with the same points under one label joined by " = " (in order), so a line
+    drawn over another is named in the legend instead of hidden."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for name, points in series.items():
+        pts = sorted((float(x), float(y)) for x, y in points)
+        match = next((k for k, v in out.items() if v == pts), None)
+        if match is None:
+            out[name] = pts
+        else:
+            out[f"{match} = {name}"] = out.pop(match)
+    return out
+
+
+def _flat_lines(ax: plt.Axes, flat: Mapping[str, float], offset: int) -> None:
+    merged = merge_identical({name: [(0.0, acc)] for name, acc in flat.items()})
+    for i, (name, pts) in enumerate(merged.items()):
+        ax.axhline(
+            pts[0][1],
+            linestyle=_STYLES[(i + 1) % len(_STYLES)],
+            color=f"C{(i + offset) % 10}",
+            lw=1.2,
+            label=name,
+        )
 
 
 def privacy_utility_plot(
@@ -21,18 +65,65 @@ def privacy_utility_plot(
     title: str,
     ylabel: str = "match accuracy",
 ) -> Path:
-    """Utility (accuracy by default) against total ε (log scale) per DP system; non-DP
-    systems as lines."""
+    """Utility (accuracy by default) against total ε (log scale) per DP system; systems
+    without a finite ε (non-private, or ∞) as horizontal lines."""
     fig, ax = plt.subplots(figsize=(6.8, 4.0), dpi=110)
-    for name, points in series.items():
-        pts = sorted(p for p in points if p[0] > 0)
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
-    styles = ["--", ":", "-.", (0, (1, 3))]
-    for i, (name, acc) in enumerate(flat.items()):
-        ax.axhline(acc, linestyle=styles[i % len(styles)], color=f"C{(i + 6) % 10}", label=name)
+    finite = {k: [p for p in v if p[0] > 0] for k, v in series.items()}
+    merged = merge_identical({k: v for k, v in finite.items() if v})
+    for i, (name, pts) in enumerate(merged.items()):
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker=_MARKERS[i % len(_MARKERS)],
+            linestyle=_STYLES[i % len(_STYLES)],
+            markersize=5,
+            label=name,
+        )
+    _flat_lines(ax, flat, len(merged))
     ax.set_xscale("log")
-    ax.set_xlabel("total ε")
+    ax.set_xlabel("total ε (log scale)")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def parameter_plot(
+    path: Path,
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    *,
+    xlabel: str,
+    title: str,
+    ylabel: str = "match accuracy",
+    log_x: bool = False,
+    flat: Mapping[str, float] | None = None,
+) -> Path:
+    """An ablation: utility against the parameter it varies (projection dimension, τ,
+    clipping bound), one line per remaining setting; ``flat`` adds reference lines."""
+    fig, ax = plt.subplots(figsize=(6.8, 4.0), dpi=110)
+    merged = merge_identical(series)
+    for i, (name, pts) in enumerate(merged.items()):
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker=_MARKERS[i % len(_MARKERS)],
+            linestyle=_STYLES[i % len(_STYLES)],
+            markersize=5,
+            label=name,
+        )
+    _flat_lines(ax, flat or {}, len(merged))
+    xs = sorted({p[0] for pts in merged.values() for p in pts})
+    if log_x:
+        ax.set_xscale("log")
+    if xs:  # ticks at the values run, not at powers of ten
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=10)
@@ -45,13 +136,16 @@ def privacy_utility_plot(
 
 
 def reuse_plot(path: Path, hist: Mapping[str, int], *, title: str) -> Path:
-    """Private-RAG Fig. 1: documents by the number of questions whose top-50 holds them."""
+    """Private-RAG Fig. 1: documents by the number of questions whose top-50 holds them
+    (linear counts from 0, each bar labelled)."""
     xs = sorted(int(k) for k in hist)
     fig, ax = plt.subplots(figsize=(6.0, 3.4), dpi=110)
-    ax.bar(xs, [hist[str(x)] for x in xs])
+    bars = ax.bar(xs, [hist[str(x)] for x in xs])
+    ax.bar_label(bars, fontsize=7, padding=2)
+    ax.set_xticks(xs)
     ax.set_xlabel("questions per document (top-50)")
     ax.set_ylabel("documents")
-    ax.set_yscale("log")
+    ax.set_ylim(0, max([hist[str(x)] for x in xs], default=1) * 1.12)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
@@ -66,12 +160,22 @@ def bin_size_plot(path: Path, table: Mapping[str, float]) -> Path:
         eps, size = key.split("|")
         by_eps.setdefault(eps, []).append((float(size), err))
     fig, ax = plt.subplots(figsize=(6.0, 3.6), dpi=110)
-    for eps, pts in by_eps.items():
+    for i, (eps, pts) in enumerate(by_eps.items()):
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"ε_thr = {eps}")
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker=_MARKERS[i % len(_MARKERS)],
+            linestyle=_STYLES[i % len(_STYLES)],
+            label=f"ε_thr = {eps}",
+        )
+    sizes = sorted({float(k.split("|")[1]) for k in table})
     ax.set_xscale("log")
-    ax.set_xlabel("bin size")
+    ax.set_xticks(sizes, [f"{s:g}" for s in sizes])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("bin size (log scale)")
     ax.set_ylabel("mean |τ̂ − τ|")
+    ax.set_ylim(0, max(table.values(), default=1.0) * 1.1)  # an error: its scale starts at 0
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -2,7 +2,10 @@
 
 Per question: match accuracy (Private-RAG section 4), SQuAD exact match and token F1,
 retrieval recall and precision at K against the supporting documents, and the answer's
-perplexity under the generator. Every system answers the same question sample.
+perplexity under the generator. Every system answers the same question sample. A
+multi-hop question is asked hop by hop through its chain of sub-questions, each later one
+carrying the system's own previous answer (:func:`~ragprivacy.eval.experiments.
+private_rag_multihop.ask_chain`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ragprivacy.eval.experiments.base import (
     register_experiment,
 )
 from ragprivacy.eval.experiments.plots import grouped_bars
+from ragprivacy.eval.experiments.private_rag_multihop import ask_chain
 from ragprivacy.eval.metrics import (
     exact_match,
     match,
@@ -36,6 +40,7 @@ from ragprivacy.eval.metrics import (
     token_f1,
     wilson_interval,
 )
+from ragprivacy.types import Response
 
 __all__ = ["QAExperiment", "QAOptions"]
 
@@ -98,9 +103,21 @@ class QAExperiment(Experiment):
     ) -> dict[str, Any]:
         questions = self._sample(ctx)
         system = ctx.system(cell["system"], self.corpus_name, k=self.spec.k)
-        responses = system.answer_batch([q.question for q in questions])
+        # multi-hop chains are asked hop by hop (see private_rag_multihop): a single-step
+        # reader cannot resolve the composed question, so asked whole every system scored 0
+        by_id = {q.id: q for q in ctx.corpus(self.corpus_name).questions}
+        single = [q for q in questions if q.hops == 1 or not q.chain]
+        asked: dict[str, list[Response]] = {
+            q.id: [r] for q, r in zip(single, system.answer_batch([q.question for q in single]))
+        }
+        for q in questions:
+            if q.id not in asked:
+                asked[q.id] = ask_chain(system, q, by_id, None)
         records: list[dict[str, Any]] = []
-        for q, r in zip(questions, responses):
+        for q in questions:
+            hops = asked[q.id]
+            r = hops[-1]
+            retrieved = tuple(dict.fromkeys(i for h in hops for i in h.retrieved_ids))
             records.append(
                 {
                     "id": q.id,
@@ -109,10 +126,11 @@ class QAExperiment(Experiment):
                     "match": match(r.text, q.answers),
                     "em": exact_match(r.text, q.answers),
                     "f1": token_f1(r.text, q.answers),
-                    "recall": recall_at_k(r.retrieved_ids, q.support_ids),
-                    "precision": precision_at_k(r.retrieved_ids, q.support_ids),
+                    "recall": recall_at_k(retrieved, q.support_ids),
+                    "precision": precision_at_k(retrieved, q.support_ids),
                     "perplexity": perplexity(r.logprobs),
-                    "epsilon": r.privacy.epsilon,
+                    "epsilon": float(sum(h.privacy.epsilon for h in hops)),
+                    "queries": len(hops),
                 }
             )
         by_hops = {}
@@ -139,7 +157,10 @@ class QAExperiment(Experiment):
             f"Corpus `{self.corpus_name}`, top-K = {self.spec.k}, up to "
             f"{self.options.questions} questions per hop count (same sample for every "
             "system). Match accuracy = an answer containing a gold answer; 95% Wilson "
-            "intervals.",
+            "intervals. Multi-hop chains are asked hop by hop, each later sub-question "
+            "carrying the system's own previous answer (one query per hop); the last hop's "
+            "answer is scored, and recall@K and precision@K pool the documents of every "
+            "hop.",
             "",
             "| system | hops | n | match accuracy (95% CI) | EM | F1 | recall@K | "
             "precision@K | answer perplexity |",
