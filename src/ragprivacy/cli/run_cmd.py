@@ -4,6 +4,7 @@ config) and ``ragprivacy backends`` (what each registry holds)."""
 from __future__ import annotations
 
 import json
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -32,7 +33,23 @@ def _run(
         from ragprivacy.errors import ConfigError
 
         raise ConfigError(f"The '--workers' option must be >= 1; got {workers}.")
-    result = run_config(config, out, workers=workers, progress=progress, config_path=shown)
+    from ragprivacy.errors import RunInterruptedError
+
+    try:
+        result = run_config(config, out, workers=workers, progress=progress, config_path=shown)
+    except RunInterruptedError as exc:
+        if preset is not None:
+            again = ["ragprivacy", "demo", "--out", str(out)]
+        else:
+            again = ["ragprivacy", "run", str(config_path), "--out", str(out)]
+        if workers is not None:
+            again += ["--workers", str(workers)]
+        raise RunInterruptedError(
+            f"{exc} Resume with: {shlex.join(again)}",
+            finished=exc.finished,
+            total=exc.total,
+            signum=exc.signum,
+        ) from None
     typer.echo(f"wrote {result.report_path} and {result.results_path}")
 
 
