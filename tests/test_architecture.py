@@ -14,7 +14,17 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ragprivacy"
-SHARED = {"errors", "_auc", "_random", "_validation", "_registry", "_sqlite", "_typing", "__main__"}
+SHARED = {
+    "errors",
+    "_auc",
+    "_random",
+    "_resources",
+    "_validation",
+    "_registry",
+    "_sqlite",
+    "_typing",
+    "__main__",
+}
 
 DOC = SRC.parents[1] / "docs" / "architecture.md"
 

@@ -16,7 +16,12 @@ DEMO_CONFIG = "demo.yaml"
 
 
 def _run(
-    config_path: Path | None, preset: str | None, out: Path, workers: int | None, progress: bool
+    config_path: Path | None,
+    preset: str | None,
+    out: Path,
+    workers: int | None,
+    progress: bool,
+    force: bool = False,
 ) -> None:
     from ragprivacy.eval import load_config, parse_config, run_config
 
@@ -36,7 +41,9 @@ def _run(
     from ragprivacy.errors import RunInterruptedError
 
     try:
-        result = run_config(config, out, workers=workers, progress=progress, config_path=shown)
+        result = run_config(
+            config, out, workers=workers, progress=progress, config_path=shown, force=force
+        )
     except RunInterruptedError as exc:
         if preset is not None:
             again = ["ragprivacy", "demo", "--out", str(out)]
@@ -62,9 +69,18 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("out"), "--out", help="Output directory."),
         workers: int | None = typer.Option(None, "--workers", help="Processes (default: config)."),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="Run even if the estimate of the corpora and sweeps says it will not fit "
+            "in memory or takes over an hour.",
+        ),
     ) -> None:
-        """Run an experiment config; write results.json, report.md and PNG plots."""
-        _run(config, None, out, workers, progress)
+        """Run an experiment config; write results.json, report.md and PNG plots.
+
+        Ctrl-C (or SIGTERM) stops it within seconds; finished cells are kept, and the
+        same command resumes."""
+        _run(config, None, out, workers, progress, force)
 
     @app.command("demo")
     def demo(

@@ -36,6 +36,7 @@ from ragprivacy.corpus.io import (
 from ragprivacy.corpus.synthetic import (
     background_texts,
     register_synthetic_kind,
+    synthesis_estimate,
     synthesize,
     synthetic_kinds,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "regex_pii",
     "register_dataset",
     "register_synthetic_kind",
+    "synthesis_estimate",
     "synthesize",
     "synthetic_kinds",
     "write_csv",

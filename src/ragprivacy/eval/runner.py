@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ragprivacy._resources import ResourceEstimate, check_resources
 from ragprivacy.errors import DataError, RunInterruptedError
 from ragprivacy.eval.config import ExperimentConfig
 from ragprivacy.eval.context import RunContext
@@ -129,6 +130,7 @@ def run_config(
     workers: int | None = None,
     progress: bool = True,
     config_path: str | None = None,
+    force: bool = False,
 ) -> RunResult:
     """Run every cell of ``config`` and write ``results.json`` and ``report.md``.
 
@@ -140,7 +142,19 @@ def run_config(
         progress: show a progress bar over cells (and over the targets within cells, for
             experiments that count them).
         config_path: recorded in the report's reproduce line.
+        force: run even if the estimate of the config's big knobs (synthetic corpus
+            sizes, collusion trials) says it will not fit in memory or takes over an hour.
+
+    Raises:
+        ConfigError: the estimate is too large and ``force`` is false (nothing was run).
+        RunInterruptedError: the run was stopped by Ctrl-C or SIGTERM.
     """
+    check_resources(
+        _estimate(config, workers or config.workers),
+        what=f"The config {config.name!r} (corpora and collusion sweeps)",
+        knob="the corpora's 'n' or the sweeps' 'trials'",
+        force=force,
+    )
     out = Path(out_dir)
     try:
         (out / "cells").mkdir(parents=True, exist_ok=True)
@@ -228,6 +242,39 @@ def run_config(
     results_path.write_text(json.dumps(results, indent=2, default=_json_default))
     report_path = write_report(experiments, results, out)
     return RunResult(out, results_path, report_path, results)
+
+
+def _estimate(config: ExperimentConfig, workers: int) -> ResourceEstimate:
+    """The big knobs of a config: every worker builds (and keeps) the synthetic corpora
+    and background texts, one after the other; the collusion sweeps' cells share the
+    workers, each holding its largest cell."""
+    from ragprivacy.corpus import synthesis_estimate
+    from ragprivacy.eval.experiments import CollusionExperiment, sweep_estimate
+
+    workers = max(1, workers)
+    corpora = [ResourceEstimate(memory=0, seconds=0)]
+    for spec in config.corpora.values():
+        if spec.synthetic is not None:
+            for n in (spec.n, config.models.background_n):
+                corpora.append(synthesis_estimate(spec.synthetic, n) or corpora[0])
+    sweeps = [ResourceEstimate(memory=0, seconds=0)]
+    for i, exp in enumerate(config.experiments):
+        if exp.type == CollusionExperiment.type:
+            o = CollusionExperiment(exp, config, i).options
+            sweeps.append(
+                sweep_estimate(
+                    mechanism=o.mechanism,
+                    rows=len(o.eps_acc),
+                    ks=o.coalition_sizes,
+                    n=o.n,
+                    trials=o.trials,
+                    mode=o.mode,
+                )
+            )
+    return ResourceEstimate(
+        memory=workers * (sum(e.memory for e in corpora) + max(e.memory for e in sweeps)),
+        seconds=sum(e.seconds for e in corpora) + sum(e.seconds for e in sweeps) / workers,
+    )
 
 
 def _run_pool(
