@@ -4,6 +4,7 @@ gives the results of an uninterrupted one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -89,6 +90,12 @@ def _alive(pids: set[int]) -> set[int]:
     return {pid for pid in pids if (st := _stat(pid)) is not None and st[1] != "Z"}
 
 
+def _kill(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize(
     ("signum", "to_group"),
     [(signal.SIGINT, True), (signal.SIGTERM, False)],
@@ -99,11 +106,13 @@ def test_a_stopped_run_keeps_its_cells_and_resumes(
     to_group: bool,
     uninterrupted: dict[float, Any],
     tmp_path: Path,
+    request: pytest.FixtureRequest,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = tmp_path / "grid.yaml"
     config.write_text(GRID)
     out = tmp_path / "out"
+    children: set[int] = set()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ragprivacy", "run", str(config), "--out", str(out)],
         stdout=subprocess.PIPE,
@@ -130,6 +139,7 @@ def test_a_stopped_run_keeps_its_cells_and_resumes(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        request.addfinalizer(lambda: _kill(_alive(children)))  # if the test fails
 
     assert proc.returncode == 128 + signum, stderr
     assert took < 5, f"took {took:.1f} s to stop"
