@@ -18,6 +18,7 @@ SHARED = {
     "errors",
     "_stats",
     "_random",
+    "_resources",
     "_validation",
     "_registry",
     "_sqlite",

@@ -9,6 +9,7 @@
     │   └── DataUnavailableError a dataset or model is not available offline
     ├── BackendError           an embedder, index or generator backend failed
     ├── BudgetExhaustedError   a privacy budget would be overspent (nothing was charged)
+    ├── RunInterruptedError    a run was stopped by a signal (finished work was kept)
     └── VerificationError      an audit artefact failed verification
 
 Every message says what was wrong, the value received, and what to do about it. The
@@ -24,6 +25,7 @@ __all__ = [
     "DataError",
     "DataUnavailableError",
     "RagPrivacyError",
+    "RunInterruptedError",
     "UnknownBackendError",
     "VerificationError",
 ]
@@ -58,6 +60,26 @@ class BackendError(RagPrivacyError, RuntimeError):
 
 class BudgetExhaustedError(RagPrivacyError):
     """A privacy charge would overspend a budget; nothing was charged."""
+
+
+class RunInterruptedError(RagPrivacyError):
+    """A run was stopped by SIGINT (Ctrl-C) or SIGTERM; what had finished was kept.
+
+    Attributes:
+        finished: cells finished (and checkpointed) when the run stopped.
+        total: cells of the whole run.
+        signum: the signal that stopped it; the CLI exits with ``128 + signum`` (130 for
+            Ctrl-C, 143 for SIGTERM), as shells report a process killed by that signal.
+    """
+
+    def __init__(self, message: str, *, finished: int, total: int, signum: int) -> None:
+        super().__init__(message)
+        self.finished, self.total, self.signum = finished, total, signum
+
+    @property
+    def exit_code(self) -> int:
+        """The exit status a shell gives a process ended by ``signum``."""
+        return 128 + self.signum
 
 
 class VerificationError(RagPrivacyError):

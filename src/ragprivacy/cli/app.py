@@ -15,7 +15,7 @@ from ragprivacy.cli import (
     run_cmd,
     serve_cmd,
 )
-from ragprivacy.errors import RagPrivacyError
+from ragprivacy.errors import RagPrivacyError, RunInterruptedError
 
 __all__ = ["app", "main"]
 
@@ -43,11 +43,16 @@ def main(argv: list[str] | None = None) -> int:
 
     Usage errors are click's own (usage line, message, exit code 2); a
     ``RagPrivacyError`` becomes one line on stderr and exit code 2; Ctrl-C exits with
-    130, which typer's standalone mode raises as ``SystemExit``.
+    130, which typer's standalone mode raises as ``SystemExit``. A run stopped by
+    Ctrl-C or SIGTERM (``RunInterruptedError``) prints one line saying what was kept
+    and how to resume, and exits with 130 or 143.
     """
     command = typer.main.get_command(app)
     try:
         command.main(args=argv, prog_name="ragprivacy", standalone_mode=True)
+    except RunInterruptedError as exc:
+        typer.secho(f"stopped: {exc}", err=True, fg=typer.colors.YELLOW)
+        return exc.exit_code
     except RagPrivacyError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         return 2

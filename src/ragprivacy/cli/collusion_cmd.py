@@ -32,11 +32,28 @@ def sweep(
     mode: str = typer.Option("exact", "--mode", help="topk: exact (binomial) or service."),
     out: str | None = typer.Option(None, "--out", help="Directory for the PNG figure and JSON."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
+    force: bool = typer.Option(
+        False, "--force", help="Run even if the estimate says it will not fit or takes > 1 h."
+    ),
 ) -> None:
     """AUC vs k against eq. (3.11), with the P1/P3 gate verdicts."""
+    from ragprivacy._resources import check_resources
+    from ragprivacy._validation import check_positive_int
     from ragprivacy.errors import ConfigError
-    from ragprivacy.eval import scalar_sweep, topk_sweep
+    from ragprivacy.eval import scalar_sweep, sweep_estimate, topk_sweep
 
+    if mechanism in ("scalar", "topk"):
+        rows, ks = parse_list(eps, float), parse_list(k, int)
+        trials = check_positive_int("trials", trials)
+        n = check_positive_int("n", n)
+        check_resources(
+            sweep_estimate(
+                mechanism=mechanism, rows=len(rows), ks=ks, n=n, trials=trials, mode=mode
+            ),
+            what=f"A {mechanism} sweep of {len(rows) * len(ks)} cells x {trials:,} trials",
+            knob="--trials",
+            force=force,
+        )
     if mechanism == "scalar":
         res = scalar_sweep(
             eps=parse_list(eps, float),

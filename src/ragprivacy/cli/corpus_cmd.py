@@ -22,11 +22,18 @@ def synth(
     n: int = typer.Option(2000, "--n", help="Number of documents."),
     seed: int = typer.Option(0, "--seed", help="Root seed; the same seed gives the same corpus."),
     out: Path = typer.Option(..., "--out", help="Output .jsonl (or .csv) path."),
+    force: bool = typer.Option(
+        False, "--force", help="Run even if the estimate says it will not fit or takes > 1 h."
+    ),
 ) -> None:
     """Write a deterministic synthetic corpus with PII and QA ground truth."""
-    from ragprivacy.corpus import synthesize, write_csv, write_jsonl
+    from ragprivacy._resources import check_resources
+    from ragprivacy.corpus import synthesis_estimate, synthesize, write_csv, write_jsonl
 
     check_positive_int("n", n)
+    estimate = synthesis_estimate(kind, n)
+    if estimate is not None:
+        check_resources(estimate, what=f"{n:,} synthetic {kind} documents", knob="--n", force=force)
     corpus = synthesize(kind, n, seed=seed)
     if out.suffix.lower() == ".csv":
         write_csv(corpus, out)

@@ -5,6 +5,7 @@ config), ``ragprivacy backends`` (what each registry holds) and ``ragprivacy opt
 from __future__ import annotations
 
 import json
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -16,7 +17,12 @@ DEMO_CONFIG = "demo.yaml"
 
 
 def _run(
-    config_path: Path | None, preset: str | None, out: Path, workers: int | None, progress: bool
+    config_path: Path | None,
+    preset: str | None,
+    out: Path,
+    workers: int | None,
+    progress: bool,
+    force: bool = False,
 ) -> None:
     from ragprivacy.eval import load_config, parse_config, run_config
 
@@ -33,7 +39,25 @@ def _run(
         from ragprivacy.errors import ConfigError
 
         raise ConfigError(f"The '--workers' option must be >= 1; got {workers}.")
-    result = run_config(config, out, workers=workers, progress=progress, config_path=shown)
+    from ragprivacy.errors import RunInterruptedError
+
+    try:
+        result = run_config(
+            config, out, workers=workers, progress=progress, config_path=shown, force=force
+        )
+    except RunInterruptedError as exc:
+        if preset is not None:
+            again = ["ragprivacy", "demo", "--out", str(out)]
+        else:
+            again = ["ragprivacy", "run", str(config_path), "--out", str(out)]
+        if workers is not None:
+            again += ["--workers", str(workers)]
+        raise RunInterruptedError(
+            f"{exc} Resume with: {shlex.join(again)}",
+            finished=exc.finished,
+            total=exc.total,
+            signum=exc.signum,
+        ) from None
     typer.echo(f"wrote {result.report_path} and {result.results_path}")
 
 
@@ -46,9 +70,18 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("out"), "--out", help="Output directory."),
         workers: int | None = typer.Option(None, "--workers", help="Processes (default: config)."),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="Run even if the estimate of the corpora and sweeps says it will not fit "
+            "in memory or takes over an hour.",
+        ),
     ) -> None:
-        """Run an experiment config; write results.json, report.md and PNG plots."""
-        _run(config, None, out, workers, progress)
+        """Run an experiment config; write results.json, report.md and PNG plots.
+
+        Ctrl-C (or SIGTERM) stops it within seconds; finished cells are kept, and the
+        same command resumes."""
+        _run(config, None, out, workers, progress, force)
 
     @app.command("demo")
     def demo(

@@ -53,6 +53,7 @@ from ragprivacy.corpus.pii import (
 from ragprivacy.corpus.synthetic import (
     background_texts,
     register_synthetic_kind,
+    synthesis_estimate,
     synthesize,
     synthetic_kinds,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "register_pii_detector",
     "register_synthetic_kind",
     "resolve_pii_detector",
+    "synthesis_estimate",
     "synthesize",
     "synthetic_kinds",
     "write_csv",

@@ -26,6 +26,7 @@ from ragprivacy.eval.experiments import (
     production_scale_check,
     register_experiment,
     scalar_sweep,
+    sweep_estimate,
     topk_sweep,
     trained_embedder_check,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "register_experiment",
     "run_config",
     "scalar_sweep",
+    "sweep_estimate",
     "topk_sweep",
     "trained_embedder_check",
 ]

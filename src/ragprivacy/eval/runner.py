@@ -5,6 +5,12 @@ generator calls are cached in ``OUT/.cache/generations.sqlite``, so a rerun afte
 redoes only unfinished cells. ``OUT/results.json`` records the settings, the root seed,
 each cell's seed, package versions and every metric; ``OUT/report.md`` renders them with
 PNG plots.
+
+A run can be stopped: Ctrl-C (SIGINT) or SIGTERM ends it within seconds, keeps every
+finished cell's checkpoint, terminates the worker processes (they ignore SIGINT, so a
+Ctrl-C reaching the whole process group does not kill them half-way with a traceback
+each) and raises :class:`~ragprivacy.errors.RunInterruptedError`; running the same
+config into the same directory resumes with the unfinished cells.
 """
 
 from __future__ import annotations
@@ -13,9 +19,13 @@ import hashlib
 import json
 import multiprocessing
 import platform
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -24,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy.errors import DataError, RagPrivacyError
+from ragprivacy._resources import ResourceEstimate, check_resources
+from ragprivacy.errors import DataError, RunInterruptedError
 from ragprivacy.eval.config import ExperimentConfig
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import Experiment, create_experiment
@@ -119,6 +130,7 @@ def run_config(
     workers: int | None = None,
     progress: bool = True,
     config_path: str | None = None,
+    force: bool = False,
 ) -> RunResult:
     """Run every cell of ``config`` and write ``results.json`` and ``report.md``.
 
@@ -130,7 +142,19 @@ def run_config(
         progress: show a progress bar over cells (and over the targets within cells, for
             experiments that count them).
         config_path: recorded in the report's reproduce line.
+        force: run even if the estimate of the config's big knobs (synthetic corpus
+            sizes, collusion trials) says it will not fit in memory or takes over an hour.
+
+    Raises:
+        ConfigError: the estimate is too large and ``force`` is false (nothing was run).
+        RunInterruptedError: the run was stopped by Ctrl-C or SIGTERM.
     """
+    check_resources(
+        _estimate(config, workers or config.workers),
+        what=f"The config {config.name!r} (corpora and collusion sweeps)",
+        knob="the corpora's 'n' or the sweeps' 'trials'",
+        force=force,
+    )
     out = Path(out_dir)
     try:
         (out / "cells").mkdir(parents=True, exist_ok=True)
@@ -147,10 +171,13 @@ def run_config(
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
 
+    checkpoints = [
+        out / "cells" / f"{_cell_key(config_dict, i, cell, children[n].spawn_key)}.json"
+        for n, (i, cell) in enumerate(cells)
+    ]
     done: dict[int, dict[str, Any]] = {}
     pending = []
-    for n, (i, cell) in enumerate(cells):
-        path = out / "cells" / f"{_cell_key(config_dict, i, cell, children[n].spawn_key)}.json"
+    for n, path in enumerate(checkpoints):
         if path.is_file():
             done[n] = json.loads(path.read_text())
         else:
@@ -165,7 +192,7 @@ def run_config(
             "seed": {"entropy": root.entropy, "spawn_key": list(children[n].spawn_key)},
             **payload,
         }
-        path = out / "cells" / f"{_cell_key(config_dict, i, cell, children[n].spawn_key)}.json"
+        path = checkpoints[n]
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(payload, default=_json_default))
         tmp.replace(path)
@@ -178,34 +205,26 @@ def run_config(
         for n in pending
     }
     units = sum(experiments[cells[n][0]].cell_units(cells[n][1]) for n in pending)
-    with _progress(progress, len(cells), len(done), units) as bar:
-        advance, step = bar
-        if n_workers <= 1:
-            for n in pending:
-                finish(n, _run_cell(*args[n], units=step if progress else None))
-                advance()
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            manager = ctx.Manager() if progress and units else None
-            queue = manager.Queue() if manager is not None else None
-            try:
-                with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
-                    futures = {pool.submit(_run_cell, *args[n], units=queue): n for n in pending}
-                    left = set(futures)
-                    while left:
-                        finished, left = wait(left, timeout=0.25, return_when=FIRST_COMPLETED)
-                        _drain(queue, step)
-                        for fut in finished:
-                            try:
-                                finish(futures[fut], fut.result())
-                            except RagPrivacyError:
-                                for other in futures:
-                                    other.cancel()
-                                raise
-                            advance()
-            finally:
-                if manager is not None:
-                    manager.shutdown()
+    try:
+        with _stop_on_sigterm(), _progress(progress, len(cells), len(done), units) as bar:
+            advance, step = bar
+            if n_workers <= 1:
+                for n in pending:
+                    finish(n, _run_cell(*args[n], units=step if progress else None))
+                    advance()
+            else:
+                pool_step = step if progress and units else None
+                _run_pool(n_workers, pending, args, finish, advance, pool_step)
+    except (KeyboardInterrupt, _Stopped) as exc:
+        signum = exc.signum if isinstance(exc, _Stopped) else int(signal.SIGINT)
+        kept = sum(path.is_file() for path in checkpoints)  # on disk, whatever the timing
+        raise RunInterruptedError(
+            f"Interrupted by {signal.Signals(signum).name}: {kept} of {len(cells)} "
+            f"cells finished and are kept in {out / 'cells'}.",
+            finished=kept,
+            total=len(cells),
+            signum=signum,
+        ) from None
 
     ordered = [done[n] for n in range(len(cells))]
     results = {
@@ -223,6 +242,148 @@ def run_config(
     results_path.write_text(json.dumps(results, indent=2, default=_json_default))
     report_path = write_report(experiments, results, out)
     return RunResult(out, results_path, report_path, results)
+
+
+def _estimate(config: ExperimentConfig, workers: int) -> ResourceEstimate:
+    """The big knobs of a config: every worker builds (and keeps) the synthetic corpora
+    and background texts, one after the other; the collusion sweeps' cells share the
+    workers, each holding its largest cell."""
+    from ragprivacy.corpus import synthesis_estimate
+    from ragprivacy.eval.experiments import CollusionExperiment, sweep_estimate
+
+    workers = max(1, workers)
+    corpora = [ResourceEstimate(memory=0, seconds=0)]
+    for spec in config.corpora.values():
+        if spec.synthetic is not None:
+            for n in (spec.n, config.models.background_n):
+                corpora.append(synthesis_estimate(spec.synthetic, n) or corpora[0])
+    sweeps = [ResourceEstimate(memory=0, seconds=0)]
+    for i, exp in enumerate(config.experiments):
+        if exp.type == CollusionExperiment.type:
+            o = CollusionExperiment(exp, config, i).options
+            sweeps.append(
+                sweep_estimate(
+                    mechanism=o.mechanism,
+                    rows=len(o.eps_acc),
+                    ks=o.coalition_sizes,
+                    n=o.n,
+                    trials=o.trials,
+                    mode=o.mode,
+                )
+            )
+    return ResourceEstimate(
+        memory=workers * (sum(e.memory for e in corpora) + max(e.memory for e in sweeps)),
+        seconds=sum(e.seconds for e in corpora) + sum(e.seconds for e in sweeps) / workers,
+    )
+
+
+def _run_pool(
+    n_workers: int,
+    pending: list[int],
+    args: dict[int, tuple[Any, ...]],
+    finish: Any,
+    advance: Any,
+    step: Any,
+) -> None:
+    """Run the ``pending`` cells in a pool of ``n_workers`` spawned processes.
+
+    ``step`` (None: no progress within cells) receives the work units workers report
+    through a manager queue. Whatever ends the loop early (an error, Ctrl-C, SIGTERM)
+    terminates the workers rather than waiting for the cells they are running, so a
+    stop takes seconds and leaves no process behind; finished cells are already on disk.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    manager = ctx.Manager() if step is not None else None
+    queue = manager.Queue() if manager is not None else None
+    # the pool's workers are the children that appear from here on (a public way to
+    # find them; the manager, started above, is shut down on its own)
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_worker_init)
+    try:
+        futures = {pool.submit(_run_cell, *args[n], units=queue): n for n in pending}
+        left = set(futures)
+        while left:
+            finished, left = wait(left, timeout=0.25, return_when=FIRST_COMPLETED)
+            _drain(queue, step)
+            for fut in finished:
+                finish(futures[fut], fut.result())
+                advance()
+    except BaseException:
+        _stop_workers(pool, before)
+        raise
+    else:
+        pool.shutdown(wait=True)
+    finally:
+        if manager is not None:
+            manager.shutdown()
+
+
+def _worker_init() -> None:
+    """Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the parent
+    decides (it checkpoints what finished and terminates the workers)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(pool: ProcessPoolExecutor, before: set[Any]) -> None:
+    """Cancel the queued cells and terminate (then kill, if need be) the workers."""
+    with _signals_ignored():  # a second Ctrl-C must not leave workers behind
+        pool.shutdown(wait=False, cancel_futures=True)
+        workers = [p for p in multiprocessing.active_children() if p not in before]
+        for proc in workers:
+            proc.terminate()
+        for proc in workers:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=1)
+
+
+class _Stopped(BaseException):
+    """Raised in the main thread by the SIGTERM handler of :func:`_stop_on_sigterm`
+    (a BaseException, like KeyboardInterrupt, so no ``except Exception`` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """While a run is in progress, SIGTERM raises :class:`_Stopped` in the main thread
+    (SIGINT already raises KeyboardInterrupt), so both stop it the same orderly way.
+    A handler the caller installed (or SIG_IGN) is left alone, and so is any thread but
+    the main one, where Python cannot install handlers."""
+    if not _in_main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Stopped(signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for the (bounded) time of a cleanup."""
+    if not _in_main_thread():
+        yield
+        return
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            if handler is not None:  # None: set outside Python, cannot be restored
+                signal.signal(s, handler)
 
 
 def _json_default(value: Any) -> Any:

@@ -25,6 +25,7 @@ from ragprivacy.corpus.synthetic._base import (
     SyntheticGenerator,
     background_texts,
     register_synthetic_kind,
+    synthesis_estimate,
     synthesize,
     synthetic_kinds,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "SyntheticGenerator",
     "background_texts",
     "register_synthetic_kind",
+    "synthesis_estimate",
     "synthesize",
     "synthetic_kinds",
 ]

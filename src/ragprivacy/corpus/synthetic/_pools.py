@@ -78,11 +78,16 @@ class FakePeople:
         self.last = clean(distinct(fake.last_name, 2 * pool_size))
         self.exclude = set(exclude)
 
+    @property
+    def capacity(self) -> int:
+        """How many distinct full names the pools can make."""
+        return (len(self.female) + len(self.male)) * len(self.last)
+
     def full_names(self, k: int, rng: np.random.Generator) -> list[tuple[str, str, str]]:
         """``k`` distinct ``(first, last, sex)`` triples, sex in {"female", "male"}."""
         out: list[tuple[str, str, str]] = []
         seen = set(self.exclude)
-        capacity = (len(self.female) + len(self.male)) * len(self.last)
+        capacity = self.capacity
         if k > capacity - len(seen):
             raise ValueError(f"Cannot draw {k} distinct names from a pool of {capacity}.")
         while len(out) < k:

@@ -62,6 +62,7 @@ from ragprivacy.corpus.synthetic._relations import (
 )
 from ragprivacy.corpus.synthetic._text import Pii as _Pii
 from ragprivacy.corpus.synthetic._text import TextBuilder, render
+from ragprivacy.errors import ConfigError
 from ragprivacy.types import Document
 
 __all__ = ["generate_knowledge"]
@@ -127,6 +128,15 @@ class _World:
         n_person, n_org, n_place = _type_counts(n)
 
         people = FakePeople(fake, pool_size=min(300, 40 + n), banned_words=keywords)
+        if 2 * n_person + 10 > people.capacity:
+            # the people need distinct names, and half the name space is kept for
+            # background text: refuse before drawing rather than fail deep inside
+            raise ConfigError(
+                f"A synthetic 'knowledge' corpus holds at most about "
+                f"{people.capacity - 10:,} documents (its people get distinct names from a "
+                f"pool of {people.capacity:,}); got n={n:,}. Use a smaller 'n', or another "
+                "kind for a larger corpus."
+            )
         names = [
             t for t in people.full_names(2 * n_person + 10, rng) if ctx.allowed(f"{t[0]} {t[1]}")
         ]

@@ -11,7 +11,7 @@ from ragprivacy.eval.experiments.base import (
     experiment_types,
     register_experiment,
 )
-from ragprivacy.eval.experiments.collusion import scalar_sweep, topk_sweep
+from ragprivacy.eval.experiments.collusion import scalar_sweep, sweep_estimate, topk_sweep
 from ragprivacy.eval.experiments.collusion_experiment import (
     CollusionExperiment,
     CollusionOptions,
@@ -59,6 +59,7 @@ __all__ = [
     "production_scale_check",
     "register_experiment",
     "scalar_sweep",
+    "sweep_estimate",
     "topk_sweep",
     "trained_embedder_check",
 ]
