@@ -102,14 +102,17 @@ def test_shared_cases(
     request: pytest.FixtureRequest,
 ) -> None:
     role = "ner" if name == "presidio" and "ner" in who else name
-    if role not in who:
-        pytest.skip(f"{name} does not cover this form (see the table)")
-    if role == "ner" and not _NER_MODEL:
-        pytest.skip("no spaCy model package installed (names need NER)")
     det = RegexPIIDetector() if name == "regex" else request.getfixturevalue("presidio")
     spans = det.detect(text)
     _check_spans(text, spans)
-    assert [(s.kind, s.value) for s in spans] == expected
+    found = [(s.kind, s.value) for s in spans]
+    if role == "ner" and not _NER_MODEL:
+        # no spaCy model installed (none is downloaded): names and places are not found
+        assert not {"name", "location"} & {kind for kind, _ in found}
+    elif role in who:
+        assert found == expected
+    else:  # the table says this detector does not cover the form: pin that, so a change shows
+        assert found != expected, f"{name} now covers {text!r}: update the table"
 
 
 def test_what_each_detector_cannot_find(presidio: PIIDetector) -> None:
