@@ -216,22 +216,39 @@ def proportion_interval(
     return (float(ci.low), float(ci.high))
 
 
-def mean_interval(values: npt.ArrayLike, *, confidence: float = 0.95) -> tuple[float, float]:
+def mean_interval(
+    values: npt.ArrayLike, *, confidence: float = 0.95, unit: bool = False
+) -> tuple[float, float]:
     """Student-t interval for the mean of ``values`` (NaNs dropped; NaN limits with
     fewer than 2 values).
 
+    ``unit``: the values lie in [0, 1] (a precision, an F1, a ROUGE-L). The t interval
+    then collapses to a point when every value is the same (all 1.0: "1.000 (1.000–1.000)"),
+    which claims what no finite sample shows. For values in [0, 1] the variance is at most
+    μ(1 − μ), the Bernoulli variance, so the Wilson score interval at the sample mean is a
+    conservative interval; the wider of the two is returned, clipped to [0, 1]. (Written
+    out here because scipy's Wilson interval takes an integer count of successes.)
+
     >>> tuple(round(v, 3) for v in mean_interval([0.2, 0.4, 0.6, 0.8]))
     (0.089, 0.911)
+    >>> tuple(round(v, 3) for v in mean_interval([1.0] * 20, unit=True))
+    (0.839, 1.0)
     """
     v = np.asarray(values, dtype=np.float64).ravel()
     v = v[~np.isnan(v)]
     if v.size < 2:
         return (math.nan, math.nan)
     mean = float(v.mean())
-    half = (
-        float(t.ppf(0.5 + confidence / 2.0, v.size - 1)) * float(v.std(ddof=1)) / math.sqrt(v.size)
-    )
-    return (mean - half, mean + half)
+    q = float(t.ppf(0.5 + confidence / 2.0, v.size - 1))
+    half = q * float(v.std(ddof=1)) / math.sqrt(v.size)
+    lo, hi = mean - half, mean + half
+    if unit:
+        z = float(norm.ppf(0.5 + confidence / 2.0))
+        n, z2 = v.size, z * z
+        centre = (mean + z2 / (2 * n)) / (1 + z2 / n)
+        spread = z * math.sqrt(mean * (1 - mean) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+        lo, hi = max(0.0, min(lo, centre - spread)), min(1.0, max(hi, centre + spread))
+    return (lo, hi)
 
 
 def min_non_members(fpr: float) -> int:

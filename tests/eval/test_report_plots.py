@@ -195,3 +195,21 @@ def test_projection_ablation_is_drawn_against_dimension(
     xs = sorted({float(x) for ln in ax.get_lines() for x in ln.get_xdata()})
     assert xs == [5.0, 25.0, 100.0]
     assert section.figures and (tmp_path / section.figures[0]).exists()
+
+
+def test_utility_points_and_reference_lines_carry_their_intervals(
+    tmp_path: Path, drawn: list[Figure]
+) -> None:
+    series = {"murag": [(10.0, 0.55, 0.34, 0.74), (100.0, 0.7, 0.5, 0.85)]}
+    flat = {"rag (ε = ∞)": (0.75, 0.53, 0.89), "non-rag (ε = 0)": (0.0, 0.0, 0.16)}
+    privacy_utility_plot(tmp_path / "u.png", series, flat, title="t")
+    ax = _axes(drawn)
+    (bars,) = ax.containers  # one error-bar container: the murag points
+    segments = bars.lines[2][0].get_segments()
+    assert [(round(s[0][1], 2), round(s[1][1], 2)) for s in segments] == [
+        (0.34, 0.74),
+        (0.5, 0.85),
+    ]
+    bands = sorted((round(p.get_y(), 2), round(p.get_y() + p.get_height(), 2)) for p in ax.patches)
+    assert bands == [(0.0, 0.16), (0.53, 0.89)]
+    assert "95% CI" in ax.get_ylabel()

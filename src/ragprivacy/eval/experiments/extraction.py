@@ -299,7 +299,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                 )
                 rate = format_interval(m["rate"], *wilson_interval(m["leaks"], m["prompts"]))
                 rouge = format_interval(
-                    m["mean_rouge_l"], *mean_interval(item["result"].get("rouge_l", []))
+                    m["mean_rouge_l"], *mean_interval(item["result"].get("rouge_l", []), unit=True)
                 )
                 lines.append(
                     f"| {c['system']} | {c['defense']} | {c['mode']} | {m['leaks']}/{m['prompts']}"

@@ -445,7 +445,7 @@ class PrivateRAGExperiment(Experiment):
             "accuracy": float(np.mean(hits)),
             "accuracy_ci95": list(wilson_interval(sum(hits), len(hits))),
             "precision_top50": float(np.mean(precision)) if precision else math.nan,
-            "precision_top50_ci95": list(mean_interval(precision)),
+            "precision_top50_ci95": list(mean_interval(precision, unit=True)),
             "total_epsilon": total,
             "documents_charged": charged,
             "discoveries": discoveries,
@@ -532,8 +532,8 @@ class PrivateRAGExperiment(Experiment):
             "precision@top-50 (95% CI) | docs charged |",
             "|---|---|---|---|---|---|---|",
         ]
-        series: dict[str, list[tuple[float, float]]] = {}
-        flat: dict[str, float] = {}
+        series: dict[str, list[tuple[float, ...]]] = {}
+        flat: dict[str, tuple[float, ...]] = {}
         reuse = None
         for item in results:
             cell, res = item["cell"], item["result"]
@@ -547,23 +547,26 @@ class PrivateRAGExperiment(Experiment):
                 f"{_with_ci(res, 'precision_top50')} | {res['documents_charged']} |"
             )
             label = cell["system"] + (f" ({setting})" if setting else "")
+            acc = (res["accuracy"], *_ci_or_nan(res, "accuracy"))
             if eps is not None and math.isfinite(res["total_epsilon"]):
-                series.setdefault(label, []).append((res["total_epsilon"], res["accuracy"]))
+                series.setdefault(label, []).append((res["total_epsilon"], *acc))
             else:
-                flat[f"{label} (ε = {_total(res['total_epsilon'])})"] = res["accuracy"]
+                flat[f"{label} (ε = {_total(res['total_epsilon'])})"] = acc
             reuse = reuse or res.get("reuse")
         fig = f"private_rag_{self.index}_utility.png"
         swept = _ABLATION_AXES.get(o.ablation)
         if swept is not None:  # against the parameter varied: total ε is one value (or ∞)
             key, xlabel, log_x = swept
-            by_setting: dict[str, list[tuple[float, float]]] = {}
+            by_setting: dict[str, list[tuple[float, ...]]] = {}
             for item in results:
                 cell, res = item["cell"], item["result"]
                 rest = ", ".join(
                     f"{k}={v}" for k, v in cell.items() if k not in ("system", key, "clip_only")
                 )
                 name = cell["system"] + (f" ({rest})" if rest else "")
-                by_setting.setdefault(name, []).append((float(cell[key]), res["accuracy"]))
+                by_setting.setdefault(name, []).append(
+                    (float(cell[key]), res["accuracy"], *_ci_or_nan(res, "accuracy"))
+                )
             parameter_plot(
                 out_dir / fig,
                 by_setting,
@@ -581,6 +584,12 @@ class PrivateRAGExperiment(Experiment):
             figs.append(fig2)
             lines += ["", f"![document reuse]({fig2})"]
         return ReportSection(title, "\n".join(lines), figs)
+
+
+def _ci_or_nan(res: dict[str, Any], key: str) -> tuple[float, float]:
+    """The stored 95 % interval of ``res[key]`` (NaNs for results stored without one)."""
+    ci = res.get(f"{key}_ci95") or (math.nan, math.nan)
+    return (float(ci[0]), float(ci[1]))
 
 
 def _with_ci(res: dict[str, Any], key: str) -> str:

@@ -119,7 +119,7 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
             "system": system.describe() if hasattr(system, "describe") else {},
             "n": len(items),
             "rouge_l": float(np.mean(rouge)),
-            "rouge_l_ci95": list(mean_interval(rouge)),
+            "rouge_l_ci95": list(mean_interval(rouge, unit=True)),
             "perplexity": float(np.exp(np.mean(np.log(ppl)))) if ppl else math.nan,
             "total_epsilon": total,
             "documents_charged": charged,
@@ -142,8 +142,8 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
             "| system | ε_q / ε | total ε | ROUGE-L (95% CI) | perplexity | docs charged |",
             "|---|---|---|---|---|---|",
         ]
-        series: dict[str, list[tuple[float, float]]] = {}
-        flat: dict[str, float] = {}
+        series: dict[str, list[tuple[float, ...]]] = {}
+        flat: dict[str, tuple[float, ...]] = {}
         for item in results:
             cell, res = item["cell"], item["result"]
             eps = cell.get("epsilon")
@@ -154,11 +154,13 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
                 f"{format_interval(res['rouge_l'], *(res.get('rouge_l_ci95') or (None, None)))} | "
                 f"{'–' if math.isnan(ppl) else f'{ppl:.1f}'} | {res['documents_charged']} |"
             )
+            ci = res.get("rouge_l_ci95") or (math.nan, math.nan)
+            point = (res["rouge_l"], float(ci[0]), float(ci[1]))  # with its 95 % interval
             if eps is not None and math.isfinite(res["total_epsilon"]):
-                series.setdefault(cell["system"], []).append((res["total_epsilon"], res["rouge_l"]))
+                series.setdefault(cell["system"], []).append((res["total_epsilon"], *point))
             else:
                 total = "∞" if math.isinf(res["total_epsilon"]) else f"{res['total_epsilon']:g}"
-                flat[f"{cell['system']} (ε = {total})"] = res["rouge_l"]
+                flat[f"{cell['system']} (ε = {total})"] = point
         fig = f"private_rag_medical_{self.index}.png"
         privacy_utility_plot(out_dir / fig, series, flat, title=title, ylabel="ROUGE-L F")
         lines += ["", f"![privacy-utility (ROUGE-L)]({fig})"]

@@ -145,7 +145,10 @@ def multihop_intervals(rows: dict[str, list[float]]) -> dict[str, list[float]]:
     questions for F1 and cosine."""
     out = {}
     for m, v in rows.items():
-        lo, hi = wilson_interval(round(sum(v)), len(v)) if m.endswith("_em") else mean_interval(v)
+        if m.endswith("_em"):
+            lo, hi = wilson_interval(round(sum(v)), len(v))
+        else:  # F1 lies in [0, 1]; a cosine may be negative
+            lo, hi = mean_interval(v, unit=m != "cos")
         out[m] = [lo, hi]
     return out
 

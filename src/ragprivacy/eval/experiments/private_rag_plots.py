@@ -3,15 +3,19 @@
 Lines that coincide are drawn once and named together in the legend ("rag = projection"),
 so no series hides under another; bar counts start at 0 on a linear axis; ablations are
 drawn against the parameter they vary, not against a total ε that is the same (or ∞) for
-every point.
+every point; a point given with its 95 % interval ``(x, y, low, high)`` is drawn with an
+error bar, and a reference line ``(y, low, high)`` with a shaded band.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -30,13 +34,13 @@ _STYLES: tuple[str | tuple[int, tuple[int, int]], ...] = ("-", "--", "-.", ":", 
 
 
 def merge_identical(
-    series: Mapping[str, Sequence[tuple[float, float]]],
-) -> dict[str, list[tuple[float, float]]]:
+    series: Mapping[str, Sequence[tuple[float, ...]]],
+) -> dict[str, list[tuple[float, ...]]]:
     """Series with the same points under one label joined by " = " (in order), so a line
     drawn over another is named in the legend instead of hidden."""
-    out: dict[str, list[tuple[float, float]]] = {}
+    out: dict[str, list[tuple[float, ...]]] = {}
     for name, points in series.items():
-        pts = sorted((float(x), float(y)) for x, y in points)
+        pts = sorted(tuple(float(v) for v in p) for p in points)
         match = next((k for k, v in out.items() if v == pts), None)
         if match is None:
             out[name] = pts
@@ -45,22 +49,54 @@ def merge_identical(
     return out
 
 
-def _flat_lines(ax: plt.Axes, flat: Mapping[str, float], offset: int) -> None:
-    merged = merge_identical({name: [(0.0, acc)] for name, acc in flat.items()})
+def _error_bars(ax: plt.Axes, pts: Sequence[Sequence[float]], color: Any) -> None:
+    """The 95 % interval of each point given as ``(x, y, low, high)`` (points without one
+    get none)."""
+    with_ci = [p for p in pts if len(p) == 4 and all(math.isfinite(v) for v in p)]
+    if with_ci:
+        ys = np.asarray([p[1] for p in with_ci])
+        lows, highs = np.asarray([p[2] for p in with_ci]), np.asarray([p[3] for p in with_ci])
+        ax.errorbar(
+            [p[0] for p in with_ci],
+            ys,
+            yerr=[np.maximum(ys - lows, 0), np.maximum(highs - ys, 0)],
+            fmt="none",
+            ecolor=color,
+            elinewidth=1,
+            capsize=3,
+            alpha=0.8,
+        )
+
+
+def _ci_label(ylabel: str, ax: plt.Axes) -> str:
+    """The y label, saying what the bars and bands are where any was drawn."""
+    drawn = bool(ax.containers) or bool(ax.patches)
+    return f"{ylabel} (bars, bands: 95% CI)" if drawn else ylabel
+
+
+def _flat_lines(ax: plt.Axes, flat: Mapping[str, float | Sequence[float]], offset: int) -> None:
+    """Reference lines; a value given as ``(y, low, high)`` gets its interval as a band."""
+    as_points = {
+        name: [(0.0, v)] if isinstance(v, (int, float)) else [(0.0, *v)] for name, v in flat.items()
+    }
+    merged = merge_identical(as_points)
     for i, (name, pts) in enumerate(merged.items()):
+        color = f"C{(i + offset) % 10}"
         ax.axhline(
             pts[0][1],
             linestyle=_STYLES[(i + 1) % len(_STYLES)],
-            color=f"C{(i + offset) % 10}",
+            color=color,
             lw=1.2,
             label=name,
         )
+        if len(pts[0]) == 4 and all(math.isfinite(v) for v in pts[0]):
+            ax.axhspan(pts[0][2], pts[0][3], color=color, alpha=0.12, lw=0)
 
 
 def privacy_utility_plot(
     path: Path,
-    series: Mapping[str, Sequence[tuple[float, float]]],
-    flat: Mapping[str, float],
+    series: Mapping[str, Sequence[tuple[float, ...]]],
+    flat: Mapping[str, float | Sequence[float]],
     *,
     title: str,
     ylabel: str = "match accuracy",
@@ -71,7 +107,7 @@ def privacy_utility_plot(
     finite = {k: [p for p in v if p[0] > 0] for k, v in series.items()}
     merged = merge_identical({k: v for k, v in finite.items() if v})
     for i, (name, pts) in enumerate(merged.items()):
-        ax.plot(
+        (line,) = ax.plot(
             [p[0] for p in pts],
             [p[1] for p in pts],
             marker=_MARKERS[i % len(_MARKERS)],
@@ -79,10 +115,11 @@ def privacy_utility_plot(
             markersize=5,
             label=name,
         )
+        _error_bars(ax, pts, line.get_color())
     _flat_lines(ax, flat, len(merged))
     ax.set_xscale("log")
     ax.set_xlabel("total ε (log scale)")
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel(_ci_label(ylabel, ax))
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
@@ -95,20 +132,20 @@ def privacy_utility_plot(
 
 def parameter_plot(
     path: Path,
-    series: Mapping[str, Sequence[tuple[float, float]]],
+    series: Mapping[str, Sequence[tuple[float, ...]]],
     *,
     xlabel: str,
     title: str,
     ylabel: str = "match accuracy",
     log_x: bool = False,
-    flat: Mapping[str, float] | None = None,
+    flat: Mapping[str, float | Sequence[float]] | None = None,
 ) -> Path:
     """An ablation: utility against the parameter it varies (projection dimension, τ,
     clipping bound), one line per remaining setting; ``flat`` adds reference lines."""
     fig, ax = plt.subplots(figsize=(6.8, 4.0), dpi=110)
     merged = merge_identical(series)
     for i, (name, pts) in enumerate(merged.items()):
-        ax.plot(
+        (line,) = ax.plot(
             [p[0] for p in pts],
             [p[1] for p in pts],
             marker=_MARKERS[i % len(_MARKERS)],
@@ -116,6 +153,7 @@ def parameter_plot(
             markersize=5,
             label=name,
         )
+        _error_bars(ax, pts, line.get_color())
     _flat_lines(ax, flat or {}, len(merged))
     xs = sorted({p[0] for pts in merged.values() for p in pts})
     if log_x:
@@ -124,7 +162,7 @@ def parameter_plot(
         ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel(_ci_label(ylabel, ax))
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
