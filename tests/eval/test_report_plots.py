@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from ragprivacy.eval import parse_config
 from ragprivacy.eval.experiments import create_experiment
-from ragprivacy.eval.experiments._membership_report import roc_plot
+from ragprivacy.eval.experiments._membership_report import auc_heatmap, roc_plot
 from ragprivacy.eval.experiments.collusion import SweepCell, SweepResult
 from ragprivacy.eval.experiments.collusion_plots import plot_sweeps
 from ragprivacy.eval.experiments.plots import grouped_bars, step_cdf
@@ -213,3 +213,16 @@ def test_utility_points_and_reference_lines_carry_their_intervals(
     bands = sorted((round(p.get_y(), 2), round(p.get_y() + p.get_height(), 2)) for p in ax.patches)
     assert bands == [(0.0, 0.16), (0.53, 0.89)]
     assert "95% CI" in ax.get_ylabel()
+
+
+def test_auc_heatmap_colours_an_auc_below_chance_by_its_separation(
+    tmp_path: Path, drawn: list[Figure]
+) -> None:
+    """0.25 separates members as well as 0.75 (flip the score): same colour, and neither
+    looks like chance; the cell still prints the AUC itself."""
+    auc_heatmap(tmp_path / "h.png", ["a"], ["x", "y", "z"], [[0.25, 0.75, 0.5]])
+    ax = _axes(drawn)
+    (img,) = ax.images
+    shown = img.get_array()
+    assert shown[0][0] == shown[0][1] == 0.75 and shown[0][2] == 0.5
+    assert [t.get_text() for t in ax.texts] == ["0.25", "0.75", "0.50"]

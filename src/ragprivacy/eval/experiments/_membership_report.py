@@ -316,8 +316,11 @@ def auc_heatmap(
     *,
     note: str = "",
 ) -> Path:
-    """Attacks (rows) × systems and defenses (columns), coloured from 0.5 (chance) to 1;
-    ``"n/a"`` marks a skipped cell and ``None`` a pair the run did not have."""
+    """Attacks (rows) × systems and defenses (columns), each cell printing its AUC and
+    coloured by how well the attack separates members, max(AUC, 1 − AUC), from 0.5
+    (chance) to 1: an AUC of 0.25 separates as well as 0.75 (flip the score), so it must
+    not look like a perfect defense. ``"n/a"`` marks a skipped cell and ``None`` a pair
+    the run did not have."""
     import numpy as np
 
     data = np.array(
@@ -325,11 +328,13 @@ def auc_heatmap(
     )
     width = max(5.0, 1.0 + 0.85 * len(columns))
     fig, ax = plt.subplots(figsize=(width, 1.2 + 0.45 * len(attacks)), dpi=110)
-    img = ax.imshow(np.clip(data, 0.5, 1.0), cmap="RdYlGn_r", vmin=0.5, vmax=1.0, aspect="auto")
+    separation = np.maximum(data, 1.0 - data)
+    img = ax.imshow(separation, cmap="RdYlGn_r", vmin=0.5, vmax=1.0, aspect="auto")
     for i in range(len(attacks)):
         for j in range(len(columns)):
             v = data[i, j]
-            dark = not np.isnan(v) and (v >= 0.9 or v <= 0.56)  # the colour map's ends
+            sep = separation[i, j]
+            dark = not np.isnan(v) and (sep >= 0.9 or sep <= 0.56)  # the colour map's ends
             ax.text(
                 j,
                 i,
@@ -342,7 +347,8 @@ def auc_heatmap(
     ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=7)
     ax.set_yticks(range(len(attacks)), attacks, fontsize=8)
     ax.set_title("membership AUC (0.5 = chance)" + (f"\n{note}" if note else ""), fontsize=9)
-    fig.colorbar(img, ax=ax, fraction=0.03, pad=0.02)
+    bar = fig.colorbar(img, ax=ax, fraction=0.03, pad=0.02)
+    bar.set_label("max(AUC, 1 − AUC)", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
