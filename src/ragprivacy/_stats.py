@@ -222,12 +222,13 @@ def mean_interval(
     """Student-t interval for the mean of ``values`` (NaNs dropped; NaN limits with
     fewer than 2 values).
 
-    ``unit``: the values lie in [0, 1] (a precision, an F1, a ROUGE-L). The t interval
-    then collapses to a point when every value is the same (all 1.0: "1.000 (1.000–1.000)"),
-    which claims what no finite sample shows. For values in [0, 1] the variance is at most
-    μ(1 − μ), the Bernoulli variance, so the Wilson score interval at the sample mean is a
-    conservative interval; the wider of the two is returned, clipped to [0, 1]. (Written
-    out here because scipy's Wilson interval takes an integer count of successes.)
+    ``unit``: the values lie in [0, 1] (a precision, an F1, a ROUGE-L). The interval is
+    clipped to [0, 1], and where every value is the same (all 1.0) the t interval, a point,
+    is replaced by the Wilson score interval at that value: for values in [0, 1] the
+    variance is at most μ(1 − μ), the Bernoulli variance, so "1.000 (1.000–1.000)" becomes
+    the interval a sample of n ones supports. (Written out here because scipy's Wilson
+    interval takes an integer count of successes.) Elsewhere it is the t interval, which
+    undercovers small skewed samples (measured: 92 % for the mean of 15 Beta(8, 1) values).
 
     >>> tuple(round(v, 3) for v in mean_interval([0.2, 0.4, 0.6, 0.8]))
     (0.089, 0.911)
@@ -243,11 +244,13 @@ def mean_interval(
     half = q * float(v.std(ddof=1)) / math.sqrt(v.size)
     lo, hi = mean - half, mean + half
     if unit:
-        z = float(norm.ppf(0.5 + confidence / 2.0))
-        n, z2 = v.size, z * z
-        centre = (mean + z2 / (2 * n)) / (1 + z2 / n)
-        spread = z * math.sqrt(mean * (1 - mean) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-        lo, hi = max(0.0, min(lo, centre - spread)), min(1.0, max(hi, centre + spread))
+        if half == 0.0:
+            z = float(norm.ppf(0.5 + confidence / 2.0))
+            n, z2 = v.size, z * z
+            centre = (mean + z2 / (2 * n)) / (1 + z2 / n)
+            spread = z * math.sqrt(mean * (1 - mean) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+            lo, hi = centre - spread, centre + spread
+        lo, hi = max(0.0, lo), min(1.0, hi)
     return (lo, hi)
 
 
