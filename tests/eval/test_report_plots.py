@@ -197,6 +197,15 @@ def test_projection_ablation_is_drawn_against_dimension(
     assert section.figures and (tmp_path / section.figures[0]).exists()
 
 
+def _y_span(patch: Any) -> tuple[float, float]:
+    """(bottom, top) of an axhspan, a Rectangle or (older matplotlib) a Polygon whose y
+    vertices are data coordinates."""
+    if hasattr(patch, "get_height"):
+        return (round(patch.get_y(), 2), round(patch.get_y() + patch.get_height(), 2))
+    ys = [float(y) for _, y in patch.get_xy()]
+    return (round(min(ys), 2), round(max(ys), 2))
+
+
 def test_utility_points_and_reference_lines_carry_their_intervals(
     tmp_path: Path, drawn: list[Figure]
 ) -> None:
@@ -210,7 +219,7 @@ def test_utility_points_and_reference_lines_carry_their_intervals(
         (0.34, 0.74),
         (0.5, 0.85),
     ]
-    bands = sorted((round(p.get_y(), 2), round(p.get_y() + p.get_height(), 2)) for p in ax.patches)
+    bands = sorted(_y_span(p) for p in ax.patches)
     assert bands == [(0.0, 0.16), (0.53, 0.89)]
     assert "95% CI" in ax.get_ylabel()
 
