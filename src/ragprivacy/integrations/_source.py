@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from ragprivacy.dp import event_epsilon
@@ -26,6 +27,7 @@ __all__ = [
     "RetrievedDocument",
     "ServiceSource",
     "close_source",
+    "private_source",
 ]
 
 _REPORT_DELTA = 1e-6  # δ for events of a retriever that names none (as rag answers do)
@@ -52,6 +54,21 @@ class PrivateSource(Protocol):
     def retrieve(self, query: str, *, account: str | None = None) -> list[RetrievedDocument]:
         """The documents for ``query``, best first."""
         ...  # pragma: no cover
+
+
+def private_source(
+    retriever: object | None, source: object | None, account: str | None
+) -> PrivateSource:
+    """The source an adapter reads: exactly one of ``retriever`` (one of our retrievers,
+    wrapped as a :class:`LibrarySource` with ``account``) or ``source``."""
+    if (retriever is None) == (source is None):
+        raise ConfigError(
+            "PrivateRetriever needs exactly one of 'retriever' (a ragprivacy Retriever) "
+            "or 'source'; use PrivateRetriever.from_service(url, api_key) for a service."
+        )
+    if retriever is not None:
+        return LibrarySource(retriever, account)  # type: ignore[arg-type]  # checked there
+    return source  # type: ignore[return-value]
 
 
 def close_source(source: object) -> None:
@@ -109,6 +126,20 @@ class ServiceSource:
     def __init__(self, client: Client, *, k: int | None = None) -> None:
         self.client = client
         self.k = k
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        api_key: str,
+        *,
+        k: int | None = None,
+        receipts_dir: str | Path | None = None,
+        timeout: float = 30.0,
+    ) -> ServiceSource:
+        """A source over the service at ``url`` as the API key's account;
+        ``receipts_dir`` keeps the signed receipts for the audit."""
+        return cls(Client(url, api_key, receipts_dir=receipts_dir, timeout=timeout), k=k)
 
     def close(self) -> None:
         """Close the client's HTTP connections."""

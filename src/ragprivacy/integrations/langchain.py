@@ -18,18 +18,15 @@ spending nothing; the chain surfaces it instead of answering from an empty conte
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ragprivacy.errors import ConfigError
 from ragprivacy.integrations._source import (
-    LibrarySource,
     PrivateSource,
     ServiceSource,
     close_source,
+    private_source,
 )
-from ragprivacy.retrieval import Retriever
-from ragprivacy.service import Client
 
 try:
     from langchain_core.callbacks import (
@@ -76,35 +73,17 @@ class PrivateRetriever(BaseRetriever):
     def __init__(self, **data: Any) -> None:
         # Checked before pydantic so that a wrong argument is our one-line ConfigError, not
         # a ValidationError wrapping it.
-        retriever, source = data.get("retriever"), data.get("source")
-        if (retriever is None) == (source is None):
-            raise ConfigError(
-                "PrivateRetriever needs exactly one of 'retriever' (a ragprivacy Retriever) "
-                "or 'source'; use PrivateRetriever.from_service(url, api_key) for a service."
-            )
-        if retriever is not None:
-            if not isinstance(retriever, Retriever):
-                raise ConfigError(
-                    "The 'retriever' parameter must be a ragprivacy Retriever; got "
-                    f"{type(retriever).__name__}."
-                )
-            data["source"] = LibrarySource(retriever, data.get("account"))
+        data["source"] = private_source(
+            data.get("retriever"), data.get("source"), data.get("account")
+        )
         super().__init__(**data)
 
     @classmethod
-    def from_service(
-        cls,
-        url: str,
-        api_key: str,
-        *,
-        k: int | None = None,
-        receipts_dir: str | Path | None = None,
-        timeout: float = 30.0,
-    ) -> PrivateRetriever:
-        """A retriever over a running ragprivacy service, as the API key's account;
-        ``receipts_dir`` keeps the signed receipts for the audit."""
-        client = Client(url, api_key, receipts_dir=receipts_dir, timeout=timeout)
-        return cls(source=ServiceSource(client, k=k))
+    def from_service(cls, url: str, api_key: str, **options: Any) -> PrivateRetriever:
+        """A retriever over a running ragprivacy service, as the API key's account
+        (``options``: ``k``, ``receipts_dir`` to keep the signed receipts, ``timeout``; see
+        :meth:`ServiceSource.connect`)."""
+        return cls(source=ServiceSource.connect(url, api_key, **options))
 
     def close(self) -> None:
         """Close the service connections (a retriever from :meth:`from_service` holds

@@ -17,18 +17,16 @@ a query engine on a machine without network.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import cast
+from typing import Any
 
-from ragprivacy.errors import ConfigError
 from ragprivacy.integrations._source import (
     LibrarySource,
     PrivateSource,
     ServiceSource,
     close_source,
+    private_source,
 )
 from ragprivacy.retrieval import Retriever
-from ragprivacy.service import Client
 
 try:
     from llama_index.core.retrievers import BaseRetriever
@@ -59,33 +57,16 @@ class PrivateRetriever(BaseRetriever):
         account: str | None = None,
         **kwargs: object,
     ) -> None:
-        if (retriever is None) == (source is None):
-            raise ConfigError(
-                "PrivateRetriever needs exactly one of 'retriever' (a ragprivacy Retriever) "
-                "or 'source'; use PrivateRetriever.from_service(url, api_key) for a service."
-            )
-        self.source: PrivateSource = (
-            LibrarySource(retriever, account)
-            if retriever is not None
-            else cast(PrivateSource, source)
-        )
+        self.source: PrivateSource = private_source(retriever, source, account)
         self.account = account
         super().__init__(**kwargs)  # type: ignore[arg-type]
 
     @classmethod
-    def from_service(
-        cls,
-        url: str,
-        api_key: str,
-        *,
-        k: int | None = None,
-        receipts_dir: str | Path | None = None,
-        timeout: float = 30.0,
-    ) -> PrivateRetriever:
-        """A retriever over a running ragprivacy service, as the API key's account;
-        ``receipts_dir`` keeps the signed receipts for the audit."""
-        client = Client(url, api_key, receipts_dir=receipts_dir, timeout=timeout)
-        return cls(source=ServiceSource(client, k=k))
+    def from_service(cls, url: str, api_key: str, **options: Any) -> PrivateRetriever:
+        """A retriever over a running ragprivacy service, as the API key's account
+        (``options``: ``k``, ``receipts_dir``, ``timeout``; see
+        :meth:`ServiceSource.connect`)."""
+        return cls(source=ServiceSource.connect(url, api_key, **options))
 
     def close(self) -> None:
         """Close the service connections (a retriever from :meth:`from_service` holds

@@ -68,6 +68,20 @@ def _error_bars(ax: plt.Axes, pts: Sequence[Sequence[float]], color: Any) -> Non
         )
 
 
+def _draw_series(ax: plt.Axes, merged: Mapping[str, Sequence[Sequence[float]]]) -> None:
+    """One marked line per series, each point with its interval where it has one."""
+    for i, (name, pts) in enumerate(merged.items()):
+        (line,) = ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker=_MARKERS[i % len(_MARKERS)],
+            linestyle=_STYLES[i % len(_STYLES)],
+            markersize=5,
+            label=name,
+        )
+        _error_bars(ax, pts, line.get_color())
+
+
 def _ci_label(ylabel: str, ax: plt.Axes) -> str:
     """The y label, saying what the bars and bands are where any was drawn."""
     drawn = bool(ax.containers) or bool(ax.patches)
@@ -106,16 +120,7 @@ def privacy_utility_plot(
     fig, ax = plt.subplots(figsize=(6.8, 4.0), dpi=110)
     finite = {k: [p for p in v if p[0] > 0] for k, v in series.items()}
     merged = merge_identical({k: v for k, v in finite.items() if v})
-    for i, (name, pts) in enumerate(merged.items()):
-        (line,) = ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            marker=_MARKERS[i % len(_MARKERS)],
-            linestyle=_STYLES[i % len(_STYLES)],
-            markersize=5,
-            label=name,
-        )
-        _error_bars(ax, pts, line.get_color())
+    _draw_series(ax, merged)
     _flat_lines(ax, flat, len(merged))
     ax.set_xscale("log")
     ax.set_xlabel("total ε (log scale)")
@@ -144,16 +149,7 @@ def parameter_plot(
     clipping bound), one line per remaining setting; ``flat`` adds reference lines."""
     fig, ax = plt.subplots(figsize=(6.8, 4.0), dpi=110)
     merged = merge_identical(series)
-    for i, (name, pts) in enumerate(merged.items()):
-        (line,) = ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            marker=_MARKERS[i % len(_MARKERS)],
-            linestyle=_STYLES[i % len(_STYLES)],
-            markersize=5,
-            label=name,
-        )
-        _error_bars(ax, pts, line.get_color())
+    _draw_series(ax, merged)
     _flat_lines(ax, flat or {}, len(merged))
     xs = sorted({p[0] for pts in merged.values() for p in pts})
     if log_x:
