@@ -163,3 +163,55 @@ def test_a_stopped_run_keeps_its_cells_and_resumes(
         assert (out / "cells" / name).read_text() == text
     resumed = json.loads((out / "results.json").read_text())
     assert _results(resumed["cells"]) == uninterrupted
+
+
+def _workers(root: int) -> set[int]:
+    """The run's spawned pool workers (by their command line), once they have started."""
+    found = set()
+    for pid in _descendants(root):
+        with contextlib.suppress(OSError):
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+    return found
+
+
+def test_ctrl_c_while_the_workers_are_starting_is_one_clean_line(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A worker that is still importing when Ctrl-C reaches the process group prints no
+    traceback of its own (it starts with SIGINT ignored); the run stops cleanly."""
+    config = tmp_path / "grid.yaml"
+    config.write_text(GRID)
+    out = tmp_path / "out"
+    workers: set[int] = set()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ragprivacy", "run", str(config), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := _workers(proc.pid)) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the pool's workers did not start in 120 s"
+            time.sleep(0.01)
+        # past the parent's few milliseconds of starting them, well inside the seconds a
+        # worker spends importing
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        _stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        request.addfinalizer(lambda: _kill(_alive(workers)))
+
+    assert proc.returncode == 128 + signal.SIGINT, stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert "Interrupted by SIGINT" in stderr
+    gone_by = time.monotonic() + 5
+    while _alive(workers) and time.monotonic() < gone_by:
+        time.sleep(0.05)
+    assert not _alive(workers)

@@ -293,14 +293,21 @@ def _run_pool(
     stop takes seconds and leaves no process behind; finished cells are already on disk.
     """
     ctx = multiprocessing.get_context("spawn")
-    manager = ctx.Manager() if step is not None else None
-    queue = manager.Queue() if manager is not None else None
+    # children start with SIGINT ignored (an ignored signal survives exec, and Python
+    # then installs no KeyboardInterrupt handler): a Ctrl-C that reaches the process
+    # group while a child is still importing must not print its traceback. The two
+    # windows cover the manager's start and the first submit, which launches every
+    # spawned worker.
+    with _sigint_ignored():
+        manager = ctx.Manager() if step is not None else None
+        queue = manager.Queue() if manager is not None else None
     # the pool's workers are the children that appear from here on (a public way to
     # find them; the manager, started above, is shut down on its own)
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_worker_init)
     try:
-        futures = {pool.submit(_run_cell, *args[n], units=queue): n for n in pending}
+        with _sigint_ignored():
+            futures = {pool.submit(_run_cell, *args[n], units=queue): n for n in pending}
         left = set(futures)
         while left:
             finished, left = wait(left, timeout=0.25, return_when=FIRST_COMPLETED)
@@ -369,6 +376,21 @@ def _stop_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while child processes are started (SIGTERM is left alone: the
+    workers must still die of :meth:`Process.terminate`)."""
+    if not _in_main_thread():
+        yield
+        return
+    saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        if saved is not None:  # None: set outside Python, cannot be restored
+            signal.signal(signal.SIGINT, saved)
 
 
 @contextmanager
