@@ -23,7 +23,7 @@ UV_FIND := --find-links $(TORCH_WHEELS)
 COMPILE = $(1)/bin/uv pip compile --quiet --generate-hashes $(TARGET) $(UV_FIND) \
 	--custom-compile-command "make lock"
 
-.PHONY: all venv demo test test-all test-latest test-lowest lock lint bench clean
+.PHONY: all venv browser demo test test-all test-latest test-lowest lock lint bench clean
 
 all: test
 
@@ -51,19 +51,30 @@ $(STAMP): pyproject.toml $(REQ)/lock.txt $(REQ)/torch.txt $(REQ)/build.txt $(REQ
 
 venv: $(STAMP)
 
+# Debian's Chromium and ChromeDriver, for the scorecard page's browser test (installed
+# when missing; needs root or sudo, as on CI).
+BROWSER := /usr/bin/chromium /usr/bin/chromedriver
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	--no-install-recommends chromium chromium-driver >/dev/null
+$(BROWSER):
+	$(APT_INSTALL) || { $(SUDO) apt-get update -qq >/dev/null && $(APT_INSTALL); }
+
+browser: $(BROWSER)
+
 demo: $(STAMP)
 	$(VENV)/bin/ragprivacy demo --out $(OUT)
 	@echo "report: $(OUT)/report.md"
 
-test: $(STAMP)
+test: $(STAMP) $(BROWSER)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-test-all: $(STAMP)
+test-all: $(STAMP) $(BROWSER)
 	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
 # The newest versions pyproject.toml allows (torch stays 2.13.0+cpu), resolved afresh on
 # every call; prints what differs from the lock, then runs the default suite.
-test-latest:
+test-latest: $(BROWSER)
 	$(call uv-env,$(LATEST))
 	$(call COMPILE,$(LATEST)) --upgrade pyproject.toml --all-extras -c constraints.txt \
 		-o $(LATEST)/latest.txt
@@ -72,7 +83,7 @@ test-latest:
 	$(LATEST)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The oldest release of each direct requirement's declared minimum (requirements/lowest.txt).
-test-lowest:
+test-lowest: $(BROWSER)
 	$(call locked-env,$(LOWEST),$(REQ)/lowest.txt)
 	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning $(PYTEST_ARGS)
 

@@ -82,3 +82,25 @@ def test_rouge_l_equals_rouge_score_exactly() -> None:
     for cand, _ in pairs[:60:5]:
         best = max(scorer.score(ref, cand)["rougeL"].fmeasure for ref in refs)
         assert max_rouge_l(cand, store)[0] == best
+
+
+def _lcs_by_table(a: list[str], b: list[str]) -> int:
+    """The textbook dynamic programme, to check the bit-parallel LCS against."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0] * (len(b) + 1)
+        for j, y in enumerate(b, start=1):
+            cur[j] = prev[j - 1] + 1 if x == y else max(prev[j], cur[j - 1])
+        prev = cur
+    return prev[-1]
+
+
+def test_the_bit_parallel_lcs_equals_the_dynamic_programme() -> None:
+    import random
+
+    rng = random.Random(5)
+    for _ in range(2000):
+        k = rng.randint(1, 8)  # small alphabets: many matches, long common subsequences
+        a = [str(rng.randrange(k)) for _ in range(rng.randint(0, 90))]
+        b = [str(rng.randrange(k)) for _ in range(rng.randint(0, 90))]
+        assert lcs_length(a, b) == _lcs_by_table(a, b), (a, b)

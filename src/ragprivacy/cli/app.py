@@ -13,6 +13,7 @@ from ragprivacy.cli import (
     corpus_cmd,
     dp_cmd,
     run_cmd,
+    scorecard_cmd,
     serve_cmd,
 )
 from ragprivacy.errors import RagPrivacyError, RunInterruptedError
@@ -33,6 +34,7 @@ app.add_typer(dp_cmd.app, name="dp", help="Privacy accounting and calibration.")
 app.add_typer(collusion_cmd.app, name="collusion", help="The k-account collusion attack.")
 app.add_typer(audit_cmd.app, name="audit", help="The verifiable audit protocol.")
 attack_cmd.register(app)
+scorecard_cmd.register(app)
 serve_cmd.register(app)
 app.add_typer(admin_cmd.app, name="admin", help="Administer a service's state directory.")
 

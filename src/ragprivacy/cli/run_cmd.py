@@ -90,7 +90,8 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
         """Knowledge QA, leakage, defenses and attacks; then the service on a loopback
-        port, queried by two accounts and verified from outside."""
+        port, queried by two accounts and verified from outside; then the privacy
+        scorecard of the medical corpus (a web page)."""
         _run(None, DEMO_CONFIG, out, workers, progress)
         from ragprivacy.service import run_service_demo
 
@@ -104,6 +105,10 @@ def register(app: typer.Typer) -> None:
             f"service: {summary['records']} queries over HTTP on {summary['url']}, verified "
             f"from outside: {outcome} -> {out / 'service' / 'service.md'}"
         )
+        from ragprivacy.cli.scorecard_cmd import demo_scorecard
+
+        page = demo_scorecard(out / "scorecard", workers=workers or 2, progress=progress)
+        typer.echo(f"scorecard: {page.resolve()}")
 
     @app.command("backends")
     def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "RegexPIIDetector",
     "annotate_pii",
     "create_pii_detector",
+    "mask_pii",
     "merge_spans",
     "pii_detector_names",
     "redact_corpus",
@@ -453,6 +454,44 @@ def redact_text(text: str, spans: Iterable[PIISpan], *, placeholder: str = "[{KI
         at = s.end
     out.append(text[at:])
     return "".join(out)
+
+
+@functools.lru_cache(maxsize=8)
+def _known_pattern(values: frozenset[tuple[str, str]]) -> tuple[re.Pattern[str], dict[str, str]]:
+    """One case-insensitive alternation of the known values, longest first (the regex
+    engine takes the first alternative that matches, so "Ann Lee" wins over "Ann"), whole
+    words only (the name "Tom" is not inside "stomach"); and each value's kind."""
+    ordered = sorted(values, key=lambda vk: (-len(vk[0]), vk))
+    kinds: dict[str, str] = {}
+    for value, kind in ordered:
+        kinds.setdefault(value.casefold(), kind)
+    body = "|".join(re.escape(v) for v, _ in ordered)
+    return re.compile(rf"(?<!\w)(?:{body})(?!\w)", re.IGNORECASE), kinds
+
+
+def mask_pii(
+    text: str,
+    known: Iterable[PIISpan] = (),
+    detector: str | PIIDetector | None = "regex",
+) -> str:
+    """``text`` for display: every occurrence of a ``known`` value (a corpus's annotated
+    PII, names included; case-insensitive) and whatever ``detector`` finds replaced by a
+    typed placeholder. Known values win an overlap; longer known values are placed
+    first, so "Ann Lee" is one ``[NAME]``, not a name inside one.
+
+    >>> mask_pii("Dr. Ann Lee: 555-867-5309", [PIISpan(0, 7, "name", "Ann Lee")])
+    'Dr. [NAME]: [PHONE]'
+    >>> mask_pii("Tom has stomach pain", [PIISpan(0, 3, "name", "Tom")])
+    '[NAME] has stomach pain'
+    """
+    found: list[PIISpan] = []
+    values = frozenset((s.value, s.kind) for s in known if s.value.strip())
+    if values:
+        pattern, kinds = _known_pattern(values)
+        for m in pattern.finditer(text):
+            found.append(PIISpan(m.start(), m.end(), kinds[m.group().casefold()], m.group()))
+    detected = _as_detector(detector).detect(text) if detector is not None else ()
+    return redact_text(text, merge_spans(found, detected))
 
 
 def redact_document(

@@ -32,6 +32,15 @@ from ragprivacy.eval.experiments import (
 )
 from ragprivacy.eval.runner import RunResult, package_versions, run_config
 from ragprivacy.eval.schema import OptionDoc, OptionSection, option_sections, options_markdown
+from ragprivacy.eval.scorecard import (
+    SCORECARD_ATTACKS,
+    SCORECARD_EPSILONS,
+    Scorecard,
+    render_page,
+    scorecard_config,
+    summarize,
+    write_scorecard,
+)
 
 __all__ = [
     "CachedGenerator",
@@ -47,6 +56,9 @@ __all__ = [
     "ReportSection",
     "RunContext",
     "RunResult",
+    "SCORECARD_ATTACKS",
+    "SCORECARD_EPSILONS",
+    "Scorecard",
     "TopKCellResult",
     "TopKHarness",
     "create_experiment",
@@ -62,9 +74,13 @@ __all__ = [
     "plot_sweep",
     "production_scale_check",
     "register_experiment",
+    "render_page",
     "run_config",
     "scalar_sweep",
+    "scorecard_config",
+    "summarize",
     "sweep_estimate",
     "topk_sweep",
     "trained_embedder_check",
+    "write_scorecard",
 ]

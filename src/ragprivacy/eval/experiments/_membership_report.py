@@ -142,7 +142,8 @@ def release_cells(res: dict[str, Any]) -> str:
     r = res.get("release") or {}
     value = u.get("value") if u.get("metric") else None
     return (
-        f"{format_cell(value)} | {format_cell(r.get('answered'), 2)} | "
+        f"{format_interval(value, u.get('low'), u.get('high'))} | "
+        f"{format_cell(r.get('answered'), 2)} | "
         f"{format_cell(r.get('documents_per_answer'), 1)} | "
         f"{format_cell(r.get('voted_tokens_per_answer'), 1)}"
     )

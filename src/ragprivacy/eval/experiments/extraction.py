@@ -46,6 +46,7 @@ from ragprivacy.attacks import (
     targeted_queries,
     untargeted_query,
 )
+from ragprivacy.corpus import mask_pii
 from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments._attacked import AttackedSystemsExperiment, memo, memo_key
 from ragprivacy.eval.experiments._budgeted import BudgetedSystem
@@ -64,6 +65,8 @@ from ragprivacy.rag import defense_names
 __all__ = ["ExtractionExperiment", "ExtractionOptions"]
 
 MODES = ("adversarial", "targeted", "untargeted")
+#: leaking prompts and answers a cell keeps (PII masked) to show in reports
+N_EXAMPLES = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,6 +179,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             system.run_queries = len(spans) * o.attempts
             total: Counter[str] = Counter()
             leaked: Counter[str] = Counter()
+            examples: list[dict[str, Any]] = []
             for start in range(0, len(spans), max(1, o.batch_size // o.attempts)):
                 chunk = spans[start : start + max(1, o.batch_size // o.attempts)]
                 groups = [targeted_queries(d, s, attempts=o.attempts) for d, s in chunk]
@@ -185,7 +189,11 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                 for j, (_, s) in enumerate(chunk):
                     outs = answers[j * o.attempts : (j + 1) * o.attempts]
                     total[s.kind] += 1
-                    leaked[s.kind] += any(pii_leaked(a, [s]) for a in outs)
+                    hits = [i for i, a in enumerate(outs) if pii_leaked(a, [s])]
+                    leaked[s.kind] += bool(hits)
+                    if hits and len(examples) < N_EXAMPLES:
+                        prompt = groups[j][hits[0]].text
+                        examples.append(_example(corpus, prompt, outs[hits[0]], kind=s.kind))
             metrics: dict[str, Any] = {
                 "items": sum(total.values()),
                 "leaked": sum(leaked.values()),
@@ -197,6 +205,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                 "privacy": {"budget": system.scope, **system.tally.summary()},
                 "release": system.release_summary(),
                 "metrics": metrics,
+                "examples": examples,
             }
         store = memo(
             memo_key("store", self.config.to_dict(), self.corpus_name),
@@ -229,12 +238,17 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             values = {s.value.casefold(): s for s in pii}
             shown = {v for r in responses for v in values if v in r.text.casefold()}
             metrics["pii_values_reproduced"] = len(shown)
+        leaked_at = [i for i, b in enumerate(best) if b > o.threshold][:N_EXAMPLES]
         return {
             "system": system.describe(),
             "privacy": {"budget": system.scope, **system.tally.summary()},
             "release": system.release_summary(),
             "metrics": metrics,
             "rouge_l": best,
+            "examples": [
+                _example(corpus, queries[i].text, responses[i].text, rouge_l=best[i])
+                for i in leaked_at
+            ],
         }
 
     def _questions(self, corpus: Any) -> list[str]:
@@ -306,6 +320,23 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                     f" | {rate} | {rouge} | {priv} | {detail} |"
                 )
         return ReportSection(f"Data extraction ({self.corpus_name})", "\n".join(lines), [])
+
+
+def _example(corpus: Any, prompt: str, answer: str, **facts: Any) -> dict[str, Any]:
+    """A leaking prompt and answer for a report, with the corpus's annotated PII and
+    what the regex detector finds masked (:func:`~ragprivacy.corpus.mask_pii`): a
+    report shows that a leak happened and what it looks like, not the data it leaked."""
+    known = _known_pii(corpus)
+    return {
+        "prompt": mask_pii(prompt, known),
+        "answer": mask_pii(answer, known),
+        **facts,
+    }
+
+
+def _known_pii(corpus: Any) -> tuple[Any, ...]:
+    """Every annotated PII value of the corpus, once."""
+    return tuple({(s.value, s.kind): s for d in corpus for s in d.pii}.values())
 
 
 register_experiment("extraction", ExtractionExperiment)

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ragprivacy._stats import mean_interval
 from ragprivacy._validation import check_choice, check_positive_int, check_probability
 from ragprivacy.attacks import (
     MembershipAttack,
@@ -388,9 +389,12 @@ class MembershipExperiment(AttackedSystemsExperiment):
                     scores.append(float(match(reply, refs)))
                 else:
                     scores.append(max(rouge_l(reply, ref) for ref in refs))
+            low, high = mean_interval(scores, unit=True)
             return {
                 "metric": metric,
                 "value": float(np.mean(scores)),
+                "low": low,
+                "high": high,
                 "queries": len(items),
                 "no_retrieval": self._utility_baseline(ctx, metric, items),
                 **system.release_summary(),

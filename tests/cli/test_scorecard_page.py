@@ -1,0 +1,162 @@
+"""``ragprivacy scorecard`` end to end: the command runs every attack against the
+undefended system and each defense, writes a self-contained ``index.html``, and the page
+is checked in real headless Chromium (Debian's ``chromium`` and ``chromedriver``, which
+``make test`` installs): it loads with no console error and no request for anything
+outside the file, every figure renders, every table has headers, and a full-page
+screenshot is kept in ``test-artifacts/`` (``RAGPRIVACY_TEST_ARTIFACTS`` moves it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragprivacy.cli import main
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ARTIFACTS = Path(os.environ.get("RAGPRIVACY_TEST_ARTIFACTS", "test-artifacts"))
+
+
+@pytest.fixture(scope="module")
+def scorecard(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("scorecard")
+    argv = [
+        "scorecard",
+        "--out",
+        str(out),
+        "--n",
+        "400",
+        "--targets",
+        "40",
+        "--items",
+        "30",
+        "--epsilon",
+        "10",
+        "--attack",
+        "mba,rag-mia",
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    return out / "index.html"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    assert not missing, f"{', '.join(missing)} missing: run `make browser` (Debian packages)"
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        # a page that asked for anything off the disk would fail to load it, loudly
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+        "--window-size=1280,1000",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=str(CHROMEDRIVER), log_output=subprocess.DEVNULL)
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_page_is_self_contained(scorecard: Path) -> None:
+    text = scorecard.read_text(encoding="utf-8")
+    # nothing is fetched at view time: no script, stylesheet, image or font by URL
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", text)
+    assert "<script" not in text and "@import" not in text
+    assert not re.search(r"url\((?!#)", text)  # only references within the page
+
+
+def test_the_page_renders_in_chromium(scorecard: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(scorecard.resolve().as_uri())
+    assert browser.title.startswith("Privacy scorecard")
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe
+    requested = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+    )
+    assert requested == []
+
+    # the verdict comes first, and says something
+    first = browser.find_element(By.CSS_SELECTOR, "section")
+    assert first.get_attribute("id") == "verdict"
+    assert len(first.text.split()) > 30
+
+    figures = browser.find_elements(By.CSS_SELECTOR, "figure")
+    assert {f.get_attribute("id") for f in figures} == {"frontier", "roc"}
+    for fig in figures:
+        svg = fig.find_element(By.TAG_NAME, "svg")
+        box = browser.execute_script(
+            "const r = arguments[0].getBoundingClientRect(); return [r.width, r.height];", svg
+        )
+        assert box[0] > 200 and box[1] > 150, (fig.get_attribute("id"), box)
+        drawn = browser.execute_script(
+            "return arguments[0].querySelectorAll('path, line, use').length", svg
+        )
+        assert drawn > 20  # axes, ticks, curves or points, not an empty frame
+        assert "AUC" in svg.text or "positive rate" in svg.text
+
+    tables = browser.find_elements(By.TAG_NAME, "table")
+    assert {t.get_attribute("id") for t in tables} >= {"matrix", "examples"}
+    for table in tables:
+        heads = table.find_elements(By.CSS_SELECTOR, "thead th")
+        assert heads and all(h.text.strip() for h in heads), table.get_attribute("id")
+        for row in table.find_elements(By.CSS_SELECTOR, "tbody tr"):
+            cells = row.find_elements(By.CSS_SELECTOR, "th, td")
+            assert len(cells) == len(heads), table.get_attribute("id")
+
+    # the matrix: the undefended row and every defense, each AUC with its interval
+    matrix = browser.find_element(By.ID, "matrix")
+    labels = [th.text for th in matrix.find_elements(By.CSS_SELECTOR, "tbody th")]
+    assert labels[0] == "rag"
+    assert {"rag + prompt-modifying", "PII redaction", "noisy top-K ε=10", "MURAG ε=10"} <= set(
+        labels
+    )
+    assert re.search(r"\d\.\d\d \(\d\.\d\d–\d\.\d\d\)", matrix.text)
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1280, int(height) + 100)
+    shot = ARTIFACTS / "scorecard.png"
+    assert browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 50_000
+    shutil.copy(scorecard, ARTIFACTS / "scorecard.html")
+
+
+def test_examples_show_no_pii_value(scorecard: Path) -> None:
+    """Every annotated PII value of the attacked corpus is masked in the page's examples."""
+    import json
+
+    from ragprivacy.eval import RunContext, parse_config
+
+    results = json.loads((scorecard.parent / "results.json").read_text())
+    docs = RunContext(parse_config(results["settings"])).corpus("medical")
+    section = scorecard.read_text(encoding="utf-8").split("id=examples", 1)[1]
+    section = section.split("</table>", 1)[0]
+    assert "[NAME]" in section or "[DATE]" in section or "[PHONE]" in section
+    values = {s.value for d in docs for s in d.pii if len(s.value) > 4}
+    shown = [v for v in values if re.search(rf"(?<!\w){re.escape(v)}(?!\w)", section)]
+    assert not shown, shown[:5]
