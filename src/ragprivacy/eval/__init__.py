@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ragprivacy.eval.cache import CachedGenerator, GenerationCache
+from ragprivacy.eval.calls import CallTally, Price, describe_calls
 from ragprivacy.eval.config import (
     CorpusSpec,
     ExperimentConfig,
@@ -15,6 +16,7 @@ from ragprivacy.eval.config import (
 from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments import (
     DEFAULT_ATTACKS,
+    EXTRACTION_MODES,
     Experiment,
     ReportSection,
     TopKCellResult,
@@ -35,8 +37,10 @@ from ragprivacy.eval.schema import OptionDoc, OptionSection, option_sections, op
 
 __all__ = [
     "CachedGenerator",
+    "CallTally",
     "CorpusSpec",
     "DEFAULT_ATTACKS",
+    "EXTRACTION_MODES",
     "Experiment",
     "ExperimentConfig",
     "ExperimentSpec",
@@ -44,6 +48,7 @@ __all__ = [
     "ModelSpec",
     "OptionDoc",
     "OptionSection",
+    "Price",
     "ReportSection",
     "RunContext",
     "RunResult",
@@ -51,6 +56,7 @@ __all__ = [
     "TopKHarness",
     "create_experiment",
     "derive_seed",
+    "describe_calls",
     "experiment_types",
     "from_mapping",
     "load_config",
