@@ -1,4 +1,5 @@
-"""``ragprivacy attack``: run membership attacks against defended RAG systems.
+"""``ragprivacy attack``: run membership and extraction attacks against defended RAG
+systems, ours or a deployed endpoint's.
 
 ``ragprivacy attack --attack mba --corpus medical --defense none --out DIR`` builds a
 ``membership`` experiment (see :mod:`ragprivacy.eval.experiments.membership`) over a
@@ -11,6 +12,25 @@ the systems under attack: a registered name (``rag``, ``dp_vote``, ...) or an in
 YAML mapping with options, e.g. ``--system "{name: murag, epsilon_q: 10, budget:
 target}"`` (the keys of ``system_specs`` in
 :mod:`ragprivacy.eval.experiments._systems`).
+
+``--extraction targeted,untargeted,adversarial`` (or ``all``; repeatable like
+``--attack``) adds an ``extraction`` experiment (see
+:mod:`ragprivacy.eval.experiments.extraction`) over the same corpus, systems and defenses:
+``--targets`` PII items (each asked ``--attempts`` times), untargeted prompts and
+adversarial questions per mode. Membership attacks run when ``--attack`` is given, or by
+default (``mba``) when ``--extraction`` is not: ``--extraction untargeted`` alone runs
+extraction only, as does ``--attack none``. A file corpus's PII annotations (what
+targeted extraction asks for) come from ``--pii-detector`` (default ``regex``).
+
+``--target openai:MODEL@URL`` attacks a RAG endpoint we do not run
+(:class:`~ragprivacy.rag.RemoteRAGSystem`) with ``--corpus FILE`` the candidate
+documents: the membership attacks need ``--members FILE`` (the ids it holds); extraction
+needs none, its leak test comparing the answers with every candidate. The endpoint's
+calls go through the run's call cache (a rerun makes no call already answered; a cell
+whose calls failed is run again, retrying only those), and the progress bar shows the
+calls so far, new and cached, their tokens (the endpoint's ``usage``, else estimated from
+the text length) and, with ``--price PROMPT_USD,COMPLETION_USD`` per million tokens, the
+estimated cost; ``results.json`` (``endpoint_calls``) and the report record them.
 """
 
 from __future__ import annotations
@@ -42,6 +62,10 @@ def build_config(
     target: str | None = None,
     members: str | None = None,
     requests_per_second: float | None = None,
+    extraction: list[str] | None = None,
+    attempts: int = 10,
+    pii_detector: str | None = None,
+    price: str | None = None,
 ) -> Any:
     """The experiment config ``ragprivacy attack`` runs.
 
@@ -52,27 +76,46 @@ def build_config(
     endpoint's database (one per line). No defense of ours wraps it, and the shadow RAG of
     the learning attacks uses ``generator`` (default the offline reference reader): only
     the attack's own queries go to the endpoint.
+
+    ``attacks`` may be ``["none"]`` (no membership experiment); ``extraction`` names the
+    extraction modes to add (``all``: every one), ``price`` what the endpoint charges
+    (``"PROMPT_USD,COMPLETION_USD"`` per million tokens).
     """
     from ragprivacy.attacks import attack_names
     from ragprivacy.cli._parsing import split_names
-    from ragprivacy.eval import DEFAULT_ATTACKS, parse_config
+    from ragprivacy.errors import ConfigError
+    from ragprivacy.eval import DEFAULT_ATTACKS, Price, parse_config
+    from ragprivacy.eval import EXTRACTION_MODES as MODES
     from ragprivacy.rag import defense_names
 
     attacks = split_names(attacks, "--attack")
     defenses = split_names(defenses, "--defense")
-    attack_list = list(DEFAULT_ATTACKS) if "all" in attacks else attacks
+    modes = split_names(extraction or [], "--extraction")
+    mode_list = list(MODES) if "all" in modes else modes
+    for m in mode_list:
+        if m not in MODES:
+            raise ConfigError(
+                f"Unknown extraction mode {m!r}; choose one of: {', '.join(MODES)}, all."
+            )
+    if "none" in attacks and len(attacks) > 1:
+        raise ConfigError(f"--attack none runs no membership attack; got it with {attacks}.")
+    attack_list = (
+        [] if attacks == ["none"] else list(DEFAULT_ATTACKS) if "all" in attacks else attacks
+    )
+    if not attack_list and not mode_list:
+        raise ConfigError(
+            "--attack none with no --extraction runs nothing; name an attack or an "
+            "extraction mode (e.g. --extraction untargeted)."
+        )
+    price_pair = None if price is None else Price.parse(price)
     for a in attack_list:
         if a not in attack_names():
-            from ragprivacy.errors import ConfigError
-
             raise ConfigError(
                 f"Unknown attack {a!r}; choose one of: {', '.join(attack_names())}, all."
             )
     from ragprivacy.generate import generator_names
 
     if generator.partition(":")[0] not in generator_names():  # before any corpus is built
-        from ragprivacy.errors import ConfigError
-
         raise ConfigError(
             f"Unknown --generator {generator!r}; give reference, openai:MODEL@URL or hf:PATH "
             f"(registered: {', '.join(generator_names())})."
@@ -80,14 +123,14 @@ def build_config(
     defense_list = defense_names() if "all" in defenses else defenses
     for d in defense_list:
         if d not in defense_names():
-            from ragprivacy.errors import ConfigError
-
             raise ConfigError(
                 f"Unknown defense {d!r}; choose one of: {', '.join(defense_names())}, all."
             )
     source: dict[str, Any] = (
         {"path": corpus} if Path(corpus).is_file() else {"synthetic": corpus, "n": n}
     )
+    if pii_detector is not None:
+        source["pii_detector"] = pii_detector
     name = Path(corpus).stem if "path" in source else corpus
     specs: list[Any] = []
     for s in systems or ["rag"]:  # names may come as lists; a mapping is one system
@@ -105,8 +148,6 @@ def build_config(
     }
     extra: dict[str, Any] = {}
     if target is not None:
-        from ragprivacy.errors import ConfigError
-
         if "path" not in source:
             raise ConfigError(
                 "--target needs --corpus FILE: the candidate documents (JSONL or CSV with "
@@ -114,7 +155,7 @@ def build_config(
             )
         if members is not None and not Path(members).is_file():
             raise ConfigError(f"--members {members}: no such file (one member id per line).")
-        if members is None:
+        if members is None and attack_list:
             raise ConfigError(
                 "--target needs --members FILE: the ids of the candidates the endpoint holds "
                 "(one per line), to score the attack against."
@@ -131,32 +172,50 @@ def build_config(
         models = {"generator": target, "background_n": background_n, "embedder": embedder}
         extra = {"members": members, "shadow_generator": generator}
     elif members is not None:
-        from ragprivacy.errors import ConfigError
-
         raise ConfigError("--members goes with --target (the endpoint's known members).")
-    return parse_config(
-        {
-            "name": f"attack {', '.join(attack_list)} on {name}",
-            "seed": seed,
-            "workers": workers,
-            "corpora": {name: source},
-            "models": models,
-            "experiments": [
-                {
-                    "type": "membership",
-                    "corpus": name,
-                    "system_specs": specs,
-                    "k": k,
-                    "attacks": attack_list,
-                    "defenses": defense_list,
-                    "targets": targets,
-                    "calibration": calibration,
-                    **extra,
-                }
-            ],
-        },
-        source="ragprivacy attack",
-    )
+    experiments: list[dict[str, Any]] = []
+    if attack_list:
+        experiments.append(
+            {
+                "type": "membership",
+                "corpus": name,
+                "system_specs": specs,
+                "k": k,
+                "attacks": attack_list,
+                "defenses": defense_list,
+                "targets": targets,
+                "calibration": calibration,
+                **extra,
+            }
+        )
+    if mode_list:
+        experiments.append(
+            {
+                "type": "extraction",
+                "corpus": name,
+                "system_specs": specs,
+                "k": k,
+                "modes": mode_list,
+                "defenses": defense_list,
+                "items": targets,
+                "attempts": attempts,
+                "prompts": targets,
+                "scale": 1.0,
+                "questions": targets,
+            }
+        )
+    what = [*attack_list, *(f"{m} extraction" for m in mode_list)]
+    config: dict[str, Any] = {
+        "name": f"attack {', '.join(what)} on {name}",
+        "seed": seed,
+        "workers": workers,
+        "corpora": {name: source},
+        "models": models,
+        "experiments": experiments,
+    }
+    if price_pair is not None:
+        config["price"] = [price_pair.prompt, price_pair.completion]
+    return parse_config(config, source="ragprivacy attack")
 
 
 def _system_spec(text: str) -> Any:
@@ -184,7 +243,27 @@ def register(app: typer.Typer) -> None:
 
     @app.command("attack")
     def attack(
-        attack: list[str] = typer.Option(["mba"], "--attack", help="Attack name, or all."),
+        attack: list[str] | None = typer.Option(
+            None,
+            "--attack",
+            help="Membership attack, all, or none (default mba unless --extraction is given).",
+        ),
+        extraction: list[str] | None = typer.Option(
+            None,
+            "--extraction",
+            help="Extraction modes to run too: targeted, untargeted, adversarial, or all.",
+        ),
+        attempts: int = typer.Option(10, "--attempts", help="Targeted extraction: asks per item."),
+        pii_detector: str | None = typer.Option(
+            None,
+            "--pii-detector",
+            help="PII detector annotating a corpus file (regex, presidio, none; default regex).",
+        ),
+        price: str | None = typer.Option(
+            None,
+            "--price",
+            help="With --target: PROMPT_USD,COMPLETION_USD per million tokens (the cost shown).",
+        ),
         corpus: str = typer.Option("medical", "--corpus", help="Synthetic kind or a file."),
         defense: list[str] = typer.Option(["none"], "--defense", help="Defense, or all."),
         system: list[str] = typer.Option(
@@ -226,11 +305,12 @@ def register(app: typer.Typer) -> None:
         ),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
-        """Membership attacks against defended RAG: AUC, accuracy, F1, TPR@1%FPR, ROC."""
+        """Membership attacks (AUC, accuracy, F1, TPR@1%FPR, ROC) and extraction attacks
+        against defended RAG, ours or a remote endpoint's."""
         from ragprivacy.eval import run_config
 
         config = build_config(
-            attacks=attack,
+            attacks=attack if attack else ["none"] if extraction else ["mba"],
             corpus=corpus,
             defenses=defense,
             n=n,
@@ -247,6 +327,10 @@ def register(app: typer.Typer) -> None:
             target=target,
             members=members,
             requests_per_second=rate,
+            extraction=extraction,
+            attempts=attempts,
+            pii_detector=pii_detector,
+            price=price,
         )
         result = run_config(config, out, progress=progress, config_path="ragprivacy attack")
         typer.echo(f"wrote {result.report_path} and {result.results_path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ragprivacy.eval.cache import CachedGenerator, GenerationCache
+from ragprivacy.eval.calls import CallTally, Price, describe_calls
 from ragprivacy.eval.config import (
     CorpusSpec,
     ExperimentConfig,
@@ -15,6 +16,7 @@ from ragprivacy.eval.config import (
 from ragprivacy.eval.context import RunContext, derive_seed
 from ragprivacy.eval.experiments import (
     DEFAULT_ATTACKS,
+    EXTRACTION_MODES,
     Experiment,
     ReportSection,
     TopKCellResult,
@@ -44,8 +46,10 @@ from ragprivacy.eval.scorecard import (
 
 __all__ = [
     "CachedGenerator",
+    "CallTally",
     "CorpusSpec",
     "DEFAULT_ATTACKS",
+    "EXTRACTION_MODES",
     "Experiment",
     "ExperimentConfig",
     "ExperimentSpec",
@@ -53,6 +57,7 @@ __all__ = [
     "ModelSpec",
     "OptionDoc",
     "OptionSection",
+    "Price",
     "ReportSection",
     "RunContext",
     "RunResult",
@@ -63,6 +68,7 @@ __all__ = [
     "TopKHarness",
     "create_experiment",
     "derive_seed",
+    "describe_calls",
     "experiment_types",
     "from_mapping",
     "load_config",

@@ -83,12 +83,21 @@ class GenerationCache:
 
 
 def _completion_to_json(c: Completion) -> dict[str, Any]:
-    return {"text": c.text, "tokens": list(c.tokens), "logprobs": c.logprobs}
+    out: dict[str, Any] = {"text": c.text, "tokens": list(c.tokens), "logprobs": c.logprobs}
+    if c.usage is not None:
+        out["usage"] = dict(c.usage)
+    return out
 
 
-def _completion_from_json(d: dict[str, Any]) -> Completion:
+def _completion_from_json(d: dict[str, Any], *, cached: bool = True) -> Completion:
     lp = d.get("logprobs")
-    return Completion(d["text"], tuple(d["tokens"]), tuple(lp) if lp is not None else None)
+    return Completion(
+        d["text"],
+        tuple(d["tokens"]),
+        tuple(lp) if lp is not None else None,
+        usage=d.get("usage"),
+        cached=cached,
+    )
 
 
 class CachedGenerator(Generator):
@@ -117,12 +126,13 @@ class CachedGenerator(Generator):
         keys = [self._key("generate", p, max_tokens) for p in prompts]
         found = self.cache.get_many(keys)
         todo = [i for i, k in enumerate(keys) if k not in found]
+        out: dict[int, Completion] = {}
         if todo:
             fresh = self.inner.generate_batch([prompts[i] for i in todo], max_tokens=max_tokens)
             new = {keys[i]: _completion_to_json(c) for i, c in zip(todo, fresh)}
             self.cache.put_many(new)
-            found.update(new)
-        return [_completion_from_json(found[k]) for k in keys]
+            out = {i: _completion_from_json(new[keys[i]], cached=False) for i in todo}
+        return [out[i] if i in out else _completion_from_json(found[k]) for i, k in enumerate(keys)]
 
     def next_token_distribution(
         self, prompt: Prompt, prefix: Sequence[str] | str = ()

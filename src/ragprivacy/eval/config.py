@@ -173,6 +173,9 @@ class ExperimentConfig:
         experiments: the experiments to run, in order (see ``experiments[]``).
         workers: worker processes.
         cache: keep a generation cache in the output directory (reruns reuse answers).
+        price: what a remote endpoint charges, ``[PROMPT_USD, COMPLETION_USD]`` per
+            million tokens (empty: no price, so no cost is stated); only the progress
+            bar and the call summary (``endpoint_calls``) use it.
     """
 
     name: str
@@ -182,9 +185,15 @@ class ExperimentConfig:
     experiments: tuple[ExperimentSpec, ...] = ()
     workers: int = 2
     cache: bool = True
+    price: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         check_positive_int("workers", self.workers)
+        if self.price:
+            from ragprivacy.eval.calls import Price
+
+            Price.parse(tuple(self.price))  # two numbers >= 0, or refused
+        object.__setattr__(self, "price", tuple(self.price))
         check_positive_int("seed", self.seed, allow_zero=True)
         if not self.experiments:
             raise ConfigError(f"Config {self.name!r} lists no experiments.")

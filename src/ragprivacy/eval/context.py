@@ -68,6 +68,8 @@ class RunContext:
         self._generators: dict[str, Generator] = {}
         self._vocabularies: dict[str, tuple[str, ...]] = {}
         self.progress: Callable[[int], None] | None = None  # units done, set by the runner
+        # a remote endpoint's calls as they happen (a CallTally), set by the runner
+        self.calls: Callable[[Any], None] | None = None
 
     def corpus(self, name: str) -> Corpus:
         if name not in self._corpora:

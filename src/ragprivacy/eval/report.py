@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ragprivacy.eval.calls import describe_calls
 from ragprivacy.eval.experiments.base import Experiment
 
 __all__ = ["describe_generator", "noise_summary", "write_report"]
@@ -69,6 +70,17 @@ def noise_summary(cells: list[dict[str, Any]]) -> str | None:
     )
 
 
+def _calls_lines(calls: dict[str, Any] | None) -> list[str]:
+    """The header's lines on a remote endpoint's calls (none for our own systems)."""
+    if not calls:
+        return []
+    return [
+        f"- Endpoint calls, this run: {describe_calls(calls['this_run'])}",
+        "- Endpoint calls recorded by the cells (finished cells of earlier runs included): "
+        + describe_calls(calls["cells"]),
+    ]
+
+
 def write_report(experiments: list[Experiment], results: dict[str, Any], out_dir: Path) -> Path:
     """Write ``out_dir/report.md`` from the run's results; returns its path."""
     settings = results["settings"]
@@ -81,6 +93,7 @@ def write_report(experiments: list[Experiment], results: dict[str, Any], out_dir
         f"- Generator: {describe_generator(models['generator'])}",
         f"- Embedder: `{models['embedder']}`; index: `{models['index']}`.",
         *([f"- Noise: {results['noise']}."] if results.get("noise") else []),
+        *_calls_lines(results.get("endpoint_calls")),
         "- Versions: "
         + ", ".join(f"{k} {v}" for k, v in results["versions"].items() if k != "platform"),
         "",

@@ -11,6 +11,14 @@ finished cell's checkpoint, terminates the worker processes (they ignore SIGINT,
 Ctrl-C reaching the whole process group does not kill them half-way with a traceback
 each) and raises :class:`~ragprivacy.errors.RunInterruptedError`; running the same
 config into the same directory resumes with the unfinished cells.
+
+A run that attacks a remote endpoint (system ``remote``) counts the endpoint's calls as
+they happen (:mod:`ragprivacy.eval.calls`): the progress bar shows the calls so far —
+new ones and those served from the call cache, failures, tokens and, with the config's
+``price``, the estimated cost — and ``results.json`` (``endpoint_calls``) and the report
+record this run's calls and those of every cell. A finished cell whose endpoint calls
+failed (timeouts, errors) is kept in the results but run again by a rerun: its answered
+calls come from the cache, the failed ones are retried.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import numpy as np
 
 from ragprivacy._resources import ResourceEstimate, check_resources
 from ragprivacy.errors import DataError, RunInterruptedError
+from ragprivacy.eval.calls import CallTally, Price
 from ragprivacy.eval.config import ExperimentConfig
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import Experiment, create_experiment
@@ -115,12 +124,23 @@ def _run_cell(
     experiment = create_experiment(config.experiments[exp_index], config, exp_index)
     rng = np.random.default_rng(np.random.SeedSequence(seed_entropy, spawn_key=seed_key))
     start = time.perf_counter()
-    ctx.progress = units if callable(units) or units is None else units.put
+    put = units if callable(units) or units is None else units.put
+    cell_calls = CallTally()  # a remote endpoint's calls during this cell
+
+    def calls(delta: CallTally) -> None:
+        cell_calls.add(delta)
+        if put is not None:
+            put(delta.to_dict())
+
+    ctx.progress, ctx.calls = put, calls
     try:
         result = experiment.run_cell(cell, ctx, rng)
     finally:
-        ctx.progress = None
-    return {"result": result, "seconds": time.perf_counter() - start}
+        ctx.progress = ctx.calls = None
+    out = {"result": result, "seconds": time.perf_counter() - start}
+    if cell_calls.calls:
+        out["calls"] = cell_calls.to_dict()
+    return out
 
 
 def run_config(
@@ -178,9 +198,10 @@ def run_config(
     done: dict[int, dict[str, Any]] = {}
     pending = []
     for n, path in enumerate(checkpoints):
-        if path.is_file():
-            done[n] = json.loads(path.read_text())
-        else:
+        kept = json.loads(path.read_text()) if path.is_file() else None
+        if kept is not None and not _failed_calls(kept):
+            done[n] = kept
+        else:  # unfinished, or its endpoint calls failed: run (again; answers are cached)
             pending.append(n)
 
     def finish(n: int, payload: dict[str, Any]) -> None:
@@ -205,16 +226,43 @@ def run_config(
         for n in pending
     }
     units = sum(experiments[cells[n][0]].cell_units(cells[n][1]) for n in pending)
+    remote = any(
+        s.name == "remote" for e in experiments for s in getattr(e, "systems", {}).values()
+    )
+    price = Price.parse(config.price) if config.price else None
+    run_calls = CallTally()  # this run's endpoint calls
     try:
-        with _stop_on_sigterm(), _progress(progress, len(cells), len(done), units) as bar:
-            advance, step = bar
+        with (
+            _stop_on_sigterm(),
+            _progress(progress, len(cells), len(done), units, calls=remote, price=price) as bar,
+        ):
+            advance, step, show_calls = bar
+
+            def on_calls(delta: dict[str, int]) -> None:
+                run_calls.add(delta)
+                show_calls(run_calls)
+
+            def sink(item: int | dict[str, int]) -> None:
+                if isinstance(item, dict):
+                    on_calls(item)
+                else:
+                    step(item)
+
             if n_workers <= 1:
                 for n in pending:
-                    finish(n, _run_cell(*args[n], units=step if progress else None))
+                    finish(n, _run_cell(*args[n], units=sink if progress or remote else None))
                     advance()
             else:
                 pool_step = step if progress and units else None
-                _run_pool(n_workers, pending, args, finish, advance, pool_step)
+                _run_pool(
+                    n_workers,
+                    pending,
+                    args,
+                    finish,
+                    advance,
+                    pool_step,
+                    on_calls if remote else None,
+                )
     except (KeyboardInterrupt, _Stopped) as exc:
         signum = exc.signum if isinstance(exc, _Stopped) else int(signal.SIGINT)
         kept = sum(path.is_file() for path in checkpoints)  # on disk, whatever the timing
@@ -238,6 +286,14 @@ def run_config(
         "noise": noise_summary(ordered),
         "cells": ordered,
     }
+    if remote:
+        over_cells = CallTally()
+        for c in ordered:
+            over_cells.add(c.get("calls") or {})
+        results["endpoint_calls"] = {
+            "this_run": run_calls.summary(price),
+            "cells": over_cells.summary(price),
+        }
     results_path = out / "results.json"
     results_path.write_text(json.dumps(results, indent=2, default=_json_default))
     report_path = write_report(experiments, results, out)
@@ -284,11 +340,13 @@ def _run_pool(
     finish: Any,
     advance: Any,
     step: Any,
+    on_calls: Any = None,
 ) -> None:
     """Run the ``pending`` cells in a pool of ``n_workers`` spawned processes.
 
     ``step`` (None: no progress within cells) receives the work units workers report
-    through a manager queue. Whatever ends the loop early (an error, Ctrl-C, SIGTERM)
+    through a manager queue, ``on_calls`` (None: not counted) the remote endpoint's
+    calls. Whatever ends the loop early (an error, Ctrl-C, SIGTERM)
     terminates the workers rather than waiting for the cells they are running, so a
     stop takes seconds and leaves no process behind; finished cells are already on disk.
     """
@@ -299,7 +357,7 @@ def _run_pool(
     # windows cover the manager's start and the first submit, which launches every
     # spawned worker.
     with _sigint_ignored():
-        manager = ctx.Manager() if step is not None else None
+        manager = ctx.Manager() if step is not None or on_calls is not None else None
         queue = manager.Queue() if manager is not None else None
     # the pool's workers are the children that appear from here on (a public way to
     # find them; the manager, started above, is shut down on its own)
@@ -311,7 +369,7 @@ def _run_pool(
         left = set(futures)
         while left:
             finished, left = wait(left, timeout=0.25, return_when=FIRST_COMPLETED)
-            _drain(queue, step)
+            _drain(queue, step, on_calls)
             for fut in finished:
                 finish(futures[fut], fut.result())
                 advance()
@@ -420,48 +478,95 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _drain(queue: Any, step: Any) -> None:
-    """Move the work units workers reported from ``queue`` to the bar."""
+def _failed_calls(payload: dict[str, Any]) -> int:
+    """The failed endpoint calls a cell's checkpoint records (0 for our own systems)."""
+    return int((payload.get("calls") or {}).get("failed", 0))
+
+
+def _drain(queue: Any, step: Any, on_calls: Any = None) -> None:
+    """Move what workers reported from ``queue``: work units (ints) to the bar's
+    ``step``, endpoint calls (a :class:`~ragprivacy.eval.calls.CallTally` as a dict) to
+    ``on_calls``."""
     if queue is None:
         return
     got = 0
+    calls = CallTally()
     while True:
         try:
-            got += int(queue.get_nowait())
+            item = queue.get_nowait()
         except Exception:  # queue.Empty (a manager proxy raises it by value)
             break
-    if got:
+        if isinstance(item, dict):
+            calls.add(item)
+        else:
+            got += int(item)
+    if got and step is not None:
         step(got)
+    if calls.calls and on_calls is not None:
+        on_calls(calls.to_dict())
 
 
 class _progress:
-    """A rich progress bar over cells, and over the work units (targets) within cells
-    when experiments report them (a no-op when disabled)."""
+    """A rich progress bar over cells, over the work units (targets) within cells when
+    experiments report them, and, with ``calls``, a line of a remote endpoint's calls so
+    far (new and cached, failures, tokens, the cost at ``price``); a no-op when disabled.
 
-    def __init__(self, show: bool, total: int, completed: int, units: int = 0) -> None:
+    Entering gives ``(advance, step, show_calls)``: one cell done, ``n`` units done, the
+    run's :class:`~ragprivacy.eval.calls.CallTally` so far."""
+
+    def __init__(
+        self,
+        show: bool,
+        total: int,
+        completed: int,
+        units: int = 0,
+        *,
+        calls: bool = False,
+        price: Price | None = None,
+    ) -> None:
         self.show, self.total, self.completed, self.units = show, total, completed, units
+        self.calls, self.price = calls, price
 
     def __enter__(self) -> Any:
         if not self.show:
-            return (lambda: None), (lambda n: None)
+            return (lambda: None), (lambda n: None), (lambda tally: None)
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.fields[count]}"),
             TimeElapsedColumn(),
             transient=True,
         )
         self._bar.start()
-        task = self._bar.add_task("cells", total=self.total, completed=self.completed)
-        inner = self._bar.add_task("targets", total=self.units) if self.units else None
+        task = self._add("cells", self.total, self.completed)
+        inner = self._add("targets", self.units, 0) if self.units else None
+        calls = None
+        if self.calls:
+            start = "endpoint calls: " + CallTally().line(self.price)
+            calls = self._bar.add_task(start, total=None, count="")
 
         def step(n: int) -> None:
             if inner is not None:
-                self._bar.advance(inner, n)
+                self._advance(inner, n)
 
-        return (lambda: self._bar.advance(task)), step
+        def show_calls(tally: CallTally) -> None:
+            if calls is not None:
+                line = "endpoint calls: " + tally.line(self.price)
+                self._bar.update(calls, description=line)
+
+        return (lambda: self._advance(task, 1)), step, show_calls
+
+    def _add(self, name: str, total: int, completed: int) -> Any:
+        return self._bar.add_task(
+            name, total=total, completed=completed, count=f"{completed}/{total}"
+        )
+
+    def _advance(self, task: Any, n: int) -> None:
+        self._bar.advance(task, n)
+        t = next(x for x in self._bar.tasks if x.id == task)
+        self._bar.update(task, count=f"{int(t.completed)}/{int(t.total or 0)}")
 
     def __exit__(self, *exc: Any) -> None:
         if self.show:

@@ -14,7 +14,9 @@ every run records.
   ``top_logprobs``; the defense/system instruction is the system message and the rest of
   :func:`~ragprivacy.generate.templates.render_prompt` the user message (or, with
   ``mode="completions"``, ``POST {base}/completions`` on the rendered prompt). Tokens and
-  log-probabilities are the server's; ``logprobs`` is ``None`` if it returned none.
+  log-probabilities are the server's; ``logprobs`` is ``None`` if it returned none. The
+  answer's ``usage`` (``prompt_tokens``, ``completion_tokens``) is kept in
+  ``Completion.usage`` when the server reports it (``None`` otherwise).
 * ``next_token_distribution`` — a one-token request; the distribution is the returned
   ``top_logprobs`` (at most ``top_logprobs`` tokens) **renormalised over that top-k**, so
   it overstates each listed token's probability by the mass outside the top-k. With a
@@ -322,11 +324,27 @@ class OpenAIGenerator(Generator):
             )
         return choices[0]
 
+    @staticmethod
+    def _usage(data: dict[str, Any]) -> dict[str, int] | None:
+        """The answer's ``usage`` token counts (``None`` when absent or malformed)."""
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            return None
+        out: dict[str, int] = {}
+        for key in ("prompt_tokens", "completion_tokens"):
+            value = usage.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                return None
+            out[key] = value
+        return out
+
     def _chat(self, prompt: Prompt, max_tokens: int, top: int) -> dict[str, Any]:
+        return self._choice(self._chat_data(prompt, max_tokens, top), "chat/completions")
+
+    def _chat_data(self, prompt: Prompt, max_tokens: int, top: int) -> dict[str, Any]:
         payload = self._base_payload(max_tokens, prompt)
         payload.update(messages=self._messages(prompt), logprobs=True, top_logprobs=top)
-        data = self._post("chat/completions", payload)
-        return self._choice(data, "chat/completions")
+        return self._post("chat/completions", payload)
 
     def _completions(
         self,
@@ -336,10 +354,21 @@ class OpenAIGenerator(Generator):
         prompt: Prompt | None = None,
         **extra: Any,
     ) -> Any:
+        return self._choice(
+            self._completions_data(text, max_tokens, logprobs, prompt, **extra), "completions"
+        )
+
+    def _completions_data(
+        self,
+        text: str,
+        max_tokens: int,
+        logprobs: int,
+        prompt: Prompt | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
         payload = self._base_payload(max_tokens, prompt)
         payload.update(prompt=text, logprobs=logprobs, **extra)
-        data = self._post("completions", payload)
-        return self._choice(data, "completions")
+        return self._post("completions", payload)
 
     # ----------------------------------------------------------------- Generator API
 
@@ -347,22 +376,28 @@ class OpenAIGenerator(Generator):
         value = max_tokens if max_tokens is not None else prompt.options.get("max_tokens")
         limit = self.max_tokens if value is None else check_positive_int("max_tokens", value)
         if self.mode == "completions":
-            choice = self._completions(prompt.render(), limit, 1, prompt)
+            data = self._completions_data(prompt.render(), limit, 1, prompt)
+            choice = self._choice(data, "completions")
             text = str(choice.get("text") or "")
             lp = choice.get("logprobs") or {}
             tokens, logprobs = lp.get("tokens"), lp.get("token_logprobs")
         else:
-            choice = self._chat(prompt, limit, 1)
+            data = self._chat_data(prompt, limit, 1)
+            choice = self._choice(data, "chat/completions")
             message = choice.get("message") or {}
             text = str(message.get("content") or "")
             content = (choice.get("logprobs") or {}).get("content")
             tokens = [c.get("token", "") for c in content] if content else None
             logprobs = [c.get("logprob") for c in content] if content else None
+        usage = self._usage(data)
         if tokens and logprobs and len(tokens) == len(logprobs) and None not in logprobs:
             return Completion(
-                text, tuple(str(t) for t in tokens), tuple(float(x) for x in logprobs)
+                text,
+                tuple(str(t) for t in tokens),
+                tuple(float(x) for x in logprobs),
+                usage=usage,
             )
-        return Completion(text, tuple(tokenize(text)), None)
+        return Completion(text, tuple(tokenize(text)), None, usage=usage)
 
     def generate_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int | None = None

@@ -25,9 +25,17 @@ from ragprivacy.rag.defenses import (
 from ragprivacy.rag.dp_vote import DPVoteConfig, DPVoteRAG, VoteResult, dp_vote_generate
 from ragprivacy.rag.knnlm import KNN_WINDOW, KNNLM, knn_datastore
 from ragprivacy.rag.murag import MuRAG, MuRAGAda, NaiveMultiRAG
-from ragprivacy.rag.remote import OUTCOMES, REFUSAL_PATTERN, RemoteRAGSystem, classify_answer
+from ragprivacy.rag.remote import (
+    CHARS_PER_TOKEN,
+    OUTCOMES,
+    REFUSAL_PATTERN,
+    RemoteRAGSystem,
+    classify_answer,
+    estimate_tokens,
+)
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "DPVoteConfig",
     "DPVoteRAG",
     "DefendedGenerator",
@@ -54,6 +62,7 @@ __all__ = [
     "create_system",
     "defense_names",
     "dp_vote_generate",
+    "estimate_tokens",
     "knn_datastore",
     "refunded_failure",
     "register_system",

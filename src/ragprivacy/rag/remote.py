@@ -17,6 +17,13 @@ What comes back is recorded as what it is, never silently as an answer
   empty and ``metadata["error"]`` holds the generator's message (the endpoint's URL and
   status, never the prompt).
 
+Every response also says how it was obtained: ``metadata["cached"]`` (served from the
+run's call cache, so no new call was made) and, for an answer, ``metadata["usage"]``: the
+``prompt_tokens`` and ``completion_tokens`` the endpoint reported in its ``usage`` field, or,
+when it reported none, an estimate from the text length (:data:`CHARS_PER_TOKEN`
+characters a token; ``"estimated": True``). An estimated prompt counts only what we sent:
+the documents the endpoint adds on its side are invisible to us, so it is a lower bound.
+
 A failed call does not stop the batch: the other queries are still answered, so a run
 loses no finished work to one bad call. Calls are paced to at most ``requests_per_second``
 (the endpoint's rate limit; the generator retries 429s with backoff on top).
@@ -28,6 +35,7 @@ the answer, and the endpoint is named in :meth:`RemoteRAGSystem.describe`.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -42,7 +50,14 @@ from ragprivacy.rag.base import Query, RAGSystem, answer_cost, register_system
 from ragprivacy.retrieval import Retriever
 from ragprivacy.types import Completion, NonPrivateEvent, Response
 
-__all__ = ["OUTCOMES", "REFUSAL_PATTERN", "RemoteRAGSystem", "classify_answer"]
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "OUTCOMES",
+    "REFUSAL_PATTERN",
+    "RemoteRAGSystem",
+    "classify_answer",
+    "estimate_tokens",
+]
 
 #: What a remote call can come back as (see the module docstring).
 OUTCOMES = ("answer", "refused", "empty", "timeout", "error")
@@ -58,6 +73,20 @@ REFUSAL_PATTERN = re.compile(
     )""",
     re.IGNORECASE | re.VERBOSE,
 )
+
+
+#: Characters a token, for estimating tokens when an endpoint reports no ``usage`` (the
+#: usual rule of thumb for English text with GPT-style tokenizers).
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of ``text`` estimated from its length (:data:`CHARS_PER_TOKEN`).
+
+    >>> estimate_tokens(""), estimate_tokens("Who treated the patient?")
+    (0, 6)
+    """
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
 def classify_answer(text: str) -> str:
@@ -109,6 +138,7 @@ class RemoteRAGSystem(RAGSystem):
         self._lock = threading.Lock()
         self._next = 0.0
         self.outcomes: Counter[str] = Counter()  # calls so far, by outcome
+        self.calls: Counter[str] = Counter()  # "new" calls and those served "cached"
 
     def _pace(self) -> None:
         if not self.interval:
@@ -130,15 +160,33 @@ class RemoteRAGSystem(RAGSystem):
             message = str(exc)
             outcome = "timeout" if "Timeout" in message else "error"
             self.outcomes[outcome] += 1
-            return Response(text="", privacy=cost, metadata={"outcome": outcome, "error": message})
+            self.calls["new"] += 1
+            return Response(
+                text="",
+                privacy=cost,
+                metadata={"outcome": outcome, "error": message, "cached": False},
+            )
         outcome = classify_answer(completion.text)
         self.outcomes[outcome] += 1
+        self.calls["cached" if completion.cached else "new"] += 1
+        if completion.usage is not None:
+            usage: dict[str, Any] = {
+                "prompt_tokens": int(completion.usage.get("prompt_tokens", 0)),
+                "completion_tokens": int(completion.usage.get("completion_tokens", 0)),
+                "estimated": False,
+            }
+        else:
+            usage = {
+                "prompt_tokens": estimate_tokens(prompt.render()),
+                "completion_tokens": estimate_tokens(completion.text),
+                "estimated": True,
+            }
         return Response(
             text=completion.text,
             tokens=completion.tokens,
             logprobs=completion.logprobs,
             privacy=cost,
-            metadata={"outcome": outcome},
+            metadata={"outcome": outcome, "cached": completion.cached, "usage": usage},
         )
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
@@ -156,6 +204,7 @@ class RemoteRAGSystem(RAGSystem):
             "endpoint": self.generator.config(),
             "requests_per_second": 1.0 / self.interval if self.interval else None,
             "outcomes": {o: self.outcomes[o] for o in OUTCOMES},
+            "calls": {c: self.calls[c] for c in ("new", "cached")},
         }
 
 

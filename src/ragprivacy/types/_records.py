@@ -145,15 +145,23 @@ class Retrieval:
 class Completion:
     """A generator's output: text, its tokens, and each token's log-probability.
 
-    ``logprobs`` is ``None`` when the backend does not expose probabilities.
+    ``logprobs`` is ``None`` when the backend does not expose probabilities. ``usage`` is
+    what the backend reported the call cost in tokens (``prompt_tokens``,
+    ``completion_tokens``; ``None`` when it reported nothing) and ``cached`` says the
+    completion came from a call cache rather than a new call; neither takes part in
+    equality (they say how the output was obtained, not what it is).
     """
 
     text: str
     tokens: tuple[str, ...] = ()
     logprobs: tuple[float, ...] | None = None
+    usage: Mapping[str, int] | None = field(default=None, compare=False)
+    cached: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", tuple(self.tokens))
+        if self.usage is not None:
+            object.__setattr__(self, "usage", _frozen_mapping(self.usage))
         if self.logprobs is not None:
             object.__setattr__(self, "logprobs", tuple(float(x) for x in self.logprobs))
             if len(self.logprobs) != len(self.tokens):

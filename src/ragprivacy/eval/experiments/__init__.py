@@ -22,7 +22,11 @@ from ragprivacy.eval.experiments.collusion_scale import (
     trained_embedder_check,
 )
 from ragprivacy.eval.experiments.collusion_topk import TopKCellResult, TopKHarness
-from ragprivacy.eval.experiments.extraction import ExtractionExperiment, ExtractionOptions
+from ragprivacy.eval.experiments.extraction import (
+    EXTRACTION_MODES,
+    ExtractionExperiment,
+    ExtractionOptions,
+)
 from ragprivacy.eval.experiments.leakage import LeakageExperiment, LeakageOptions
 from ragprivacy.eval.experiments.membership import (
     DEFAULT_ATTACKS,
@@ -38,6 +42,7 @@ __all__ = [
     "DEFAULT_ATTACKS",
     "CollusionOptions",
     "Experiment",
+    "EXTRACTION_MODES",
     "ExtractionExperiment",
     "ExtractionOptions",
     "LeakageExperiment",

@@ -127,4 +127,5 @@ class AttackedSystemsExperiment(Experiment):
             scope=spec.budget,
             tally=PrivacyTally(self.options.accounting_delta),
             one_by_one=spec.name in ONE_BY_ONE_SYSTEMS,
+            on_calls=getattr(ctx, "calls", None),
         )

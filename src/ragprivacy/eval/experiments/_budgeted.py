@@ -19,6 +19,7 @@ from typing import Any
 from ragprivacy._validation import check_choice
 from ragprivacy.dp import NoOpEvent
 from ragprivacy.errors import BudgetExhaustedError
+from ragprivacy.eval.calls import CallTally
 from ragprivacy.eval.experiments._privacy_tally import PrivacyTally
 from ragprivacy.rag import Query, RAGSystem
 from ragprivacy.types import PrivacyCost, Response
@@ -52,6 +53,8 @@ class BudgetedSystem(RAGSystem):
         one_by_one: send queries one at a time (for systems whose batch call is not
             all-or-nothing: a refusal in the middle of a batch would lose the answers
             already paid for).
+        on_calls: receives, after each batch, what it added to :attr:`calls` (the calls
+            of a remote endpoint; the runner's progress bar).
     """
 
     name = "budgeted"
@@ -64,8 +67,11 @@ class BudgetedSystem(RAGSystem):
         run_queries: int = 1,
         tally: PrivacyTally | None = None,
         one_by_one: bool = False,
+        on_calls: Callable[[CallTally], None] | None = None,
     ) -> None:
         self._build = build
+        self.calls = CallTally()  # a remote endpoint's calls (empty for our own systems)
+        self._on_calls = on_calls
         self.one_by_one = bool(one_by_one)
         self.scope = check_choice("scope", scope, ("run", "target"))
         self.run_queries = max(1, int(run_queries))
@@ -124,6 +130,9 @@ class BudgetedSystem(RAGSystem):
             if "discoveries" in r.metadata:
                 self.voted = (self.voted or 0) + int(r.metadata["discoveries"])
         self.refusals += sum(refused)
+        delta = self.calls.record(out)
+        if delta.calls and self._on_calls is not None:
+            self._on_calls(delta)
         return out
 
     def release_summary(self) -> dict[str, Any]:

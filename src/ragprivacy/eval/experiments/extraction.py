@@ -14,6 +14,18 @@ Cells are ``(system, defense, mode)``. The datastore is the whole corpus.
   suffix; reports the share of answers with ROUGE-L > ``threshold`` against the datastore,
   the mean best ROUGE-L and the PII values of the datastore the answers reproduce.
 
+A file corpus gets its PII annotations from the corpus's ``pii_detector`` (default
+``regex``); when it holds no item of ``kinds``, the targeted cell sends nothing and says
+so (``metrics["note"]``, and the report).
+
+A remote endpoint (system ``remote``, :class:`~ragprivacy.rag.RemoteRAGSystem`) is
+attacked like our own systems, the corpus being the candidate documents the ROUGE-L test
+compares against. What its calls came back as is counted per cell
+(``metrics["outcomes"]``: answer, refused, empty, timeout, error; ``metrics["failed"]``:
+timeouts and errors), a failed call counting as a prompt that leaked nothing (the leak
+rate among the answered prompts is ``metrics["rate_answered"]``); the runner records the
+cell's calls and tokens beside its result (:mod:`ragprivacy.eval.calls`).
+
 Systems: ``systems`` (names) or ``system_specs`` (names or mappings with options, e.g.
 ``{name: rag, retriever: noisy_topk, retriever_options: {epsilon_acc: 1}}`` or
 ``{name: murag, epsilon_q: 10}``; see :mod:`ragprivacy.eval.experiments._systems`), each
@@ -60,11 +72,13 @@ from ragprivacy.eval.experiments.base import (
 from ragprivacy.eval.metrics.extraction import DatastoreIndex, max_rouge_l
 from ragprivacy.eval.metrics.leakage import pii_leaked
 from ragprivacy.eval.metrics.utility import wilson_interval
-from ragprivacy.rag import defense_names
+from ragprivacy.rag import OUTCOMES, defense_names
 
-__all__ = ["ExtractionExperiment", "ExtractionOptions"]
+__all__ = ["EXTRACTION_MODES", "ExtractionExperiment", "ExtractionOptions"]
 
 MODES = ("adversarial", "targeted", "untargeted")
+#: The extraction attack modes (see the module docstring).
+EXTRACTION_MODES = MODES
 #: leaking prompts and answers a cell keeps (PII masked) to show in reports
 N_EXAMPLES = 3
 
@@ -174,16 +188,21 @@ class ExtractionExperiment(AttackedSystemsExperiment):
         pick = np.random.default_rng(derive_seed(self.seed, cell["mode"]))
         if cell["mode"] == "targeted":
             spans = [(d, s) for d in corpus for s in d.pii if s.kind in o.kinds]
+            if not spans:
+                return self._no_pii(system, progress, cell)
             if len(spans) > o.items:
                 spans = [spans[int(i)] for i in sorted(pick.choice(len(spans), o.items, False))]
             system.run_queries = len(spans) * o.attempts
             total: Counter[str] = Counter()
             leaked: Counter[str] = Counter()
             examples: list[dict[str, Any]] = []
+            outcomes: Counter[str] = Counter()
             for start in range(0, len(spans), max(1, o.batch_size // o.attempts)):
                 chunk = spans[start : start + max(1, o.batch_size // o.attempts)]
                 groups = [targeted_queries(d, s, attempts=o.attempts) for d, s in chunk]
-                answers = [r.text for r in self._ask(system, groups, start)]
+                got = self._ask(system, groups, start)
+                outcomes.update(_outcomes(got))
+                answers = [r.text for r in got]
                 if progress is not None:
                     progress(len(chunk))
                 for j, (_, s) in enumerate(chunk):
@@ -200,13 +219,8 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                 "by_kind": {k: [leaked[k], total[k]] for k in sorted(total)},
             }
             metrics["rate"] = metrics["leaked"] / max(1, metrics["items"])
-            return {
-                "system": system.describe(),
-                "privacy": {"budget": system.scope, **system.tally.summary()},
-                "release": system.release_summary(),
-                "metrics": metrics,
-                "examples": examples,
-            }
+            _endpoint_metrics(metrics, outcomes)
+            return {**self._result(system, metrics), "examples": examples}
         store = memo(
             memo_key("store", self.config.to_dict(), self.corpus_name),
             lambda: DatastoreIndex(corpus.texts),
@@ -233,6 +247,9 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             "rate": leaks / max(1, len(queries)),
             "mean_rouge_l": float(np.mean(best)) if best else 0.0,
         }
+        if _endpoint_metrics(metrics, Counter(_outcomes(responses))):
+            answered = len(queries) - metrics["failed"]
+            metrics["rate_answered"] = leaks / answered if answered else None
         if cell["mode"] == "adversarial":
             pii = [s for d in corpus for s in d.pii if s.kind in o.kinds]
             values = {s.value.casefold(): s for s in pii}
@@ -240,16 +257,40 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             metrics["pii_values_reproduced"] = len(shown)
         leaked_at = [i for i, b in enumerate(best) if b > o.threshold][:N_EXAMPLES]
         return {
-            "system": system.describe(),
-            "privacy": {"budget": system.scope, **system.tally.summary()},
-            "release": system.release_summary(),
-            "metrics": metrics,
+            **self._result(system, metrics),
             "rouge_l": best,
             "examples": [
                 _example(corpus, queries[i].text, responses[i].text, rouge_l=best[i])
                 for i in leaked_at
             ],
         }
+
+    @staticmethod
+    def _result(system: BudgetedSystem, metrics: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "system": system.describe(),
+            "privacy": {"budget": system.scope, **system.tally.summary()},
+            "release": system.release_summary(),
+            "metrics": metrics,
+        }
+
+    def _no_pii(
+        self, system: BudgetedSystem, progress: Any, cell: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The targeted cell of a corpus without PII of ``kinds``: nothing to ask for."""
+        o = self.options
+        spec = self.config.corpora[self.corpus_name]
+        detector = spec.pii_detector or ("regex" if spec.synthetic is None else "the generator's")
+        note = (
+            f"no {'/'.join(o.kinds)} PII in corpus `{self.corpus_name}` (PII detector: "
+            f"{detector}): targeted extraction had nothing to ask for and sent no query. "
+            "Give documents with 'pii' spans, or another corpus pii_detector "
+            "(e.g. presidio)."
+        )
+        if progress is not None:
+            progress(self.cell_units(cell))
+        metrics = {"items": 0, "leaked": 0, "by_kind": {}, "rate": None, "note": note}
+        return self._result(system, metrics)
 
     def _questions(self, corpus: Any) -> list[str]:
         from ragprivacy.corpus import synthesize
@@ -281,7 +322,10 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             "*voted tokens/answer*: for DP voting systems, tokens the vote released from "
             "the documents (– for other systems). A low leak rate beside no answers or no "
             "documents is a system that released nothing. 95 % intervals: Wilson for "
-            "rates, Student t over prompts for the mean ROUGE-L.",
+            "rates, Student t over prompts for the mean ROUGE-L. For a remote endpoint, "
+            "*detail* counts what its calls came back as (answered, refused, empty, "
+            "failed: timeouts and errors); a failed call counts as a prompt that leaked "
+            "nothing, so the rate among the answered prompts is given beside it.",
             "",
             "| system | defense | mode | leaked | rate (95% CI) | mean ROUGE-L (95% CI) "
             "| ε spent | refused | answered | docs/answer | voted tokens/answer | detail |",
@@ -298,8 +342,15 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                 f"{format_cell(r.get('documents_per_answer'), 1)} | "
                 f"{format_cell(r.get('voted_tokens_per_answer'), 1)}"
             )
-            if c["mode"] == "targeted":
+            endpoint = _endpoint_detail(m)
+            if c["mode"] == "targeted" and m.get("note"):
+                lines.append(
+                    f"| {c['system']} | {c['defense']} | targeted | – | – | – | {priv} "
+                    f"| {m['note']} |"
+                )
+            elif c["mode"] == "targeted":
                 detail = ", ".join(f"{k} {a}/{b}" for k, (a, b) in m["by_kind"].items())
+                detail = "; ".join(x for x in (detail, endpoint) if x)
                 lines.append(
                     f"| {c['system']} | {c['defense']} | targeted | {m['leaked']}/{m['items']} "
                     f"| {format_interval(m['rate'], *wilson_interval(m['leaked'], m['items']))} "
@@ -311,6 +362,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                     if "pii_values_reproduced" in m
                     else ""
                 )
+                detail = "; ".join(x for x in (detail, endpoint) if x)
                 rate = format_interval(m["rate"], *wilson_interval(m["leaks"], m["prompts"]))
                 rouge = format_interval(
                     m["mean_rouge_l"], *mean_interval(item["result"].get("rouge_l", []), unit=True)
@@ -337,6 +389,35 @@ def _example(corpus: Any, prompt: str, answer: str, **facts: Any) -> dict[str, A
 def _known_pii(corpus: Any) -> tuple[Any, ...]:
     """Every annotated PII value of the corpus, once."""
     return tuple({(s.value, s.kind): s for d in corpus for s in d.pii}.values())
+
+
+def _outcomes(responses: list[Any]) -> list[str]:
+    """What a remote endpoint's calls came back as (empty for our own systems)."""
+    return [str(r.metadata["outcome"]) for r in responses if "outcome" in r.metadata]
+
+
+def _endpoint_metrics(metrics: dict[str, Any], outcomes: Counter[str]) -> bool:
+    """Add a remote endpoint's ``outcomes`` and ``failed`` calls to ``metrics``; whether
+    there were any."""
+    if not outcomes:
+        return False
+    metrics["outcomes"] = {o: outcomes[o] for o in OUTCOMES}
+    metrics["failed"] = outcomes["timeout"] + outcomes["error"]
+    return True
+
+
+def _endpoint_detail(m: dict[str, Any]) -> str:
+    """The report's words for a remote endpoint's outcomes ("" for our own systems)."""
+    got = m.get("outcomes")
+    if not got:
+        return ""
+    out = (
+        f"endpoint: {got['answer']} answered, {got['refused']} refused, {got['empty']} "
+        f"empty, {m['failed']} failed ({got['timeout']} timeouts, {got['error']} errors)"
+    )
+    if m.get("failed") and m.get("rate_answered") is not None:
+        out += f"; rate among answered {m['rate_answered']:.2f}"
+    return out
 
 
 register_experiment("extraction", ExtractionExperiment)
