@@ -160,3 +160,37 @@ def test_examples_show_no_pii_value(scorecard: Path) -> None:
     values = {s.value for d in docs for s in d.pii if len(s.value) > 4}
     shown = [v for v in values if re.search(rf"(?<!\w){re.escape(v)}(?!\w)", section)]
     assert not shown, shown[:5]
+
+
+def test_a_scorecard_of_an_endpoint_we_do_not_run(tmp_path: Path) -> None:
+    """``--target``: one row, the endpoint as deployed, scored by membership and
+    extraction attacks through its HTTP API (a local chatbot that copies what it
+    retrieves from members of a corpus we know), with what it returned counted."""
+    from tests._chat_endpoint import Endpoint, rag_chatbot
+
+    from ragprivacy.attacks import split_membership
+    from ragprivacy.corpus import synthesize, write_jsonl
+
+    corpus = synthesize("medical", 160, seed=11)
+    split = split_membership(corpus, targets=2, rng=4)
+    write_jsonl(corpus, tmp_path / "candidates.jsonl")
+    (tmp_path / "members.txt").write_text("\n".join(split.members.ids) + "\n")
+    server = Endpoint(rag_chatbot(split.members))
+    out = tmp_path / "card"
+    argv = [
+        "scorecard", "--target", f"openai:chatbot@{server.url}",
+        "--corpus", str(tmp_path / "candidates.jsonl"), "--members", str(tmp_path / "members.txt"),
+        "--attack", "s2mia-s", "--targets", "20", "--items", "10", "--workers", "1",
+        "--price", "1.5,6", "--no-progress", "--out", str(out),
+    ]  # fmt: skip
+    try:
+        assert main(argv) == 0
+    finally:
+        server.close()
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert page.count("<th scope=row>endpoint as deployed</th>") == 2  # matrix, outcomes
+    assert "What the endpoint returned" in page and "Endpoint calls: " in page
+    assert re.search(r"about \$\d+\.\d\d", page)  # the price given, applied
+    assert "The endpoint as deployed over `candidates` leaks" in page
+    # no defense of ours can wrap it: no other row
+    assert "noisy top-K" not in page and "PII redaction</th>" not in page

@@ -74,6 +74,7 @@ def _command(out: Path, options: dict[str, Any]) -> str:
     flags = {"corpus": "--corpus", "n": "--n", "targets": "--targets", "items": "--items"}
     flags |= {"seed": "--seed", "workers": "--workers", "generator": "--generator"}
     flags |= {"target": "--target", "members": "--members", "requests_per_second": "--rate"}
+    flags |= {"price": "--price"}
     for key, flag in flags.items():
         if options.get(key) is not None:
             argv += [flag, str(options[key])]
@@ -127,6 +128,11 @@ def register(app: typer.Typer) -> None:
         rate: float | None = typer.Option(
             None, "--rate", help="With --target: at most this many requests per second."
         ),
+        price: str | None = typer.Option(
+            None,
+            "--price",
+            help="With --target: PROMPT_USD,COMPLETION_USD per million tokens (the cost shown).",
+        ),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
         """Attacks × defenses on one corpus, as a self-contained web page (index.html)."""
@@ -150,6 +156,7 @@ def register(app: typer.Typer) -> None:
             "target": target,
             "members": members,
             "requests_per_second": rate,
+            "price": price,
         }
         path = run_scorecard(out, progress=progress, reproduce=_command(out, options), **options)
         typer.echo(f"scorecard: {path.resolve()}")

@@ -64,6 +64,8 @@ def _rate_cell(row: ScorecardRow, mode: str) -> str:
     x = row.extraction.get(mode)
     if x is None:
         return "<td>–</td>"
+    if x.total == 0:
+        return "<td>– (no PII of the asked kinds found)</td>"
     r = x.rate
     cls = "high" if (r.low or 0.0) > 0.2 else ("mid" if (r.low or 0.0) > 0.0 else "low")
     return (
@@ -182,10 +184,25 @@ def _outcomes(card: Scorecard) -> str:
     if not remote:
         return ""
     heads = sorted({k for r in remote for k in r.outcomes})
+    calls = card.endpoint_calls or {}
+    cost = ""
+    if calls:
+        tokens = f"{calls.get('tokens', 0)} tokens" + (
+            " (estimated from text length where the endpoint reported no usage)"
+            if calls.get("tokens_estimated")
+            else ""
+        )
+        usd = calls.get("cost_usd")
+        money = f", about ${usd:.2f}" if isinstance(usd, (int, float)) else ""
+        cost = (
+            f"<p>Endpoint calls: {calls.get('new', 0)} sent, {calls.get('cached', 0)} "
+            f"served from the run's cache, {calls.get('failed', 0)} failed; "
+            f"{_e(tokens)}{_e(money)}.</p>"
+        )
     return (
-        "<h2>What the endpoint returned</h2><table id=outcomes><caption>Calls by outcome: "
-        "refusals, empty answers, timeouts and errors are recorded as such, never as "
-        "answers.</caption><thead><tr><th scope=col>system</th>"
+        f"<h2>What the endpoint returned</h2>{cost}<table id=outcomes><caption>Calls by "
+        "outcome: refusals, empty answers, timeouts and errors are recorded as such, never "
+        "as answers.</caption><thead><tr><th scope=col>system</th>"
         + "".join(f"<th scope=col>{_e(h)}</th>" for h in heads)
         + "</tr></thead><tbody>"
         + "".join(

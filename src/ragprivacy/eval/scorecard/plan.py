@@ -81,6 +81,7 @@ def scorecard_config(
     target: str | None = None,
     members: str | None = None,
     requests_per_second: float | None = None,
+    price: str | None = None,
 ) -> ExperimentConfig:
     """The experiment config of a scorecard (see the module docstring).
 
@@ -176,14 +177,17 @@ def scorecard_config(
             {**extraction, "defenses": ["none", "prompt-modifying"], "system_specs": ["rag"]},
             {**extraction, "system_specs": defended},
         ]
-    return parse_config(
-        {
-            "name": f"privacy scorecard of {name}",
-            "seed": seed,
-            "workers": workers,
-            "corpora": {name: source},
-            "models": models,
-            "experiments": experiments,
-        },
-        source="ragprivacy scorecard",
-    )
+    settings: dict[str, Any] = {
+        "name": f"privacy scorecard of {name}",
+        "seed": seed,
+        "workers": workers,
+        "corpora": {name: source},
+        "models": models,
+        "experiments": experiments,
+    }
+    if price is not None:
+        from ragprivacy.eval.calls import Price
+
+        pair = Price.parse(price)
+        settings["price"] = [pair.prompt, pair.completion]
+    return parse_config(settings, source="ragprivacy scorecard")

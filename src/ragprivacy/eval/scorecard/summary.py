@@ -105,6 +105,7 @@ class Scorecard:
     settings: Mapping[str, Any]
     versions: Mapping[str, str]
     noise: str | None
+    endpoint_calls: Mapping[str, Any] | None = None
 
     @property
     def baseline(self) -> ScorecardRow | None:
@@ -323,4 +324,5 @@ def summarize(results: Mapping[str, Any]) -> Scorecard:
         settings=settings,
         versions=results.get("versions", {}),
         noise=results.get("noise"),
+        endpoint_calls=(results.get("endpoint_calls") or {}).get("cells"),
     )
