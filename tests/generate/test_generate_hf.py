@@ -107,7 +107,9 @@ def test_logprobs_agree_between_generate_score_and_distribution(gen: HFGenerator
             assert len(dist.tokens) == gen.model.config.vocab_size
             assert sum(dist.probs) == pytest.approx(1.0, abs=1e-6)
             assert dist.logprob(out.tokens[i]) == pytest.approx(out.logprobs[i], abs=1e-4)
-            assert max(dist.probs) == pytest.approx(math.exp(out.logprobs[i]), abs=1e-6)  # greedy
+            # greedy; the two float32 paths (a cached decoding step, a fresh forward
+            # pass) differ in summation order: as close as the log-probabilities above
+            assert max(dist.probs) == pytest.approx(math.exp(out.logprobs[i]), rel=1e-4)
         assert gen.tokens_to_text(out.tokens) == out.text
 
 
