@@ -81,6 +81,15 @@ class RunInterruptedError(RagPrivacyError):
         """The exit status a shell gives a process ended by ``signum``."""
         return 128 + self.signum
 
+    def with_resume(self, command: str) -> RunInterruptedError:
+        """The same stop, its message ending with the command that resumes the run."""
+        return RunInterruptedError(
+            f"{self} Resume with: {command}",
+            finished=self.finished,
+            total=self.total,
+            signum=self.signum,
+        )
+
 
 class VerificationError(RagPrivacyError):
     """An audit artefact (proof, receipt, commitment) failed verification."""

@@ -96,6 +96,20 @@ def _kill(pids: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _start_run(tmp_path: Path, out: Path) -> subprocess.Popen[str]:
+    """``ragprivacy run`` of :data:`GRID` in its own process group, as a terminal's
+    foreground job."""
+    config = tmp_path / "grid.yaml"
+    config.write_text(GRID)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ragprivacy", "run", str(config), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 @pytest.mark.parametrize(
     ("signum", "to_group"),
     [(signal.SIGINT, True), (signal.SIGTERM, False)],
@@ -109,17 +123,9 @@ def test_a_stopped_run_keeps_its_cells_and_resumes(
     request: pytest.FixtureRequest,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    config = tmp_path / "grid.yaml"
-    config.write_text(GRID)
     out = tmp_path / "out"
     children: set[int] = set()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ragprivacy", "run", str(config), "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-    )
+    proc = _start_run(tmp_path, out)
     try:
         deadline = time.monotonic() + 240
         while not list(out.glob("cells/*.json")):
@@ -180,17 +186,8 @@ def test_ctrl_c_while_the_workers_are_starting_is_one_clean_line(
 ) -> None:
     """A worker that is still importing when Ctrl-C reaches the process group prints no
     traceback of its own (it starts with SIGINT ignored); the run stops cleanly."""
-    config = tmp_path / "grid.yaml"
-    config.write_text(GRID)
-    out = tmp_path / "out"
     workers: set[int] = set()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ragprivacy", "run", str(config), "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = _start_run(tmp_path, tmp_path / "out")
     try:
         deadline = time.monotonic() + 120
         while len(workers := _workers(proc.pid)) < 2:

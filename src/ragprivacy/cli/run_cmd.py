@@ -52,12 +52,7 @@ def _run(
             again = ["ragprivacy", "run", str(config_path), "--out", str(out)]
         if workers is not None:
             again += ["--workers", str(workers)]
-        raise RunInterruptedError(
-            f"{exc} Resume with: {shlex.join(again)}",
-            finished=exc.finished,
-            total=exc.total,
-            signum=exc.signum,
-        ) from None
+        raise exc.with_resume(shlex.join(again)) from None
     typer.echo(f"wrote {result.report_path} and {result.results_path}")
 
 

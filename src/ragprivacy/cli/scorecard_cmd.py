@@ -59,12 +59,7 @@ def run_scorecard(
     try:
         result = run_config(config, out, progress=progress, config_path=shown)
     except RunInterruptedError as exc:
-        raise RunInterruptedError(
-            f"{exc} Resume with: {shown}",
-            finished=exc.finished,
-            total=exc.total,
-            signum=exc.signum,
-        ) from None
+        raise exc.with_resume(shown) from None
     return write_scorecard(result.results, out, reproduce=shown)
 
 
