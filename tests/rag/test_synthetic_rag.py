@@ -44,8 +44,11 @@ def test_variation_api_keeps_the_count_and_varies(reader: Generator) -> None:
     assert sum(x != y for x, y in zip(a, texts)) >= 8
     assert a == api(texts, np.random.default_rng(1))  # a seeded variation is reproducible
     assert a != api(texts, np.random.default_rng(2))
-    unchanged = FillInVariationAPI(reader, mask_rate=0.0, paraphraser=None)
+    unchanged = FillInVariationAPI(reader, mask_rate=0.0, rephrase=False)
     assert unchanged(texts, np.random.default_rng(0)) == texts  # nothing masked, no rephrase
+    dialogues = background_texts("medical", 5, seed=4)  # the lexicon's own domain
+    rephrased = FillInVariationAPI(reader, mask_rate=0.0)(dialogues, np.random.default_rng(0))
+    assert all(x != y for x, y in zip(rephrased, dialogues))
     with pytest.raises(ConfigError):
         FillInVariationAPI(reader, mask_rate=1.5)
     with pytest.raises(ConfigError, match="synthetic kind"):

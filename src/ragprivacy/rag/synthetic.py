@@ -110,7 +110,8 @@ class FillInVariationAPI:
         mask_rate: share of word tokens masked per variation (Aug-PE's
             ``mlm_probability``; default 0.6, its PubMed setting).
         paraphraser: the rephrasing step (default the ``paraphrasing`` defense's
-            :class:`~ragprivacy.rag.LexiconParaphraser`); ``None`` skips it.
+            :class:`~ragprivacy.rag.LexiconParaphraser`).
+        rephrase: ``False`` skips the rephrasing step.
 
     A slot the generator leaves empty keeps its original word (a variation never
     shortens a sample to nothing).
@@ -122,10 +123,12 @@ class FillInVariationAPI:
         *,
         mask_rate: float = 0.6,
         paraphraser: Paraphraser | None = None,
+        rephrase: bool = True,
     ) -> None:
         self.generator = generator
         self.mask_rate = check_probability("mask_rate", mask_rate)
         self.paraphraser = paraphraser if paraphraser is not None else LexiconParaphraser()
+        self.rephrase = bool(rephrase)
 
     def _mask(self, text: str, rng: np.random.Generator) -> tuple[list[str], dict[int, int]]:
         toks = tokenize(text)
@@ -135,7 +138,7 @@ class FillInVariationAPI:
         return toks, slots
 
     def __call__(self, samples: Sequence[str], rng: np.random.Generator) -> list[str]:
-        texts = [self.paraphraser.paraphrase(s) for s in samples]
+        texts = [self.paraphraser.paraphrase(s) if self.rephrase else s for s in samples]
         masked = [self._mask(t, rng) for t in texts]
         prompts = [
             Prompt(
@@ -162,7 +165,7 @@ class FillInVariationAPI:
             "name": "fill-in",
             "generator": self.generator.name,
             "mask_rate": self.mask_rate,
-            "paraphraser": self.paraphraser.config(),
+            "paraphraser": self.paraphraser.config() if self.rephrase else None,
         }
 
 
