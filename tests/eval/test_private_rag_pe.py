@@ -54,6 +54,8 @@ def test_pe_row_runs_at_the_same_total_epsilon(tmp_path: Path) -> None:
         assert r["total_epsilon"] == pytest.approx(pe_epsilon(r["pe"]["sigma"], 3, delta))
         assert r["pe"]["delta"] == pytest.approx(delta)
         assert r["pe"]["samples"] == 40 and r["pe"]["verbatim_private"] == 0
+        for key in ("precision", "recall", "precision_random", "recall_random"):
+            assert -1.0 <= r["pe"][key] <= 1.0
         assert r["documents_charged"] == 0  # answers are free after the release
         hits = round(r["accuracy"] * r["n"])
         assert r["accuracy_ci95"] == pytest.approx(list(wilson_interval(hits, r["n"])))
@@ -62,7 +64,7 @@ def test_pe_row_runs_at_the_same_total_epsilon(tmp_path: Path) -> None:
     report = (tmp_path / "pe" / "report.md").read_text()
     assert "| pe | – | 10 | 10 |" in report and "| pe | – | 40 | 40 |" in report
     assert "PE (plain RAG over a DP synthetic datastore" in report
-    assert "0 verbatim private documents" in report
+    assert "0 verbatim private documents" in report and "embedding precision" in report
 
 
 @pytest.mark.parametrize(("key", "value"), [("pe_samples", 0), ("pe_delta", 1.0)])

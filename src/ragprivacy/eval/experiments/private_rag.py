@@ -438,6 +438,11 @@ class PrivateRAGExperiment(Experiment):
         )
         return sys, sys.total_epsilon
 
+    def _kind(self, ctx: RunContext) -> str:
+        """The synthetic kind of PE's public documents: the corpus's (``knowledge`` for
+        a corpus that is not synthetic, as its reader's background text)."""
+        return ctx.config.corpora[self.corpus_name].synthetic or "knowledge"
+
     def _pe(
         self, ctx: RunContext, kb: KnowledgeBase, gen: Any, eps: float, rng: Any
     ) -> tuple[RAGSystem, float]:
@@ -446,7 +451,7 @@ class PrivateRAGExperiment(Experiment):
         o = self.options
         n = len(kb)
         delta = o.pe_delta if o.pe_delta is not None else 1.0 / (n * math.log(max(n, 3)))
-        kind = ctx.config.corpora[self.corpus_name].synthetic or "knowledge"
+        kind = self._kind(ctx)
         # the variations are many one-off prompts: the call cache would only grow
         inner = getattr(gen, "inner", gen)
         store = synthetic_datastore(
@@ -533,7 +538,7 @@ class PrivateRAGExperiment(Experiment):
             "documents_charged": charged,
             "discoveries": discoveries,
             "reuse": self._reuse(kb, true_top) if cell["system"] == "rag" else None,
-            **({} if pe is None else {"pe": _pe_summary(pe, kb)}),
+            **({} if pe is None else {"pe": _pe_summary(pe, kb, self._kind(ctx), self.seed)}),
         }
 
     @staticmethod
@@ -644,7 +649,11 @@ class PrivateRAGExperiment(Experiment):
                     f"pe at ε = {res['total_epsilon']:g}: σ = {pe['sigma']:.3g} per histogram, "
                     f"T = {pe['iterations']}, {pe['samples']} synthetic documents, "
                     f"δ = {pe['delta']:.2g}, {pe['verbatim_private']} verbatim private "
-                    "documents among them"
+                    "documents among them; embedding precision (synthetic → nearest private, "
+                    f"mean cosine) {pe['precision']:.3f}, recall (private → nearest "
+                    f"synthetic) {pe['recall']:.3f}; a RANDOM_API draw of the same size "
+                    f"(PE's start): {pe['precision_random']:.3f} and "
+                    f"{pe['recall_random']:.3f}"
                 )
         if pe_notes:
             lines += [
@@ -688,13 +697,30 @@ class PrivateRAGExperiment(Experiment):
         return ReportSection(title, "\n".join(lines), figs)
 
 
-def _pe_summary(system: SyntheticRAG, kb: KnowledgeBase) -> dict[str, Any]:
-    """What the PE release was: its σ, T, N_syn, δ, and how many synthetic documents
-    are verbatim copies of a private one (0 with public APIs)."""
+def _pe_summary(system: SyntheticRAG, kb: KnowledgeBase, kind: str, seed: int) -> dict[str, Any]:
+    """What the PE release was: its σ, T, N_syn, δ, how many synthetic documents are
+    verbatim copies of a private one (0 with public APIs), and how close it came to the
+    private documents — evaluation statistics, never released, in the public embedding
+    (the embedding precision and recall Aug-PE reports, as mean nearest-neighbour
+    cosines): ``precision`` is the mean over synthetic documents of the cosine to the
+    nearest private one (is what PE made private-like?), ``recall`` the mean over private
+    documents of the cosine to the nearest synthetic one (is every private document
+    covered?); ``*_random`` are the same for a RANDOM_API draw of the same size, what PE
+    starts from."""
     store = system.datastore
     private = set(kb.corpus.texts)
     texts = store.knowledge_base.corpus.texts
+    embedder = store.knowledge_base.embedder
+    unique = sorted(private)
+    p = embedder.encode(unique)
+    start = BackgroundRandomAPI(kind)(len(texts), np.random.default_rng(seed))
+
+    syn, rnd = embedder.encode(list(texts)), embedder.encode(start)
     return {
+        "precision": float(np.mean(np.max(syn @ p.T, axis=1))),
+        "precision_random": float(np.mean(np.max(rnd @ p.T, axis=1))),
+        "recall": float(np.mean(np.max(p @ syn.T, axis=1))),
+        "recall_random": float(np.mean(np.max(p @ rnd.T, axis=1))),
         "sigma": store.result.sigma,
         "iterations": store.result.iterations,
         "samples": len(texts),
