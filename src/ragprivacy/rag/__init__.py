@@ -33,12 +33,21 @@ from ragprivacy.rag.remote import (
     classify_answer,
     estimate_tokens,
 )
+from ragprivacy.rag.synthetic import (
+    BackgroundRandomAPI,
+    FillInVariationAPI,
+    SyntheticDatastore,
+    SyntheticRAG,
+    synthetic_datastore,
+)
 
 __all__ = [
+    "BackgroundRandomAPI",
     "CHARS_PER_TOKEN",
     "DPVoteConfig",
     "DPVoteRAG",
     "DefendedGenerator",
+    "FillInVariationAPI",
     "GeneratorParaphraser",
     "KNNLM",
     "KNN_WINDOW",
@@ -56,6 +65,8 @@ __all__ = [
     "REFUSAL_PATTERN",
     "RemoteRAGSystem",
     "StandardRAG",
+    "SyntheticDatastore",
+    "SyntheticRAG",
     "VoteResult",
     "classify_answer",
     "create_defense",
@@ -66,5 +77,6 @@ __all__ = [
     "knn_datastore",
     "refunded_failure",
     "register_system",
+    "synthetic_datastore",
     "system_names",
 ]

@@ -9,8 +9,23 @@ guaranteed, and the documents charged.
 
 Total ε per system: ``naive_multi`` T·ε_q (Alg. 5); ``murag``/``murag_ada`` M·ε_q per
 document (Thm 1–2); ``noisy_topk`` ε_acc per account (its σ calibrated for T queries);
-``dp_projection`` T·ε (fresh noise per query, basic composition); ``rag``, ``projection``
-and ``non-rag`` carry no DP guarantee (``non-rag`` uses no data: ε = 0).
+``dp_projection`` T·ε (fresh noise per query, basic composition); ``pe`` ε (the DP
+synthetic datastore is released once, at the grid's ε as its total; its queries are then
+free); ``rag``, ``projection`` and ``non-rag`` carry no DP guarantee (``non-rag`` uses no
+data: ε = 0).
+
+**Private Evolution** (``pe``, Private-RAG §4's synthetic-data baseline; Lin et al. 2023
+Alg. 1, Aug-PE): PE builds ``pe_samples`` synthetic documents from the knowledge base's
+documents (every copy votes: each is its own document for the accounting) at total
+(ε, ``pe_delta``) over ``pe_iterations`` noisy histograms, with the public offline APIs of
+:mod:`ragprivacy.rag.synthetic` (background documents of the corpus's kind; lexicon
+rephrasing and fill-in-the-blanks by the generator from its public background model), an
+embedder of the configured kind fitted on the background text only, and then plain RAG
+(``rag_k`` documents) answers over the synthetic documents. Its precision@top-50 is not
+defined (it retrieves synthetic documents) and is left empty. On the synthetic knowledge
+corpus every fact is a random relation among invented entities, so a synthetic corpus
+built from public text can only hold a private fact if the noisy histograms steer the
+variations onto it.
 
 **Redundant corpus.** DP voting can only release a fact that several documents support:
 adding or removing one document changes one vote. The synthetic knowledge corpus states
@@ -48,9 +63,14 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 from ragprivacy._stats import mean_interval
-from ragprivacy._validation import check_choice, check_positive, check_positive_int
+from ragprivacy._validation import (
+    check_choice,
+    check_positive,
+    check_positive_int,
+    check_probability,
+)
 from ragprivacy.corpus import Corpus, QAItem
-from ragprivacy.dp import PAPER_SCORE_RANGE
+from ragprivacy.dp import PAPER_SCORE_RANGE, PE_DEFAULT_ITERATIONS, PE_DEFAULT_SAMPLES
 from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext
@@ -63,13 +83,17 @@ from ragprivacy.eval.experiments.base import (
 from ragprivacy.eval.metrics import match, wilson_interval
 from ragprivacy.index import create_index
 from ragprivacy.rag import (
+    BackgroundRandomAPI,
     DPVoteRAG,
+    FillInVariationAPI,
     MuRAG,
     MuRAGAda,
     NaiveMultiRAG,
     NonRAG,
     RAGSystem,
     StandardRAG,
+    SyntheticRAG,
+    synthetic_datastore,
 )
 from ragprivacy.retrieval import (
     DPProjectionRetriever,
@@ -85,7 +109,15 @@ from ragprivacy.types import Document
 
 __all__ = ["PrivateRAGExperiment", "PrivateRAGOptions"]
 
-DP_SYSTEMS = ("naive_multi", "murag", "murag_ada", "dp_vote", "noisy_topk", "dp_projection")
+DP_SYSTEMS = (
+    "naive_multi",
+    "murag",
+    "murag_ada",
+    "dp_vote",
+    "noisy_topk",
+    "dp_projection",
+    "pe",
+)
 SYSTEMS = (*DP_SYSTEMS, "non-rag", "rag", "projection")
 ABLATIONS = ("none", "bin_size", "tau", "rp_dim", "clip_only", "multihop")
 
@@ -127,6 +159,14 @@ class PrivateRAGOptions:
             the default scaling).
         rp_kinds: ``ablation: rp_dim``: matrix kinds (``gaussian``, ``rademacher``).
         clips: ``ablation: clip_only``: the clipping bounds compared.
+        pe_iterations: ``pe``: PE iterations T (noisy histograms; default 10, Aug-PE's
+            PubMed setting that Private-RAG App. E adopts).
+        pe_samples: ``pe``: synthetic documents N_syn (default 2,000, Private-RAG App. E).
+        pe_threshold: ``pe``: histogram threshold H (``max(h − H, 0)``; default 0, Aug-PE).
+        pe_mask_rate: ``pe``: share of words the variation masks and refills (Aug-PE's
+            ``mlm_probability``, 0.6).
+        pe_delta: ``pe``: δ of the release (default ``1/(N·ln N)`` for N private
+            documents, Aug-PE's choice).
     """
 
     question_set: str = "independent"
@@ -153,6 +193,11 @@ class PrivateRAGOptions:
     rp_variances: tuple[float, ...] = ()
     rp_kinds: tuple[str, ...] = ("gaussian", "rademacher")
     clips: tuple[float, ...] = (0.1, 0.5, 1.0, 5.0)
+    pe_iterations: int = PE_DEFAULT_ITERATIONS
+    pe_samples: int = PE_DEFAULT_SAMPLES
+    pe_threshold: float = 0.0
+    pe_mask_rate: float = 0.6
+    pe_delta: float | None = None
 
     def __post_init__(self) -> None:
         check_choice("question_set", self.question_set, ("independent", "correlated"))
@@ -166,6 +211,12 @@ class PrivateRAGOptions:
             check_positive("epsilons", e)
         check_choice("ablation", self.ablation, ABLATIONS)
         check_positive_int("max_retrievals", self.max_retrievals)
+        check_positive_int("pe_iterations", self.pe_iterations)
+        check_positive_int("pe_samples", self.pe_samples)
+        check_positive("pe_threshold", self.pe_threshold, allow_zero=True)
+        check_probability("pe_mask_rate", self.pe_mask_rate)
+        if self.pe_delta is not None:
+            check_probability("pe_delta", self.pe_delta, open_interval=True)
 
 
 # Weak keys: an entry lives as long as its context, so a later context cannot inherit a
@@ -352,6 +403,8 @@ class PrivateRAGExperiment(Experiment):
                 rng=rng,
             )
             return StandardRAG(r, gen), (math.inf if clip_only else n * eps)
+        if name == "pe":
+            return self._pe(ctx, kb, gen, eps, rng)
         if name == "noisy_topk":
             r = NoisyTopKRetriever(
                 kb,
@@ -384,6 +437,38 @@ class PrivateRAGExperiment(Experiment):
             **vote,
         )
         return sys, sys.total_epsilon
+
+    def _kind(self, ctx: RunContext) -> str:
+        """The synthetic kind of PE's public documents: the corpus's (``knowledge`` for
+        a corpus that is not synthetic, as its reader's background text)."""
+        return ctx.config.corpora[self.corpus_name].synthetic or "knowledge"
+
+    def _pe(
+        self, ctx: RunContext, kb: KnowledgeBase, gen: Any, eps: float, rng: Any
+    ) -> tuple[RAGSystem, float]:
+        """Plain RAG over a PE synthetic datastore at total (ε, δ) (see the module
+        docstring)."""
+        o = self.options
+        n = len(kb)
+        delta = o.pe_delta if o.pe_delta is not None else 1.0 / (n * math.log(max(n, 3)))
+        kind = self._kind(ctx)
+        # the variations are many one-off prompts: the call cache would only grow
+        inner = getattr(gen, "inner", gen)
+        store = synthetic_datastore(
+            kb.corpus,
+            random_api=BackgroundRandomAPI(kind),
+            variation_api=FillInVariationAPI(inner, mask_rate=o.pe_mask_rate),
+            epsilon=eps,
+            delta=delta,
+            embedder=self.config.models.embedder,
+            public_texts=ctx.background_texts(self.corpus_name),
+            iterations=o.pe_iterations,
+            n_synthetic=o.pe_samples,
+            threshold=o.pe_threshold,
+            simulation=True,
+            rng=rng,
+        )
+        return SyntheticRAG(store, gen, k=o.rag_k), store.epsilon
 
     # ------------------------------------------------------------------ cells
 
@@ -431,10 +516,13 @@ class PrivateRAGExperiment(Experiment):
             set(np.argsort(-row, kind="stable")[:50].tolist()) for row in kb.index.scores(vectors)
         ]
         hits, precision, charged, discoveries = [], [], 0, 0
+        pe = system if isinstance(system, SyntheticRAG) else None
         for q, top50 in zip(questions, true_top):
             r = system.answer(q.question, account="evaluator")
             hits.append(bool(match(r.text, q.answers)))
-            if r.retrieval is not None and len(r.retrieval.indices):
+            # PE retrieves synthetic documents: precision against the private top-50 is
+            # not defined for it
+            if pe is None and r.retrieval is not None and len(r.retrieval.indices):
                 got = r.retrieval.indices
                 precision.append(sum(1 for p in got if p in top50) / len(got))
             charged += len(r.privacy.per_document)
@@ -450,6 +538,7 @@ class PrivateRAGExperiment(Experiment):
             "documents_charged": charged,
             "discoveries": discoveries,
             "reuse": self._reuse(kb, true_top) if cell["system"] == "rag" else None,
+            **({} if pe is None else {"pe": _pe_summary(pe, kb, self._kind(ctx), self.seed)}),
         }
 
     @staticmethod
@@ -535,6 +624,7 @@ class PrivateRAGExperiment(Experiment):
         series: dict[str, list[tuple[float, ...]]] = {}
         flat: dict[str, tuple[float, ...]] = {}
         reuse = None
+        pe_notes: list[str] = []
         for item in results:
             cell, res = item["cell"], item["result"]
             setting = ", ".join(
@@ -553,6 +643,27 @@ class PrivateRAGExperiment(Experiment):
             else:
                 flat[f"{label} (ε = {_total(res['total_epsilon'])})"] = acc
             reuse = reuse or res.get("reuse")
+            if "pe" in res:
+                pe = res["pe"]
+                pe_notes.append(
+                    f"pe at ε = {res['total_epsilon']:g}: σ = {pe['sigma']:.3g} per histogram, "
+                    f"T = {pe['iterations']}, {pe['samples']} synthetic documents, "
+                    f"δ = {pe['delta']:.2g}, {pe['verbatim_private']} verbatim private "
+                    "documents among them; embedding precision (synthetic → nearest private, "
+                    f"mean cosine) {pe['precision']:.3f}, recall (private → nearest "
+                    f"synthetic) {pe['recall']:.3f}; a RANDOM_API draw of the same size "
+                    f"(PE's start): {pe['precision_random']:.3f} and "
+                    f"{pe['recall_random']:.3f}"
+                )
+        if pe_notes:
+            lines += [
+                "",
+                "PE (plain RAG over a DP synthetic datastore, Private-RAG §4 baseline): the "
+                "release costs its ε once; answers are free; precision@top-50 is not "
+                "defined for synthetic documents.",
+                "",
+                *(f"- {note}" for note in pe_notes),
+            ]
         fig = f"private_rag_{self.index}_utility.png"
         swept = _ABLATION_AXES.get(o.ablation)
         if swept is not None:  # against the parameter varied: total ε is one value (or ∞)
@@ -584,6 +695,38 @@ class PrivateRAGExperiment(Experiment):
             figs.append(fig2)
             lines += ["", f"![document reuse]({fig2})"]
         return ReportSection(title, "\n".join(lines), figs)
+
+
+def _pe_summary(system: SyntheticRAG, kb: KnowledgeBase, kind: str, seed: int) -> dict[str, Any]:
+    """What the PE release was: its σ, T, N_syn, δ, how many synthetic documents are
+    verbatim copies of a private one (0 with public APIs), and how close it came to the
+    private documents — evaluation statistics, never released, in the public embedding
+    (the embedding precision and recall Aug-PE reports, as mean nearest-neighbour
+    cosines): ``precision`` is the mean over synthetic documents of the cosine to the
+    nearest private one (is what PE made private-like?), ``recall`` the mean over private
+    documents of the cosine to the nearest synthetic one (is every private document
+    covered?); ``*_random`` are the same for a RANDOM_API draw of the same size, what PE
+    starts from."""
+    store = system.datastore
+    private = set(kb.corpus.texts)
+    texts = store.knowledge_base.corpus.texts
+    embedder = store.knowledge_base.embedder
+    unique = sorted(private)
+    p = embedder.encode(unique)
+    start = BackgroundRandomAPI(kind)(len(texts), np.random.default_rng(seed))
+
+    syn, rnd = embedder.encode(list(texts)), embedder.encode(start)
+    return {
+        "precision": float(np.mean(np.max(syn @ p.T, axis=1))),
+        "precision_random": float(np.mean(np.max(rnd @ p.T, axis=1))),
+        "recall": float(np.mean(np.max(p @ syn.T, axis=1))),
+        "recall_random": float(np.mean(np.max(p @ rnd.T, axis=1))),
+        "sigma": store.result.sigma,
+        "iterations": store.result.iterations,
+        "samples": len(texts),
+        "delta": store.delta,
+        "verbatim_private": sum(1 for t in texts if t in private),
+    }
 
 
 def _ci_or_nan(res: dict[str, Any], key: str) -> tuple[float, float]:
