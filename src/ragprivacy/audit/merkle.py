@@ -24,7 +24,10 @@ share one SQLite transaction, so one sync of the disk (a leader/follower scheme,
 queue order, on the log caught up with every earlier append of its batch, and may
 refuse that append without touching the others; an append returns only once the
 transaction that holds it committed, and a failed commit fails every append of it
-(nothing of theirs is written, the in-memory tree is rolled back).
+(nothing of theirs is written, the in-memory tree is rolled back). Readers see the
+committed leaves only (:attr:`MerkleLog.size`): a batch in flight is visible to its own
+guards alone, so no root, proof or tree head ever covers a leaf that may be rolled back,
+and reads of the committed prefix do not wait for a commit in flight.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from pathlib import Path
 
 from ragprivacy._sqlite import CommitTicket, GroupCommit, connect_wal
@@ -218,9 +221,11 @@ class MerkleLog:
     def __init__(
         self, path: str | Path | None = None, *, group_commit: bool = True, max_batch: int = 256
     ) -> None:
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # appends, commits and catch-ups (not reads)
         self._levels: list[list[bytes]] = [[]]
         self._data: list[bytes] = []
+        self._durable = 0  # leaves committed (the prefix readers see)
+        self._leader: int | None = None  # the thread running a batch's guards
         self._db: sqlite3.Connection | None = None
         self._before_commit: Callable[[], None] | None = None  # test hook (failure injection)
         self._group: GroupCommit[_Append, list[int]] | None = None
@@ -260,6 +265,7 @@ class MerkleLog:
                     "is damaged — restore it from a backup."
                 )
             self._levels[level].append(bytes(h))
+        self._durable = len(self._data)
 
     def close(self) -> None:
         """Close the SQLite connection (in-memory logs: no-op)."""
@@ -342,11 +348,15 @@ class MerkleLog:
             for datas, guard in batch:
                 try:
                     if guard is not None:
+                        self._leader = threading.get_ident()
                         guard(self)
                 except Exception as exc:
                     out.append(exc)
                     continue
+                finally:
+                    self._leader = None
                 out.append([self._push(d, []) for d in datas])
+                self._durable = len(self._data)
             return out
 
     def _commit_batch(self, batch: list[_Append]) -> list[list[int] | BaseException]:
@@ -358,6 +368,7 @@ class MerkleLog:
                 raise ConfigError(f"The Merkle log {self.path} is closed; reopen it.")
             self._begin()  # one writer at a time, any process
             start = len(self._data)
+            self._leader = threading.get_ident()  # its guards see the batch so far
             try:
                 self._catch_up()
                 start = len(self._data)
@@ -393,19 +404,15 @@ class MerkleLog:
                 if self._before_commit is not None:
                     self._before_commit()
                 self._db.execute("COMMIT")
+                self._durable = len(self._data)  # before any of the batch's writers returns
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 self._rollback(start)
                 raise
+            finally:
+                self._leader = None
             return out
-
-    @contextmanager
-    def exclusive(self) -> Iterator[MerkleLog]:
-        """Hold the log: no append, commit or catch-up of this object runs meanwhile, so
-        what is read inside is one committed state (inside a guard: the batch so far)."""
-        with self._lock:
-            yield self
 
     def _begin(self) -> None:
         """Take the file's write lock, or say which file another writer holds."""
@@ -470,20 +477,35 @@ class MerkleLog:
                     "a backup."
                 )
             self._push(bytes(data), [])
+        self._durable = len(self._data)
 
-    def refresh(self) -> int:
-        """Catch up with appends made by other processes; returns the new size."""
-        with self._lock:
+    def refresh(self, *, wait: bool = True) -> int:
+        """Catch up with appends made by other processes; returns the new size.
+
+        ``wait=False`` skips the catch-up while this object commits a batch (that commit
+        catches up anyway) instead of waiting for its sync."""
+        if not self._lock.acquire(blocking=wait):
+            return self._durable
+        try:
             if self._db is not None:
                 self._catch_up()
-            return len(self._data)
+            return self._durable
+        finally:
+            self._lock.release()
 
     # ------------------------------------------------------------------ reads
     @property
     def size(self) -> int:
-        """The number of leaves (committed ones: a commit in flight is waited for)."""
-        with self._lock:
+        """The number of committed leaves; inside a guard, also the earlier appends of
+        the guard's batch (the log the guard decides on)."""
+        if self._leader is not None and self._leader == threading.get_ident():
             return len(self._data)
+        return self._durable
+
+    @property
+    def durable_size(self) -> int:
+        """The number of committed leaves, also inside a guard."""
+        return self._durable
 
     def __len__(self) -> int:
         return self.size
@@ -524,17 +546,19 @@ class MerkleLog:
         return node_hash(self._subtree(start, start + k), self._subtree(start + k, end))
 
     def root(self, size: int | None = None) -> bytes:
-        """The root (tree head) over the first ``size`` leaves (default: all)."""
-        with self._lock:
-            n = self._check_size(size)
-            return EMPTY_ROOT if n == 0 else self._subtree(0, n)
+        """The root (tree head) over the first ``size`` leaves (default: all).
+
+        Reads of the committed prefix take no lock (appends only add to the stored
+        levels, and a rollback removes only uncommitted entries), so they never wait for
+        a commit in flight."""
+        n = self._check_size(size)
+        return EMPTY_ROOT if n == 0 else self._subtree(0, n)
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
         """The RFC 9162 audit path of leaf ``index`` in the tree of ``size`` leaves."""
-        with self._lock:
-            n = self._check_size(size)
-            self._check_index(index, n)
-            return self._path(index, 0, n)
+        n = self._check_size(size)
+        self._check_index(index, n)
+        return self._path(index, 0, n)
 
     def _path(self, m: int, start: int, end: int) -> list[bytes]:
         n = end - start
@@ -547,16 +571,15 @@ class MerkleLog:
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         """The RFC 9162 consistency proof between tree sizes ``old_size`` ≤ ``new_size``."""
-        with self._lock:
-            n = self._check_size(new_size)
-            m = self._check_size(old_size)
-            if m > n:
-                raise ConfigError(
-                    f"The 'old_size' parameter must be <= new_size ({n}); got {old_size}."
-                )
-            if m == 0 or m == n:
-                return []
-            return self._subproof(m, 0, n, True)
+        n = self._check_size(new_size)
+        m = self._check_size(old_size)
+        if m > n:
+            raise ConfigError(
+                f"The 'old_size' parameter must be <= new_size ({n}); got {old_size}."
+            )
+        if m == 0 or m == n:
+            return []
+        return self._subproof(m, 0, n, True)
 
     def _subproof(self, m: int, start: int, end: int, complete: bool) -> list[bytes]:
         n = end - start

@@ -438,6 +438,7 @@ class AuditedProvider:
         self._last_ts = 0
         self._last_stamp = 0
         self._lock = threading.Lock()  # a stamp and the queueing of its append; the map below
+        self._count_lock = threading.Lock()  # _count, _scanned, _last_ts
         self._account_locks: dict[str, threading.Lock] = {}
         self.ledger = MerkleLog(ledger_path)
         self.witnesses = witness_store or WitnessStore()
@@ -534,9 +535,7 @@ class AuditedProvider:
         # guard.
         with self._account_lock(account):
             for _ in range(64):
-                with self.ledger.exclusive():
-                    self._scan()
-                    expected = self._count[account]
+                expected = self._used(account, wait=False)
                 try:
                     return self._answer(
                         account, text, q, hq, ts, expected, before_append, ts is None, scores
@@ -571,27 +570,25 @@ class AuditedProvider:
 
     def used(self, account: str) -> int:
         """Records of ``account`` in the ledger (its queries in the window so far)."""
-        with self.ledger.exclusive():
-            self._scan()
+        return self._used(account, wait=True)
+
+    def _used(self, account: str, *, wait: bool) -> int:
+        """``used``; ``wait=False`` does not wait for a commit in flight to catch up with
+        other processes (the guard checks the count again on the caught-up ledger)."""
+        self.ledger.refresh(wait=wait)  # outside _count_lock: a guard takes it inside
+        with self._count_lock:
+            self._scan_to(self.ledger.durable_size)
             return self._count[account]
 
-    def _scan(self, *, refresh: bool = True) -> None:
-        """Count the records appended since the last scan (by any process).
-
-        Runs holding the ledger (``ledger.exclusive()``, or inside a guard, where the log
-        also shows the earlier appends of the guard's batch): a batch whose commit then
-        failed was rolled back, and the next scan finds the log shorter and counts again."""
-        if refresh:
-            self.ledger.refresh()
-        size = self.ledger.size
-        if size < self._scanned:  # a counted batch was rolled back
-            self._count = dict.fromkeys(self.accounts, 0)
-            self._scanned = self._last_ts = 0
+    def _scan_to(self, size: int) -> None:
+        """Count the committed records [scanned, size) (by any process); under
+        ``_count_lock``. Only committed records are counted: a batch whose commit fails
+        is never in the counts."""
         for i in range(self._scanned, size):
             rec = QueryRecord.from_bytes(self.ledger.leaf(i))
             self._count[rec.account] = self._count.get(rec.account, 0) + 1
             self._last_ts = rec.ts
-        self._scanned = size
+        self._scanned = max(self._scanned, size)
 
     def _guard(
         self, account: str, expected: int, ts: int, restamp: bool
@@ -602,8 +599,16 @@ class AuditedProvider:
         writer overtook is derived again, like a stale count)."""
 
         def check(log: MerkleLog) -> None:
-            self._scan(refresh=False)  # the append just caught the log up
-            if self._count[account] != expected:
+            # the append just caught the log up: count what is committed, then the
+            # earlier appends of this batch (not yet committed, so not in the counts)
+            with self._count_lock:
+                self._scan_to(log.durable_size)
+                count, last_ts = self._count[account], self._last_ts
+            for i in range(log.durable_size, log.size):
+                rec = QueryRecord.from_bytes(log.leaf(i))
+                count += rec.account == account
+                last_ts = rec.ts
+            if count != expected:
                 raise _StaleCount
             limit = self._policies[account].rate_limit
             if expected >= limit and not self.misbehaviour.ignore_rate_limit:
@@ -611,11 +616,11 @@ class AuditedProvider:
                     f"Account {account!r} has used its {limit} queries in this window; wait "
                     "for the next window."
                 )
-            if log.size and ts <= self._last_ts:
+            if log.size and ts <= last_ts:
                 if restamp:
                     raise _StaleCount
                 raise ConfigError(
-                    f"Timestamps must increase with the ledger: {ts} follows {self._last_ts}."
+                    f"Timestamps must increase with the ledger: {ts} follows {last_ts}."
                 )
 
         return check
@@ -672,8 +677,6 @@ class AuditedProvider:
                 [record.to_bytes()], guard=self._guard(account, expected, record.ts, restamp)
             )
         pos = ticket.result()[0]  # waits for the (shared) commit: the record is durable
-        with self.ledger.exclusive():
-            self._scan()
         size = pos + 1
         unsigned = Receipt(
             self.policy.window_id,
