@@ -42,21 +42,29 @@ def _wait_until(cond: Callable[[], bool]) -> None:
         time.sleep(0.001)
 
 
-def _hold_first_commit(queued: Callable[[], int], others: int, then: Callable[[int], None]):
-    """A before-commit hook: the first commit waits until ``others`` writers queued behind
-    it; every commit then calls ``then(commit_number)`` (which may raise to fail it)."""
-    calls = [0]
+class _HoldFirstCommit:
+    """A before-commit hook: the first commit says it is inside (``entered``) and waits
+    until ``others`` writers queued behind it; every commit then calls
+    ``then(commit_number)`` (which may raise to fail it)."""
 
-    def hook() -> None:
-        calls[0] += 1
-        if calls[0] == 1:
-            _wait_until(lambda: queued() >= others)
-        then(calls[0])
+    def __init__(self, queued: Callable[[], int], others: int, then: Callable[[int], None]) -> None:
+        self.queued, self.others, self.then = queued, others, then
+        self.calls = 0
+        self.entered = threading.Event()
 
-    return hook
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            _wait_until(lambda: self.queued() >= self.others)
+        self.then(self.calls)
 
 
-def _threads(n: int, work: Callable[[int], Any]) -> list[Any]:
+def _threads(
+    n: int, work: Callable[[int], Any], first_inside: threading.Event | None = None
+) -> list[Any]:
+    """Run ``work(i)`` in n threads; the others start once the first is inside its
+    commit (``first_inside``), so that it leads the first commit alone."""
     out: list[Any] = [None] * n
 
     def run(i: int) -> None:
@@ -67,6 +75,8 @@ def _threads(n: int, work: Callable[[int], Any]) -> list[Any]:
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     threads[0].start()  # the first leads and is held; the others queue behind it
+    if first_inside is not None:
+        assert first_inside.wait(_DEADLINE_S)
     for t in threads[1:]:
         t.start()
     for t in threads:
@@ -110,7 +120,8 @@ def test_concurrent_appends_share_a_commit_and_guards_see_the_batch(tmp_path) ->
     log = MerkleLog(path)
     assert log._group is not None
     n, cap = 24, 10
-    log._before_commit = _hold_first_commit(lambda: log._group.queued, n - 1, lambda _: None)
+    hold = _HoldFirstCommit(lambda: log._group.queued, n - 1, lambda _: None)
+    log._before_commit = hold
 
     class Full(Exception):
         pass
@@ -119,7 +130,7 @@ def test_concurrent_appends_share_a_commit_and_guards_see_the_batch(tmp_path) ->
         if current.size >= cap:
             raise Full
 
-    got = _threads(n, lambda i: log.append(f"record-{i}".encode(), guard=guard))
+    got = _threads(n, lambda i: log.append(f"record-{i}".encode(), guard=guard), hold.entered)
     ok = {i: g for i, g in enumerate(got) if isinstance(g, int)}
     assert len(ok) == cap and all(isinstance(g, Full) for g in got if not isinstance(g, int))
     assert sorted(ok.values()) == list(range(cap))  # every index once
@@ -146,8 +157,9 @@ def test_a_failed_commit_fails_every_waiting_append_and_writes_none(tmp_path) ->
         if commit == 2:
             raise OSError("disk full")
 
-    log._before_commit = _hold_first_commit(lambda: log._group.queued, n - 1, fail_second)
-    got = _threads(n, lambda i: log.append(f"r{i}".encode()))
+    hold = _HoldFirstCommit(lambda: log._group.queued, n - 1, fail_second)
+    log._before_commit = hold
+    got = _threads(n, lambda i: log.append(f"r{i}".encode()), hold.entered)
     assert got[0] == 0  # the held commit succeeded
     assert all(isinstance(g, OSError) and "disk full" in str(g) for g in got[1:])
     assert log.size == 1 and log.leaf(0) == b"r0"
@@ -207,8 +219,9 @@ def test_concurrent_queries_all_get_receipts_and_the_window_verifies(tmp_path) -
     provider = _provider(tmp_path, n, r)
     group = provider.ledger._group
     assert group is not None
-    provider.ledger._before_commit = _hold_first_commit(lambda: group.queued, n - 1, lambda _: None)
-    got = _threads(n, lambda i: [_query(provider, f"a{i}", j) for j in range(r)])
+    hold = _HoldFirstCommit(lambda: group.queued, n - 1, lambda _: None)
+    provider.ledger._before_commit = hold
+    got = _threads(n, lambda i: [_query(provider, f"a{i}", j) for j in range(r)], hold.entered)
     answers = [a for per in got for a in per]
     assert len(answers) == n * r
     assert sorted(a.receipt.position for a in answers) == list(range(n * r))
@@ -240,8 +253,9 @@ def test_a_failed_commit_answers_no_query_of_it_and_spends_nothing(tmp_path) -> 
         if commit == 2:
             raise OSError("disk full")
 
-    provider.ledger._before_commit = _hold_first_commit(lambda: group.queued, n - 1, fail_second)
-    got = _threads(n, lambda i: _query(provider, f"a{i}", 0))
+    hold = _HoldFirstCommit(lambda: group.queued, n - 1, fail_second)
+    provider.ledger._before_commit = hold
+    got = _threads(n, lambda i: _query(provider, f"a{i}", 0), hold.entered)
     assert not isinstance(got[0], BaseException)  # the held (first) commit succeeded
     assert all(isinstance(g, OSError) for g in got[1:])
     assert provider.ledger.size == 1
