@@ -156,38 +156,53 @@ def concurrent_appends(path: Path, writers: int, total: int, *, group_commit: bo
     return {"appends_per_s": done / elapsed, "appends_per_commit": done / commits}
 
 
-def bench_concurrent(writers: list[int], total: int) -> dict:
+def bench_concurrent(writers: list[int], total: int, rounds: int = 3) -> dict:
     """Durable appends/s per writer count, before and after group commit, beside the
-    disk's fsync rate (measured before and after the appends; their mean is used)."""
-    out: dict = {"writers": writers, "rows": []}
+    disk's sync rate. The disk of a shared machine changes speed from minute to minute,
+    so each round measures the sync rate and then, for each writer count, before and after
+    back to back; each run's efficiency uses its round's sync rate, and the figures are
+    medians over the rounds."""
+    runs: dict[tuple[int, str], list[dict]] = {}
+    syncs, fulls = [], []
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
-        syncs = [fsync_rate(root)]
-        out["fsync_full_per_s"] = fsync_rate(root, sync=os.fsync)
-        runs = {}
-        for w in writers:
-            for mode, grouped in (("before", False), ("after", True)):
-                n = total if w > 1 else total // 4  # a lone writer: about one sync each
-                runs[w, mode] = concurrent_appends(
-                    root / f"{mode}-{w}.sqlite", w, n, group_commit=grouped
-                )
-        syncs.append(fsync_rate(root))
-    sync = statistics.mean(syncs)
-    single = runs[min(writers), "before"]["appends_per_s"] if 1 in writers else float("nan")
-    out["fsync_per_s"] = sync
-    out["fsync_per_s_samples"] = syncs
-    out["single_writer_appends_per_s"] = single
+        for r in range(rounds):
+            sync = fsync_rate(root, 200)
+            syncs.append(sync)
+            fulls.append(fsync_rate(root, 100, sync=os.fsync))
+            for w in writers:
+                n = total if w > 1 else total // 2  # a lone writer: one sync each
+                for mode, grouped in (("before", False), ("after", True)):
+                    res = concurrent_appends(
+                        root / f"{mode}-{w}-{r}.sqlite", w, n, group_commit=grouped
+                    )
+                    res["sync_per_s"] = sync
+                    runs.setdefault((w, mode), []).append(res)
+    med = statistics.median
+    single = med(x["appends_per_s"] for x in runs.get((1, "before"), [{"appends_per_s": 0}]))
+    out: dict = {
+        "writers": writers,
+        "rounds": rounds,
+        "fsync_per_s": med(syncs),
+        "fsync_per_s_samples": syncs,
+        "fsync_full_per_s": med(fulls),
+        "single_writer_appends_per_s": single,
+        "rows": [],
+    }
     for w in writers:
         for mode in ("before", "after"):
-            r = runs[w, mode]
+            rs = runs[w, mode]
             out["rows"].append(
                 {
                     "writers": w,
                     "mode": mode,
-                    "appends_per_s": r["appends_per_s"],
-                    "appends_per_commit": r["appends_per_commit"],
-                    "efficiency": r["appends_per_s"] / (w * sync),
-                    "vs_single_writer": r["appends_per_s"] / single,
+                    "appends_per_s": med(x["appends_per_s"] for x in rs),
+                    "appends_per_commit": med(x["appends_per_commit"] for x in rs),
+                    "efficiency": med(x["appends_per_s"] / (w * x["sync_per_s"]) for x in rs),
+                    "vs_single_writer": med(x["appends_per_s"] for x in rs) / single
+                    if single
+                    else float("nan"),
+                    "samples": [x["appends_per_s"] for x in rs],
                 }
             )
     return out
@@ -198,27 +213,29 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--writers", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--durable-n", type=int, default=2000, help="appends per concurrent run")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the concurrent runs")
     ap.add_argument("--skip-single", action="store_true", help="only the concurrent runs")
     ap.add_argument("--json", type=str, default=None)
     args = ap.parse_args()
     res: dict = {} if args.skip_single else bench(args.n)
     for k, v in res.items():
         print(f"{k:40s} {v:12.1f}")
-    conc = bench_concurrent(sorted(set(args.writers)), args.durable_n)
+    conc = bench_concurrent(sorted(set(args.writers)), args.durable_n, args.rounds)
     res["concurrent"] = conc
     print(
-        f"\ndisk sync rate {conc['fsync_per_s']:.0f}/s with fdatasync (samples "
+        f"\ndisk sync rate {conc['fsync_per_s']:.0f}/s with fdatasync (per round "
         f"{', '.join(f'{x:.0f}' for x in conc['fsync_per_s_samples'])}), "
         f"{conc['fsync_full_per_s']:.0f}/s with fsync; "
         f"single-writer durable rate {conc['single_writer_appends_per_s']:.0f} appends/s"
     )
+    print(f"medians of {conc['rounds']} rounds")
     print(f"{'writers':>7} {'mode':>6} {'appends/s':>10} {'per commit':>10} "
-          f"{'efficiency':>10} {'x single':>9}")  # fmt: skip
+          f"{'efficiency':>10} {'x single':>9}  samples")  # fmt: skip
     for r in conc["rows"]:
         print(
             f"{r['writers']:>7} {r['mode']:>6} {r['appends_per_s']:>10.0f} "
             f"{r['appends_per_commit']:>10.1f} {r['efficiency']:>10.3f} "
-            f"{r['vs_single_writer']:>8.1f}x"
+            f"{r['vs_single_writer']:>8.1f}x  {', '.join(f'{x:.0f}' for x in r['samples'])}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
