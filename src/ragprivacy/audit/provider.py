@@ -537,8 +537,9 @@ class AuditedProvider:
             for _ in range(64):
                 expected = self._used(account, wait=False)
                 try:
+                    stamp = None if ts is None else int(ts)  # None: stamped when queued
                     return self._answer(
-                        account, text, q, hq, ts, expected, before_append, ts is None, scores
+                        account, text, q, hq, stamp, expected, before_append, ts is None, scores
                     )
                 except _StaleCount:
                     continue
