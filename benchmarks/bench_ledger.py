@@ -4,13 +4,21 @@ Measures, in one run on this machine:
 
 - appends per second to an in-memory log, and to the SQLite log (WAL, synchronous=FULL)
   one leaf per transaction (every append durable on return) and in batches;
+- durable appends per second with 1, 8 and 64 concurrent writer threads on one log, each
+  append durable when it returns: before (``group_commit=False``, one transaction and so
+  one sync per append, the baseline) and after (group commit: the writers that queue while
+  a commit syncs share the next one), beside the disk's raw fsync rate measured in the same
+  run on the same file system; with the efficiency appends/s ÷ (writers × fsync rate) and
+  the ratio to the single-writer durable rate (before). The disk's rate is that of
+  ``fdatasync`` (what SQLite calls for a commit on Linux), also given for ``fsync``;
 - inclusion-proof generation + verification time at the final size;
 - consistency-proof generation + verification time between random sizes;
 - one audited query end to end (derived noise on every score, top-K, record, receipt).
 
 Usage::
 
-    python benchmarks/bench_ledger.py [--n 20000] [--json out.json]
+    python benchmarks/bench_ledger.py [--n 20000] [--writers 1 8 64]
+        [--durable-n 2000] [--json out.json]
 
 Timings vary ±30 % on shared machines: compare ratios within one run.
 """
@@ -22,7 +30,9 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -89,14 +99,144 @@ def bench(n: int) -> dict[str, float]:
     return out
 
 
+def fsync_rate(
+    directory: Path, n: int = 300, *, sync: Callable[[int], None] = os.fdatasync
+) -> float:
+    """The disk's raw sync rate: rewrite 256 bytes of one file and sync it, n times
+    (``fdatasync`` by default, the call SQLite makes on Linux for a commit)."""
+    path = directory / "fsync.probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        block = os.urandom(256)
+        os.write(fd, block)
+        os.fsync(fd)
+        t = time.perf_counter()
+        for _ in range(n):
+            os.pwrite(fd, block, 0)
+            sync(fd)
+        return n / (time.perf_counter() - t)
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def concurrent_appends(path: Path, writers: int, total: int, *, group_commit: bool) -> dict:
+    """``writers`` threads append ``total`` leaves to one durable log between them (each
+    append durable on return); appends/s over the wall time, and appends per commit."""
+    log = MerkleLog(path, group_commit=group_commit)
+    per = max(1, total // writers)
+    leaves = [[os.urandom(200) for _ in range(per)] for _ in range(writers)]
+    start = threading.Barrier(writers + 1)
+    errors: list[BaseException] = []
+
+    def work(mine: list[bytes]) -> None:
+        start.wait()
+        try:
+            for d in mine:
+                log.append(d)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(mine,)) for mine in leaves]
+    for th in threads:
+        th.start()
+    start.wait()
+    t = time.perf_counter()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - t
+    if errors:
+        raise SystemExit(f"an append failed: {errors[0]!r}")
+    done = writers * per
+    if log.size != done:
+        raise SystemExit(f"the log holds {log.size} leaves, not {done}")
+    log.verify_storage()
+    commits = log._group.commits if log._group is not None else done
+    log.close()
+    return {"appends_per_s": done / elapsed, "appends_per_commit": done / commits}
+
+
+def bench_concurrent(writers: list[int], total: int, rounds: int = 3) -> dict:
+    """Durable appends/s per writer count, before and after group commit, beside the
+    disk's sync rate. The disk of a shared machine changes speed from minute to minute,
+    so each round measures the sync rate and then, for each writer count, before and after
+    back to back; each run's efficiency uses its round's sync rate, and the figures are
+    medians over the rounds."""
+    runs: dict[tuple[int, str], list[dict]] = {}
+    syncs, fulls = [], []
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+        root = Path(tmp)
+        for r in range(rounds):
+            sync = fsync_rate(root, 200)
+            syncs.append(sync)
+            fulls.append(fsync_rate(root, 100, sync=os.fsync))
+            for w in writers:
+                n = total if w > 1 else total // 2  # a lone writer: one sync each
+                for mode, grouped in (("before", False), ("after", True)):
+                    res = concurrent_appends(
+                        root / f"{mode}-{w}-{r}.sqlite", w, n, group_commit=grouped
+                    )
+                    res["sync_per_s"] = sync
+                    runs.setdefault((w, mode), []).append(res)
+    med = statistics.median
+    single = med(x["appends_per_s"] for x in runs.get((1, "before"), [{"appends_per_s": 0}]))
+    out: dict = {
+        "writers": writers,
+        "rounds": rounds,
+        "fsync_per_s": med(syncs),
+        "fsync_per_s_samples": syncs,
+        "fsync_full_per_s": med(fulls),
+        "single_writer_appends_per_s": single,
+        "rows": [],
+    }
+    for w in writers:
+        for mode in ("before", "after"):
+            rs = runs[w, mode]
+            out["rows"].append(
+                {
+                    "writers": w,
+                    "mode": mode,
+                    "appends_per_s": med(x["appends_per_s"] for x in rs),
+                    "appends_per_commit": med(x["appends_per_commit"] for x in rs),
+                    "efficiency": med(x["appends_per_s"] / (w * x["sync_per_s"]) for x in rs),
+                    "vs_single_writer": med(x["appends_per_s"] for x in rs) / single
+                    if single
+                    else float("nan"),
+                    "samples": [x["appends_per_s"] for x in rs],
+                }
+            )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20_000)
+    ap.add_argument("--writers", type=int, nargs="+", default=[1, 8, 64])
+    ap.add_argument("--durable-n", type=int, default=2000, help="appends per concurrent run")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the concurrent runs")
+    ap.add_argument("--skip-single", action="store_true", help="only the concurrent runs")
     ap.add_argument("--json", type=str, default=None)
     args = ap.parse_args()
-    res = bench(args.n)
+    res: dict = {} if args.skip_single else bench(args.n)
     for k, v in res.items():
         print(f"{k:40s} {v:12.1f}")
+    conc = bench_concurrent(sorted(set(args.writers)), args.durable_n, args.rounds)
+    res["concurrent"] = conc
+    print(
+        f"\ndisk sync rate {conc['fsync_per_s']:.0f}/s with fdatasync (per round "
+        f"{', '.join(f'{x:.0f}' for x in conc['fsync_per_s_samples'])}), "
+        f"{conc['fsync_full_per_s']:.0f}/s with fsync; "
+        f"single-writer durable rate {conc['single_writer_appends_per_s']:.0f} appends/s"
+    )
+    print(f"medians of {conc['rounds']} rounds")
+    print(f"{'writers':>7} {'mode':>6} {'appends/s':>10} {'per commit':>10} "
+          f"{'efficiency':>10} {'x single':>9}  samples")  # fmt: skip
+    for r in conc["rows"]:
+        print(
+            f"{r['writers']:>7} {r['mode']:>6} {r['appends_per_s']:>10.0f} "
+            f"{r['appends_per_commit']:>10.1f} {r['efficiency']:>10.3f} "
+            f"{r['vs_single_writer']:>8.1f}x  {', '.join(f'{x:.0f}' for x in r['samples'])}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
 

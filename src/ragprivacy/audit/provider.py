@@ -436,7 +436,10 @@ class AuditedProvider:
         self._count: dict[str, int] = dict.fromkeys(self.accounts, 0)
         self._scanned = 0
         self._last_ts = 0
-        self._lock = threading.Lock()
+        self._last_stamp = 0
+        self._lock = threading.Lock()  # a stamp and the queueing of its append; the map below
+        self._count_lock = threading.Lock()  # _count, _scanned, _last_ts
+        self._account_locks: dict[str, threading.Lock] = {}
         self.ledger = MerkleLog(ledger_path)
         self.witnesses = witness_store or WitnessStore()
         self.prompt_template = prompt_template
@@ -526,18 +529,25 @@ class AuditedProvider:
         if text is not None and account in bad.decoy_vectors:
             q = fixed_point(np.asarray(bad.decoy_vectors[account], dtype=np.float64))[0]
         scores = integer_scores(self._index[scored].scoring, q, self.policy.grid_bits)
-        with self._lock:  # one query of this process at a time; other processes: the guard
+        # One query of an account at a time in this process (its record number j is the
+        # count of its records before it); queries of different accounts derive their
+        # noise in parallel and share the ledger's group commit. Other processes: the
+        # guard.
+        with self._account_lock(account):
             for _ in range(64):
-                self._scan()
-                expected = self._count[account]
-                stamp = int(ts) if ts is not None else self._next_ts()
+                expected = self._used(account, wait=False)
                 try:
+                    stamp = None if ts is None else int(ts)  # None: stamped when queued
                     return self._answer(
                         account, text, q, hq, stamp, expected, before_append, ts is None, scores
                     )
                 except _StaleCount:
                     continue
         raise ConfigError("The ledger is too busy for this account; retry the query.")
+
+    def _account_lock(self, account: str) -> threading.Lock:
+        with self._lock:
+            return self._account_locks.setdefault(account, threading.Lock())
 
     def _check_in_window(self, ts: int) -> None:
         if not self.policy.window_start <= ts <= self.policy.window_end:
@@ -547,10 +557,12 @@ class AuditedProvider:
             )
 
     def _next_ts(self) -> int:
-        """Now, or one nanosecond past the ledger's last record (clocks of two processes
-        may stamp the same instant)."""
-        ts = max(time.time_ns(), self._last_ts + 1 if self.ledger.size else 0)
+        """Now, or one nanosecond past the ledger's last record and this process's last
+        stamp (clocks of two processes may stamp the same instant; a stamp may still be
+        queued for the ledger). Called under ``_lock``, with the append queued at once."""
+        ts = max(time.time_ns(), self._last_ts + 1, self._last_stamp + 1)
         self._check_in_window(ts)
+        self._last_stamp = ts
         return ts
 
     def policy_of(self, account: str) -> AuditPolicy:
@@ -559,20 +571,25 @@ class AuditedProvider:
 
     def used(self, account: str) -> int:
         """Records of ``account`` in the ledger (its queries in the window so far)."""
-        with self._lock:
-            self._scan()
+        return self._used(account, wait=True)
+
+    def _used(self, account: str, *, wait: bool) -> int:
+        """``used``; ``wait=False`` does not wait for a commit in flight to catch up with
+        other processes (the guard checks the count again on the caught-up ledger)."""
+        self.ledger.refresh(wait=wait)  # outside _count_lock: a guard takes it inside
+        with self._count_lock:
+            self._scan_to(self.ledger.durable_size)
             return self._count[account]
 
-    def _scan(self, *, refresh: bool = True) -> None:
-        """Count the records appended since the last scan (by any process)."""
-        if refresh:
-            self.ledger.refresh()
-        size = self.ledger.size  # once: another thread may catch the log up meanwhile
+    def _scan_to(self, size: int) -> None:
+        """Count the committed records [scanned, size) (by any process); under
+        ``_count_lock``. Only committed records are counted: a batch whose commit fails
+        is never in the counts."""
         for i in range(self._scanned, size):
             rec = QueryRecord.from_bytes(self.ledger.leaf(i))
             self._count[rec.account] = self._count.get(rec.account, 0) + 1
             self._last_ts = rec.ts
-        self._scanned = size
+        self._scanned = max(self._scanned, size)
 
     def _guard(
         self, account: str, expected: int, ts: int, restamp: bool
@@ -583,8 +600,16 @@ class AuditedProvider:
         writer overtook is derived again, like a stale count)."""
 
         def check(log: MerkleLog) -> None:
-            self._scan(refresh=False)  # the append just caught the log up
-            if self._count[account] != expected:
+            # the append just caught the log up: count what is committed, then the
+            # earlier appends of this batch (not yet committed, so not in the counts)
+            with self._count_lock:
+                self._scan_to(log.durable_size)
+                count, last_ts = self._count[account], self._last_ts
+            for i in range(log.durable_size, log.size):
+                rec = QueryRecord.from_bytes(log.leaf(i))
+                count += rec.account == account
+                last_ts = rec.ts
+            if count != expected:
                 raise _StaleCount
             limit = self._policies[account].rate_limit
             if expected >= limit and not self.misbehaviour.ignore_rate_limit:
@@ -592,11 +617,11 @@ class AuditedProvider:
                     f"Account {account!r} has used its {limit} queries in this window; wait "
                     "for the next window."
                 )
-            if log.size and ts <= self._last_ts:
+            if log.size and ts <= last_ts:
                 if restamp:
                     raise _StaleCount
                 raise ConfigError(
-                    f"Timestamps must increase with the ledger: {ts} follows {self._last_ts}."
+                    f"Timestamps must increase with the ledger: {ts} follows {last_ts}."
                 )
 
         return check
@@ -607,7 +632,7 @@ class AuditedProvider:
         text: str | None,
         q: np.ndarray,
         hq: str,
-        ts: int,
+        ts: int | None,
         expected: int,
         before_append: Callable[[tuple[str, ...]], None] | None = None,
         restamp: bool = False,
@@ -637,7 +662,7 @@ class AuditedProvider:
             query_hash=hq,
             query_text=text,
             seq=seq,
-            ts=ts,
+            ts=0 if ts is None else ts,  # ts enters neither rec_q's noise nor π_q
             proof_system=self.proof_system,
             select_before_noise=bad.select_before_noise,
             skip_clipping=bad.skip_clipping,
@@ -646,10 +671,13 @@ class AuditedProvider:
         if before_append is not None:
             before_append(witness.ids)
         self.witnesses.put(record.proof, witness)  # durable before the record exists
-        pos = self.ledger.append(
-            record.to_bytes(), guard=self._guard(account, expected, ts, restamp)
-        )
-        self._scan()
+        with self._lock:  # stamped in queue order: the ledger's timestamps increase
+            if ts is None:
+                record = replace(record, ts=self._next_ts())
+            ticket = self.ledger.submit(
+                [record.to_bytes()], guard=self._guard(account, expected, record.ts, restamp)
+            )
+        pos = ticket.result()[0]  # waits for the (shared) commit: the record is durable
         size = pos + 1
         unsigned = Receipt(
             self.policy.window_id,

@@ -6,7 +6,8 @@ their secret seeds s_W, their commitments and, once closed, the coalition claim)
 witnesses of every ledger record; ``DIR/ledgers/<window>.sqlite`` is each window's Merkle
 ledger; ``DIR/identity.key`` is the provider's Ed25519 identity key, created at first use
 with mode 0600. Several processes (the server's workers, an admin command) may open the
-directory at once: every write is one SQLite transaction.
+directory at once: every write is one SQLite transaction. The witnesses that concurrent
+queries store are group-committed (one transaction for those that arrive together).
 
 Secrets (the identity key, the window seeds, the API key secrets) never leave this module
 except the identity key to the signer and a seed to the admin's auditor export; reprs and
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._sqlite import connect_wal
+from ragprivacy._sqlite import GroupCommit, connect_wal
 from ragprivacy._validation import check_choice, check_in_range, check_positive, check_positive_int
 from ragprivacy.audit import ProviderKey, RecordWitness, WitnessStore
 from ragprivacy.embed import Embedder, create_embedder
@@ -602,19 +603,31 @@ def _window(row: tuple[Any, ...]) -> Window:
 
 
 class SqliteWitnessStore(WitnessStore):
-    """A window's witnesses in the state database (durable before the record is appended)."""
+    """A window's witnesses in the state database (durable before the record is appended).
 
-    def __init__(self, state: ServiceState, window_id: str) -> None:
+    Concurrent puts are group-committed: the witnesses that threads store at the same
+    time go into one transaction (one sync of ``synchronous=FULL``), and each put returns
+    only once that transaction committed (see :class:`ragprivacy._sqlite.GroupCommit`).
+    ``group_commit=False`` commits each put alone."""
+
+    def __init__(self, state: ServiceState, window_id: str, *, group_commit: bool = True) -> None:
         super().__init__()
         self._state = state
         self._window_id = window_id
+        self._group: GroupCommit[tuple[str, str], None] = GroupCommit(
+            self._put_batch, max_batch=256 if group_commit else 1
+        )
 
     def put(self, proof: str, witness: RecordWitness) -> None:
+        self._group.run((proof, json.dumps(witness.to_dict())))
+
+    def _put_batch(self, items: list[tuple[str, str]]) -> list[None]:
         with self._state._write() as conn:
-            conn.execute(
+            conn.executemany(
                 "INSERT OR REPLACE INTO witnesses VALUES (?, ?, ?)",
-                (self._window_id, proof, json.dumps(witness.to_dict())),
+                [(self._window_id, proof, witness) for proof, witness in items],
             )
+        return [None] * len(items)
 
     def get(self, proof: str) -> RecordWitness | None:
         row = (
