@@ -45,7 +45,7 @@ GUARDED = Prompt(
 
 @pytest.fixture(scope="module")
 def smol() -> GGUFGenerator:
-    gen = create_generator("smollm2", max_tokens=16)
+    gen = create_generator("smollm2", max_tokens=16, threads=1)  # see the README on threads
     assert isinstance(gen, GGUFGenerator)
     return gen
 
