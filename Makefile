@@ -1,6 +1,7 @@
 # `make demo` and `make test` work on a fresh clone: they create .venv and install exactly
 # the versions in requirements/lock.txt (every package, with hashes), torch 2.13.0 (the CPU
-# build) first, then run. `make lock` refreshes the lock; `make test-latest` and
+# build) first, then run (`make test` adds the SmolLM2 model file, `make realmodel`).
+# `make lock` refreshes the lock; `make test-latest` and
 # `make test-lowest` run the suite against the newest allowed and the oldest declared
 # versions, each in an environment of its own. The README says when to run which.
 PYTHON ?= python3
