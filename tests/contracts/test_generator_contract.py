@@ -1,7 +1,10 @@
 """The contract every generator meets, parametrised over every registered generator that
 runs offline: ``reference`` (the weight-free reader), ``hf`` (a tiny random GPT-2 with a
-BPE tokenizer trained here; nothing is downloaded) and ``openai`` (the HTTP client
-against an in-process ``httpx.MockTransport``; no socket, no network).
+BPE tokenizer trained here; nothing is downloaded), ``openai`` (the HTTP client
+against an in-process ``httpx.MockTransport``; no socket, no network), and ``smollm2`` and
+``gguf`` (SmolLM2-135M-Instruct from ``make realmodel``; each check loads it, twice for
+the determinism check, so these run with ``-m slow``, e.g. ``make test-all``: the default
+suite checks the same behaviour once in tests/generate/test_generate_gguf.py).
 
 ``generate_batch`` answers each prompt as ``generate`` does, in order; an empty batch
 is empty; a generator documented as deterministic gives the same completion for the same
@@ -132,6 +135,18 @@ def _openai(workdir: Path) -> Generator:
     )
 
 
+def _smollm2(_: Path) -> Generator:
+    return create_generator("smollm2", max_tokens=4, threads=1, batch_size=2)
+
+
+def _gguf(_: Path) -> Generator:
+    from ragprivacy.generate import smollm2_path
+
+    path = smollm2_path()
+    assert path is not None  # the realmodel marker skips the test without it
+    return create_generator(f"gguf:{path}", max_tokens=4, threads=1, batch_size=2)
+
+
 GENERATORS: dict[str, GeneratorSpec] = {
     # "rng=None means seed 0: the reader is deterministic by default"
     "reference": GeneratorSpec(lambda _: create_generator("reference"), deterministic=True),
@@ -139,7 +154,17 @@ GENERATORS: dict[str, GeneratorSpec] = {
     "hf": GeneratorSpec(_hf, deterministic=True),
     # whatever the server does (temperature 0 is not a promise of determinism)
     "openai": GeneratorSpec(_openai, deterministic=False),
+    # greedy decoding by default (the hf backend on a GGUF file)
+    "smollm2": GeneratorSpec(_smollm2, deterministic=True),
+    "gguf": GeneratorSpec(_gguf, deterministic=True),
 }
+#: Generators that load a real model: slow, and skipped without it.
+REAL_MODELS = {"smollm2", "gguf"}
+
+
+def _params(names: list[str]) -> list[object]:
+    marks = [pytest.mark.realmodel, pytest.mark.slow]
+    return [pytest.param(n, marks=marks) if n in REAL_MODELS else n for n in names]
 
 
 @pytest.fixture(scope="module")
@@ -174,14 +199,14 @@ def _backend(name: str, built: dict[str, Generator], workdir: Path) -> tuple[str
     return name, built[name]
 
 
-@pytest.fixture(params=generator_names())
+@pytest.fixture(params=_params(generator_names()))
 def backend(
     request: pytest.FixtureRequest, built: dict[str, Generator], workdir: Path
 ) -> tuple[str, Generator]:
     return _backend(request.param, built, workdir)
 
 
-@pytest.fixture(params=DETERMINISTIC)
+@pytest.fixture(params=_params(DETERMINISTIC))
 def deterministic_backend(
     request: pytest.FixtureRequest, built: dict[str, Generator], workdir: Path
 ) -> tuple[str, Generator]:

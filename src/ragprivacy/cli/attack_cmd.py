@@ -7,7 +7,7 @@ synthetic corpus kind or a JSONL/CSV file and writes ``report.md`` (the attacks 
 defenses table and ROC plots) and ``results.json``. ``--attack all`` and ``--defense
 all`` run every one; options repeat or take lists (``--attack mba --attack srag``,
 ``--attack mba,srag``). ``--generator`` names the target's reader (default the offline
-reference reader; ``openai:MODEL@URL``, ``hf:PATH``). ``--system`` picks
+reference reader; ``smollm2``, ``openai:MODEL@URL``, ``hf:PATH``, ``gguf:PATH``). ``--system`` picks
 the systems under attack: a registered name (``rag``, ``dp_vote``, ...) or an inline
 YAML mapping with options, e.g. ``--system "{name: murag, epsilon_q: 10, budget:
 target}"`` (the keys of ``system_specs`` in
@@ -117,8 +117,8 @@ def build_config(
 
     if generator.partition(":")[0] not in generator_names():  # before any corpus is built
         raise ConfigError(
-            f"Unknown --generator {generator!r}; give reference, openai:MODEL@URL or hf:PATH "
-            f"(registered: {', '.join(generator_names())})."
+            f"Unknown --generator {generator!r}; give reference, smollm2, openai:MODEL@URL, "
+            f"hf:PATH or gguf:PATH (registered: {', '.join(generator_names())})."
         )
     defense_list = defense_names() if "all" in defenses else defenses
     for d in defense_list:
@@ -286,7 +286,10 @@ def register(app: typer.Typer) -> None:
         generator: str = typer.Option(
             "reference",
             "--generator",
-            help="Reader of the system under attack: reference, openai:MODEL@URL or hf:PATH.",
+            help=(
+                "Reader of the system under attack: reference, smollm2, openai:MODEL@URL, "
+                "hf:PATH or gguf:PATH."
+            ),
         ),
         background_n: int = typer.Option(
             1000, "--background-n", help="Public background texts (reader and proxy LM)."

@@ -109,7 +109,9 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(7, "--seed", help="Root seed."),
         workers: int = typer.Option(2, "--workers", help="Processes."),
         generator: str = typer.Option(
-            "reference", "--generator", help="Reader: reference, openai:MODEL@URL or hf:PATH."
+            "reference",
+            "--generator",
+            help="Reader: reference, smollm2, openai:MODEL@URL, hf:PATH or gguf:PATH.",
         ),
         target: str | None = typer.Option(
             None,

@@ -21,7 +21,9 @@ def serve(
     port: int = typer.Option(8000, "--port", help="TCP port."),
     workers: int = typer.Option(1, "--workers", help="Worker processes."),
     generator: str = typer.Option(
-        "reference", "--generator", help="reference, openai:MODEL@URL or hf:PATH."
+        "reference",
+        "--generator",
+        help="reference, smollm2, openai:MODEL@URL, hf:PATH or gguf:PATH.",
     ),
 ) -> None:
     """Serve private retrieval and answers for the accounts in --state, with public audit

@@ -113,7 +113,8 @@ class ModelSpec:
         embedder: embedder (``lsa``, ``hashing``, ``minilm``, ``sentence-transformers``;
             see ``ragprivacy backends``).
         index: vector index (``exact``, ``faiss-flat``, ``faiss-hnsw``, ...).
-        generator: generator spec (``reference``, ``openai:MODEL@URL``, ``hf:PATH``).
+        generator: generator spec (``reference``, ``smollm2``, ``openai:MODEL@URL``,
+            ``hf:PATH``, ``gguf:PATH``).
         generator_options: keyword options of the generator (e.g. the reference
             reader's ``compliance``).
         background_n: size of the reference reader's background corpus: texts the

@@ -22,6 +22,11 @@ _GENERATOR_NOTES = {
         "text). Its figures say what such a model leaks, not what a given hosted LLM does."
     ),
     "hf": "a Hugging Face causal language model loaded from a local path",
+    "gguf": "a causal language model loaded from a local GGUF file (dequantised to float32)",
+    "smollm2": (
+        "SmolLM2-135M-Instruct, a small instruction-tuned LLM (Q4_1 GGUF, dequantised to "
+        "float32), run locally"
+    ),
     "openai": "an OpenAI-compatible HTTP endpoint",
 }
 

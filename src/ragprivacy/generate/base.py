@@ -108,8 +108,8 @@ def register_generator(name: str, factory: Any, *, replace: bool = False) -> Non
 
 
 def create_generator(spec: str, **kwargs: Any) -> Generator:
-    """Build a generator from a spec: ``"reference"``, ``"hf:PATH"``,
-    ``"openai:MODEL@BASE_URL"``."""
+    """Build a generator from a spec: ``"reference"``, ``"hf:PATH"``, ``"gguf:PATH"``,
+    ``"smollm2"``, ``"openai:MODEL@BASE_URL"``."""
     return _REGISTRY.create(spec, **kwargs)
 
 

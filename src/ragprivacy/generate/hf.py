@@ -47,15 +47,15 @@ __all__ = ["HFGenerator"]
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
-def _import_backend() -> tuple[Any, Any]:
+def _import_backend(generator: str = "hf", extra: str = "hf") -> tuple[Any, Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import torch
         import transformers
     except ImportError as exc:
         raise BackendError(
-            f"The 'hf' generator needs torch and transformers, which could not be imported "
-            f"({exc}); install the hf extra: pip install 'ragprivacy[hf]'."
+            f"The {generator!r} generator needs torch and transformers, which could not be "
+            f"imported ({exc}); install the {extra} extra: pip install 'ragprivacy[{extra}]'."
         ) from exc
     return torch, transformers
 
@@ -115,20 +115,8 @@ class HFGenerator(Generator):
         self.batch_size = check_positive_int("batch_size", batch_size)
         if threads is not None:
             threads = check_positive_int("threads", threads)
-        if not self.path.exists():
-            raise DataUnavailableError(
-                f"No model directory at {str(self.path)!r}; 'hf:PATH' loads a local model "
-                "(nothing is downloaded). Save one there with save_pretrained or point to a "
-                "local snapshot."
-            )
-        if not (self.path / "config.json").is_file():
-            # Checked here: given a directory without one, transformers may fail on an
-            # optional tokenizer converter (protobuf, tiktoken) instead of saying so.
-            raise DataUnavailableError(
-                f"No config.json in {str(self.path)!r}; the directory needs config.json, the "
-                "weights and the tokenizer files (the save_pretrained layout)."
-            )
-        torch, transformers = _import_backend()
+        self._check_files()
+        torch, transformers = self._import_backend()
         self._torch = torch
         if threads is not None:
             torch.set_num_threads(threads)
@@ -138,18 +126,9 @@ class HFGenerator(Generator):
         kwargs: dict[str, Any] = {
             "local_files_only": True,
             "trust_remote_code": trust_remote_code,
+            "dtype": "auto" if self.dtype == "auto" else getattr(torch, self.dtype),
         }
-        try:
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.path, **kwargs)
-            torch_dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                self.path, dtype=torch_dtype, **kwargs
-            )
-        except (OSError, ValueError) as exc:
-            raise DataUnavailableError(
-                f"Could not load a causal LM and tokenizer from {str(self.path)!r} ({exc}); "
-                "the directory needs config.json, the weights and the tokenizer files."
-            ) from exc
+        self.tokenizer, self.model = self._load(transformers, kwargs)
         self.model.to(device)
         self.model.eval()
         self._cache_kw = _cache_keyword(self.model)
@@ -186,7 +165,47 @@ class HFGenerator(Generator):
         self._digest = self._files_digest()
 
     def __repr__(self) -> str:
-        return f"HFGenerator(path={str(self.path)!r}, device={self.device!r}, dtype={self.dtype!r})"
+        return (
+            f"{type(self).__name__}(path={str(self.path)!r}, device={self.device!r}, "
+            f"dtype={self.dtype!r})"
+        )
+
+    # ----------------------------------------------------------------- loading
+    # What a subclass that reads another checkpoint format (GGUFGenerator) overrides;
+    # decoding, scoring and token distributions below are shared.
+
+    def _check_files(self) -> None:
+        """Refuse a missing or incomplete ``self.path`` before importing torch."""
+        if not self.path.exists():
+            raise DataUnavailableError(
+                f"No model directory at {str(self.path)!r}; 'hf:PATH' loads a local model "
+                "(nothing is downloaded). Save one there with save_pretrained or point to a "
+                "local snapshot."
+            )
+        if not (self.path / "config.json").is_file():
+            # Checked here: given a directory without one, transformers may fail on an
+            # optional tokenizer converter (protobuf, tiktoken) instead of saying so.
+            raise DataUnavailableError(
+                f"No config.json in {str(self.path)!r}; the directory needs config.json, the "
+                "weights and the tokenizer files (the save_pretrained layout)."
+            )
+
+    def _import_backend(self) -> tuple[Any, Any]:
+        return _import_backend()
+
+    def _load(self, transformers: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        """``(tokenizer, model)`` from ``self.path``; ``kwargs`` go to ``from_pretrained``
+        (the dtype only to the model's)."""
+        tok_kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(self.path, **tok_kwargs)
+            model = transformers.AutoModelForCausalLM.from_pretrained(self.path, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise DataUnavailableError(
+                f"Could not load a causal LM and tokenizer from {str(self.path)!r} ({exc}); "
+                "the directory needs config.json, the weights and the tokenizer files."
+            ) from exc
+        return tokenizer, model
 
     def _files_digest(self) -> str:
         h = hashlib.sha256()
