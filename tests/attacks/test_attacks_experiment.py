@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,7 @@ def test_membership_experiment_table_roc_and_resume(tmp_path: Path) -> None:
     assert len(rows) == 5
     for row in rows:
         assert _number(row["utility"]) > 0.0  # ROUGE-L of the benign probe
+        assert re.fullmatch(r"\d\.\d{3} \(\d\.\d{3}–\d\.\d{3}\)", row["utility"].strip())
         assert _number(row["answered"]) == pytest.approx(1.0)
         assert _number(row["docs/answer"]) == pytest.approx(3.0)  # k = 3 reach the reader
     assert "no retrieval, scores" in report
@@ -64,7 +66,8 @@ def test_membership_experiment_table_roc_and_resume(tmp_path: Path) -> None:
 
 
 def _number(cell: str) -> float:
-    return float(cell.strip())
+    """The figure of a table cell, without its interval ("0.223 (0.156–0.290)")."""
+    return float(cell.strip().split(" (", 1)[0])
 
 
 def _attack_rows(report: str) -> list[dict[str, str]]:
