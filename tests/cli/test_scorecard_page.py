@@ -146,6 +146,22 @@ def test_the_page_renders_in_chromium(scorecard: Path, browser: Any) -> None:
     shutil.copy(scorecard, ARTIFACTS / "scorecard.html")
 
 
+def test_the_redaction_row_is_recorded_as_redacted(scorecard: Path) -> None:
+    """Results say how each system was built: the PII-redaction row's cells carry the
+    detector, so the page classifies the row from the record, not from its label."""
+    import json
+
+    from ragprivacy.eval import summarize
+
+    results = json.loads((scorecard.parent / "results.json").read_text())
+    redacted = [c for c in results["cells"] if c["cell"]["system"] == "PII redaction"]
+    assert redacted and all(c["result"]["system"]["redact_pii"] == "regex" for c in redacted)
+    plain = [c for c in results["cells"] if c["cell"]["system"] == "rag"]
+    assert plain and not any("redact_pii" in c["result"]["system"] for c in plain)
+    kinds = {r.label: r.kind for r in summarize(results).rows}
+    assert kinds["PII redaction"] == "redaction" and kinds["rag"] == "none"
+
+
 def test_examples_show_no_pii_value(scorecard: Path) -> None:
     """Every annotated PII value of the attacked corpus is masked in the page's examples."""
     import json

@@ -128,4 +128,5 @@ class AttackedSystemsExperiment(Experiment):
             tally=PrivacyTally(self.options.accounting_delta),
             one_by_one=spec.name in ONE_BY_ONE_SYSTEMS,
             on_calls=getattr(ctx, "calls", None),
+            facts={"redact_pii": spec.redact_pii} if spec.redact_pii else None,
         )

@@ -13,7 +13,7 @@ response marked refused and counted; every response's privacy goes to a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ragprivacy._validation import check_choice
@@ -55,6 +55,8 @@ class BudgetedSystem(RAGSystem):
             already paid for).
         on_calls: receives, after each batch, what it added to :attr:`calls` (the calls
             of a remote endpoint; the runner's progress bar).
+        facts: what :meth:`describe` adds about how the system was built that the
+            system cannot say itself (``redact_pii``: its documents were redacted).
     """
 
     name = "budgeted"
@@ -68,8 +70,10 @@ class BudgetedSystem(RAGSystem):
         tally: PrivacyTally | None = None,
         one_by_one: bool = False,
         on_calls: Callable[[CallTally], None] | None = None,
+        facts: Mapping[str, Any] | None = None,
     ) -> None:
         self._build = build
+        self._facts = dict(facts or {})
         self.calls = CallTally()  # a remote endpoint's calls (empty for our own systems)
         self._on_calls = on_calls
         self.one_by_one = bool(one_by_one)
@@ -156,4 +160,4 @@ class BudgetedSystem(RAGSystem):
         }
 
     def describe(self) -> dict[str, Any]:
-        return {"budget": self.scope, **self.system.describe()}
+        return {"budget": self.scope, **self.system.describe(), **self._facts}

@@ -233,7 +233,7 @@ def _kind(cell: Mapping[str, Any], result: Mapping[str, Any]) -> str:
     eps = privacy.get("epsilon")
     if eps is not None and not math.isinf(float(eps)):
         return "dp"
-    return "redaction" if "redact" in str(cell["system"]).lower() else "none"
+    return "none"
 
 
 def _estimate(m: Mapping[str, Any], key: str) -> Estimate:
