@@ -67,7 +67,9 @@ def test_docs_add_is_idempotent_and_keys_print_once_last(state, tmp_path, capsys
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1].startswith("rpk_") and all("rpk_" not in line for line in lines[:-1])
     stored = (state / "state.sqlite").read_bytes()
-    assert lines[-1].split("_")[2].encode() not in stored  # only a hash of the secret
+    # only a hash of the secret (the 43 characters after rpk_<id>_, which may hold "_")
+    secret = lines[-1].split("_", 2)[2]
+    assert len(secret) == 43 and secret.encode() not in stored
     assert main(["admin", "--state", str(state), "window", "open"]) == 0
     capsys.readouterr()
     assert main(["admin", "--state", str(state), "window", "open"]) == 2
