@@ -390,7 +390,16 @@ def _worker_init() -> None:
 
 
 def _stop_workers(pool: ProcessPoolExecutor, before: set[Any]) -> None:
-    """Cancel the queued cells and terminate (then kill, if need be) the workers."""
+    """Cancel the queued cells and terminate (then kill, if need be) the workers.
+
+    Then wait (bounded) for the pool's manager thread to finish its own clean-up. On
+    Python 3.11 the interpreter's exit hook wakes every live manager thread without the
+    pool's lock; a manager thread still closing its wake-up pipe at that moment makes the
+    hook write to a closed descriptor and print an ``OSError`` traceback after the
+    run's one-line message. A finished manager thread has closed the pipe, and the hook
+    skips a closed one. (``shutdown`` forgets the thread, so it is taken beforehand.)
+    """
+    manager_thread = getattr(pool, "_executor_manager_thread", None)
     with _signals_ignored():  # a second Ctrl-C must not leave workers behind
         pool.shutdown(wait=False, cancel_futures=True)
         workers = [p for p in multiprocessing.active_children() if p not in before]
@@ -401,6 +410,8 @@ def _stop_workers(pool: ProcessPoolExecutor, before: set[Any]) -> None:
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=1)
+        if isinstance(manager_thread, threading.Thread) and manager_thread.is_alive():
+            manager_thread.join(timeout=5)
 
 
 class _Stopped(BaseException):
