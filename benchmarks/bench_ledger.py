@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ragprivacy.audit import MerkleLog, demo_window, verify_consistency, verify_inclusion
+from ragprivacy.dp import SqliteBudgetStore
 
 
 def _leaves(n: int) -> list[bytes]:
@@ -120,24 +121,21 @@ def fsync_rate(
         path.unlink()
 
 
-def concurrent_appends(path: Path, writers: int, total: int, *, group_commit: bool) -> dict:
-    """``writers`` threads append ``total`` leaves to one durable log between them (each
-    append durable on return); appends/s over the wall time, and appends per commit."""
-    log = MerkleLog(path, group_commit=group_commit)
-    per = max(1, total // writers)
-    leaves = [[os.urandom(200) for _ in range(per)] for _ in range(writers)]
+def _threads(writers: int, per: int, op: Callable[[int, int], None]) -> float:
+    """``writers`` threads each call ``op(writer, i)`` for i < per, started together;
+    returns the wall time."""
     start = threading.Barrier(writers + 1)
     errors: list[BaseException] = []
 
-    def work(mine: list[bytes]) -> None:
+    def work(w: int) -> None:
         start.wait()
         try:
-            for d in mine:
-                log.append(d)
+            for i in range(per):
+                op(w, i)
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(mine,)) for mine in leaves]
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
     for th in threads:
         th.start()
     start.wait()
@@ -146,7 +144,17 @@ def concurrent_appends(path: Path, writers: int, total: int, *, group_commit: bo
         th.join()
     elapsed = time.perf_counter() - t
     if errors:
-        raise SystemExit(f"an append failed: {errors[0]!r}")
+        raise SystemExit(f"a durable write failed: {errors[0]!r}")
+    return elapsed
+
+
+def concurrent_appends(path: Path, writers: int, total: int, *, group_commit: bool) -> dict:
+    """``writers`` threads append ``total`` leaves to one durable log between them (each
+    append durable on return); appends/s over the wall time, and appends per commit."""
+    log = MerkleLog(path, group_commit=group_commit)
+    per = max(1, total // writers)
+    leaves = [[os.urandom(200) for _ in range(per)] for _ in range(writers)]
+    elapsed = _threads(writers, per, lambda w, i: log.append(leaves[w][i]))
     done = writers * per
     if log.size != done:
         raise SystemExit(f"the log holds {log.size} leaves, not {done}")
@@ -156,7 +164,30 @@ def concurrent_appends(path: Path, writers: int, total: int, *, group_commit: bo
     return {"appends_per_s": done / elapsed, "appends_per_commit": done / commits}
 
 
-def bench_concurrent(writers: list[int], total: int, rounds: int = 3) -> dict:
+def concurrent_charges(path: Path, writers: int, total: int, *, group_commit: bool) -> dict:
+    """``writers`` threads make ``total`` durable charges between them on one per-document
+    budget store (each charge: 3 of 1,000 documents, 2 Rényi orders, never refused);
+    charges/s over the wall time (as ``appends_per_s``), and charges per commit."""
+    store = SqliteBudgetStore(path, capacity=[1e9, 1e9], group_commit=group_commit)
+    per = max(1, total // writers)
+    rng = np.random.default_rng(0)
+    docs = [[[f"doc{d}" for d in rng.choice(1000, 3, replace=False)] for _ in range(per)]
+            for _ in range(writers)]  # fmt: skip
+    elapsed = _threads(writers, per, lambda w, i: store.charge(docs[w][i], [0.01, 0.02]))
+    done = writers * per
+    if len(store.charges()) != done:
+        raise SystemExit(f"the store holds {len(store.charges())} charges, not {done}")
+    commits = store._group.commits if store._group is not None else done
+    store.close()
+    return {"appends_per_s": done / elapsed, "appends_per_commit": done / commits}
+
+
+_STORES = {"ledger": concurrent_appends, "budget": concurrent_charges}
+
+
+def bench_concurrent(
+    writers: list[int], total: int, rounds: int = 3, store: str = "ledger"
+) -> dict:
     """Durable appends/s per writer count, before and after group commit, beside the
     disk's sync rate. The disk of a shared machine changes speed from minute to minute,
     so each round measures the sync rate and then, for each writer count, before and after
@@ -173,14 +204,15 @@ def bench_concurrent(writers: list[int], total: int, rounds: int = 3) -> dict:
             for w in writers:
                 n = total if w > 1 else total // 2  # a lone writer: one sync each
                 for mode, grouped in (("before", False), ("after", True)):
-                    res = concurrent_appends(
-                        root / f"{mode}-{w}-{r}.sqlite", w, n, group_commit=grouped
+                    res = _STORES[store](
+                        root / f"{store}-{mode}-{w}-{r}.sqlite", w, n, group_commit=grouped
                     )
                     res["sync_per_s"] = sync
                     runs.setdefault((w, mode), []).append(res)
     med = statistics.median
     single = med(x["appends_per_s"] for x in runs.get((1, "before"), [{"appends_per_s": 0}]))
     out: dict = {
+        "store": store,
         "writers": writers,
         "rounds": rounds,
         "fsync_per_s": med(syncs),
@@ -208,28 +240,16 @@ def bench_concurrent(writers: list[int], total: int, rounds: int = 3) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=20_000)
-    ap.add_argument("--writers", type=int, nargs="+", default=[1, 8, 64])
-    ap.add_argument("--durable-n", type=int, default=2000, help="appends per concurrent run")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of the concurrent runs")
-    ap.add_argument("--skip-single", action="store_true", help="only the concurrent runs")
-    ap.add_argument("--json", type=str, default=None)
-    args = ap.parse_args()
-    res: dict = {} if args.skip_single else bench(args.n)
-    for k, v in res.items():
-        print(f"{k:40s} {v:12.1f}")
-    conc = bench_concurrent(sorted(set(args.writers)), args.durable_n, args.rounds)
-    res["concurrent"] = conc
+def _print_concurrent(conc: dict) -> None:
+    what = {"ledger": "appends", "budget": "charges"}[conc["store"]]
     print(
-        f"\ndisk sync rate {conc['fsync_per_s']:.0f}/s with fdatasync (per round "
-        f"{', '.join(f'{x:.0f}' for x in conc['fsync_per_s_samples'])}), "
-        f"{conc['fsync_full_per_s']:.0f}/s with fsync; "
-        f"single-writer durable rate {conc['single_writer_appends_per_s']:.0f} appends/s"
+        f"\n{conc['store']}: disk sync rate {conc['fsync_per_s']:.0f}/s with fdatasync (per "
+        f"round {', '.join(f'{x:.0f}' for x in conc['fsync_per_s_samples'])}), "
+        f"{conc['fsync_full_per_s']:.0f}/s with fsync; single-writer durable rate "
+        f"{conc['single_writer_appends_per_s']:.0f} {what}/s"
     )
     print(f"medians of {conc['rounds']} rounds")
-    print(f"{'writers':>7} {'mode':>6} {'appends/s':>10} {'per commit':>10} "
+    print(f"{'writers':>7} {'mode':>6} {what + '/s':>10} {'per commit':>10} "
           f"{'efficiency':>10} {'x single':>9}  samples")  # fmt: skip
     for r in conc["rows"]:
         print(
@@ -237,6 +257,31 @@ def main() -> None:
             f"{r['appends_per_commit']:>10.1f} {r['efficiency']:>10.3f} "
             f"{r['vs_single_writer']:>8.1f}x  {', '.join(f'{x:.0f}' for x in r['samples'])}"
         )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=20_000)
+    ap.add_argument("--writers", type=int, nargs="+", default=[1, 8, 64])
+    ap.add_argument("--durable-n", type=int, default=2000, help="appends per concurrent run")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the concurrent runs")
+    ap.add_argument("--skip-single", action="store_true", help="only the concurrent runs")
+    ap.add_argument(
+        "--stores",
+        nargs="+",
+        choices=sorted(_STORES),
+        default=["ledger", "budget"],
+        help="the durable stores of the concurrent runs",
+    )
+    ap.add_argument("--json", type=str, default=None)
+    args = ap.parse_args()
+    res: dict = {} if args.skip_single else bench(args.n)
+    for k, v in res.items():
+        print(f"{k:40s} {v:12.1f}")
+    for store in args.stores:
+        conc = bench_concurrent(sorted(set(args.writers)), args.durable_n, args.rounds, store)
+        res[f"concurrent_{store}"] = conc
+        _print_concurrent(conc)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
 

@@ -12,7 +12,9 @@ cannot pay in its ``exhausted`` attribute (its message only counts them: documen
 private and messages travel to logs and callers). The SQLite store does the check and
 the debit in one ``BEGIN IMMEDIATE`` transaction (one writer at a time across threads and
 processes), in WAL mode with ``synchronous=FULL``: a charge that returned is durable, and
-a process killed mid-charge leaves no trace of it. A ``charge_id`` makes a charge
+a process killed mid-charge leaves no trace of it. Charges that a process's threads make
+at the same time are group-committed: the ones that queue while a commit syncs share the
+next transaction, each checked against the ones before it. A ``charge_id`` makes a charge
 idempotent, so a client that does not know whether its charge landed (a crash, a
 timeout) can retry safely; a retry must repeat the same request (same documents, same
 amount): reusing an id for a different request raises ``ConfigError`` instead of silently
@@ -37,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragprivacy._sqlite import connect_wal, when_unlocked
+from ragprivacy._sqlite import GroupCommit, connect_wal, when_unlocked
 from ragprivacy._validation import check_positive
 from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError
 
@@ -50,6 +52,7 @@ __all__ = [
 ]
 
 Amount = float | Sequence[float] | np.ndarray
+_Charge = tuple[tuple[str, ...], np.ndarray, str]  # (document ids, amount, charge id)
 _RTOL = 1e-9
 _CHUNK = 500  # SQL variables per IN (...) query
 
@@ -275,6 +278,10 @@ class SqliteBudgetStore(BudgetStore):
         timeout: seconds to wait for another writer's lock.
         synchronous: ``"FULL"`` (durable on power loss) or ``"NORMAL"`` (survives process
             crashes, may lose the last commits on power loss).
+        group_commit: concurrent charges of this process's threads share one transaction,
+            hence one sync of the disk (:class:`ragprivacy._sqlite.GroupCommit`); each is
+            still checked as if it committed alone, in queue order, and returns only once
+            durable. ``False``: one transaction per charge.
     """
 
     def __init__(
@@ -284,6 +291,7 @@ class SqliteBudgetStore(BudgetStore):
         *,
         timeout: float = 60.0,
         synchronous: str = "FULL",
+        group_commit: bool = True,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigError(
@@ -294,6 +302,9 @@ class SqliteBudgetStore(BudgetStore):
         self._synchronous = synchronous
         self._local = threading.local()
         self._before_commit: Callable[[], None] | None = None  # test hook (crash injection)
+        self._group: GroupCommit[_Charge, ChargeReceipt] | None = (
+            GroupCommit(self._commit_charges) if group_commit else None
+        )
         conn = self._conn()
         self._exec(conn, "BEGIN IMMEDIATE")
         try:
@@ -368,43 +379,86 @@ class SqliteBudgetStore(BudgetStore):
         *,
         charge_id: str | None = None,
     ) -> ChargeReceipt:
-        ids = _doc_ids(doc_ids)
-        a = self._amount(amount)
-        cid = charge_id or uuid.uuid4().hex
+        item = (_doc_ids(doc_ids), self._amount(amount), charge_id or uuid.uuid4().hex)
+        if self._group is not None:
+            return self._group.run(item)
+        outcome = self._commit_charges([item])[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def _commit_charges(self, items: list[_Charge]) -> list[ChargeReceipt | BaseException]:
+        """Check and debit ``items`` in one ``BEGIN IMMEDIATE`` transaction (one sync).
+
+        Each charge is checked against what the database holds plus the charges before
+        it in the batch, exactly as if they had committed one by one in this order; a
+        refused charge adds nothing and is returned as its error (the others commit).
+        """
         conn = self._conn()
         self._exec(conn, "BEGIN IMMEDIATE")
         try:
-            row = conn.execute(
-                "SELECT doc_ids, amount FROM charges WHERE charge_id = ?", (cid,)
-            ).fetchone()
-            if row is not None:
-                conn.execute("COMMIT")
-                prev_ids, prev_amount = tuple(json.loads(row[0])), tuple(json.loads(row[1]))
-                _check_replay(cid, prev_ids, prev_amount, ids, a)
-                return ChargeReceipt(cid, prev_ids, prev_amount, replayed=True)
-            ok = self._fits(self._read(conn, ids), a)
-            if not ok.all():
-                conn.execute("ROLLBACK")
-                self._refuse(ids, ok, a)
+            delta: dict[str, np.ndarray] = {}  # what this batch adds, per document
+            new: dict[str, ChargeReceipt] = {}
+            outcomes: list[ChargeReceipt | BaseException] = []
+            for ids, a, cid in items:
+                try:
+                    outcomes.append(self._charge_in(conn, ids, a, cid, delta, new))
+                except (DocumentBudgetExhaustedError, ConfigError) as refused:
+                    outcomes.append(refused)
             conn.executemany(
                 "INSERT INTO spent(doc_id, dim, amount) VALUES (?, ?, ?) "
                 "ON CONFLICT(doc_id, dim) DO UPDATE SET amount = amount + excluded.amount",
-                [(d, k, float(a[k])) for d in ids for k in range(self.dims) if a[k] != 0],
+                [(d, k, float(v[k])) for d, v in delta.items() for k in range(self.dims) if v[k]],
             )
-            conn.execute(
+            now = time.time()
+            conn.executemany(
                 "INSERT INTO charges(charge_id, doc_ids, amount, created) VALUES (?, ?, ?, ?)",
-                (cid, json.dumps(list(ids)), json.dumps(a.tolist()), time.time()),
+                [
+                    (r.charge_id, json.dumps(list(r.doc_ids)), json.dumps(list(r.amount)), now)
+                    for r in new.values()
+                ],
             )
             if self._before_commit is not None:
                 self._before_commit()
             conn.execute("COMMIT")
-        except DocumentBudgetExhaustedError:
-            raise
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return ChargeReceipt(cid, ids, tuple(a.tolist()))
+        return outcomes
+
+    def _charge_in(
+        self,
+        conn: sqlite3.Connection,
+        ids: tuple[str, ...],
+        a: np.ndarray,
+        cid: str,
+        delta: dict[str, np.ndarray],
+        new: dict[str, ChargeReceipt],
+    ) -> ChargeReceipt:
+        """One charge inside an open transaction (``delta``/``new``: the batch so far)."""
+        earlier = new.get(cid)
+        if earlier is None:
+            row = conn.execute(
+                "SELECT doc_ids, amount FROM charges WHERE charge_id = ?", (cid,)
+            ).fetchone()
+            if row is not None:
+                earlier = ChargeReceipt(cid, tuple(json.loads(row[0])), tuple(json.loads(row[1])))
+        if earlier is not None:
+            _check_replay(cid, earlier.doc_ids, earlier.amount, ids, a)
+            return ChargeReceipt(cid, earlier.doc_ids, earlier.amount, replayed=True)
+        spent = self._read(conn, ids)
+        for i, d in enumerate(ids):
+            if d in delta:
+                spent[i] += delta[d]
+        ok = self._fits(spent, a)
+        if not ok.all():
+            self._refuse(ids, ok, a)
+        for d in ids:
+            delta[d] = delta[d] + a if d in delta else a.copy()
+        receipt = ChargeReceipt(cid, ids, tuple(a.tolist()))
+        new[cid] = receipt
+        return receipt
 
     def release(self, charge_id: str) -> bool:
         conn = self._conn()
