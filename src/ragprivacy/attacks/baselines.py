@@ -37,6 +37,8 @@ from ragprivacy.types import Document, Response
 
 __all__ = ["MinKProbAttack", "RagMIAAttack", "S2MIAAttack", "split_halves"]
 
+_JUDGE_TOKENS = 8  # new tokens for a yes/no answer (RAG-MIA reads the first word)
+
 
 def split_halves(text: str) -> tuple[str, str]:
     """The first and second halves of ``text`` by token count.
@@ -55,7 +57,10 @@ class RagMIAAttack(MembershipAttack):
     name = "rag-mia"
 
     def queries(self, target: Document) -> list[Query]:
-        return [Query(target.text, task=Task.JUDGE, options={"template": "rag-mia"})]
+        # the decision reads the first word only, so a long answer buys nothing: with a
+        # real LM, 8 new tokens instead of the reader's default (64) is most of the cost
+        options = {"template": "rag-mia", "max_tokens": _JUDGE_TOKENS}
+        return [Query(target.text, task=Task.JUDGE, options=options)]
 
     def decide(self, target: Document, responses: Sequence[Response]) -> float:
         words = tokenize(responses[0].text)
