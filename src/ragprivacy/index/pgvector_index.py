@@ -61,6 +61,7 @@ __all__ = ["PgvectorIndex", "redact_url"]
 _TABLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,50}$")
 _METRICS = {"ip": ("vector_ip_ops", "<#>"), "cosine": ("vector_cosine_ops", "<=>")}
 _MAX_EF = 1000  # pgvector's upper limit of hnsw.ef_search
+_MAX_DIM = 2000  # pgvector's upper limit of an HNSW index's width (type vector)
 _COPY_HEADER = 19  # "PGCOPY\n\377\r\n\0", int32 flags, int32 header-extension length (0)
 _SCORE_ROW = np.dtype(
     [("n", ">i2"), ("l1", ">i4"), ("pos", ">i8"), ("l2", ">i4"), ("value", ">f8")]
@@ -89,12 +90,19 @@ def redact_url(url: str) -> str:
 
     try:
         params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
+    except psycopg.ProgrammingError:
+        # libpq's message may quote the string, password included: do not pass it on.
         raise ConfigError(
-            f"The 'url' parameter is not a PostgreSQL connection string: {exc}"
+            "The 'url' parameter is not a valid PostgreSQL connection string; pass a "
+            "postgresql:// URL or libpq key=value pairs."
         ) from None
     params.pop("password", None)
     return str(make_conninfo(**{k: str(v) for k, v in params.items()}))
+
+
+def _one_line(exc: BaseException) -> str:
+    """A database error's message on one line (libpq adds indented hint lines)."""
+    return " ".join(str(exc).split())
 
 
 def _vector_text(q: np.ndarray) -> str:
@@ -163,6 +171,11 @@ class PgvectorIndex(VectorIndex):
             )
         if ef_search > _MAX_EF:
             raise ConfigError(f"The 'ef_search' parameter must be <= {_MAX_EF}; got {ef_search}.")
+        if self.dim > _MAX_DIM:
+            raise ConfigError(
+                f"pgvector's HNSW index takes vectors of at most {_MAX_DIM} dimensions; got "
+                f"dim={self.dim}. Use an embedder of width <= {_MAX_DIM} or another index."
+            )
         if metric not in _METRICS:
             raise ConfigError(f"The 'metric' parameter must be 'ip' or 'cosine'; got {metric!r}.")
         if table is not None and (not isinstance(table, str) or not _TABLE_RE.match(table)):
@@ -189,7 +202,7 @@ class PgvectorIndex(VectorIndex):
             self._conn = self._psycopg.connect(url, autocommit=True)
         except self._psycopg.Error as exc:
             raise BackendError(
-                f"Cannot connect to PostgreSQL at {self.url!r}: {str(exc).strip()}"
+                f"Cannot connect to PostgreSQL at {self.url!r}: {_one_line(exc)}"
             ) from None
         # Close the connection when the index is collected (or at exit), never leak it.
         self._closer = weakref.finalize(self, self._conn.close)
@@ -198,7 +211,10 @@ class PgvectorIndex(VectorIndex):
         self._id_set: set[str] = set()
         self._cache: np.ndarray | None = None
         self._ef: int | None = None
-        self._plan: tuple[bool, bool] = (True, True)  # (enable_seqscan, enable_indexscan)
+        # (enable_seqscan, enable_indexscan) of the session. Searches turn sequential scans
+        # off so the planner takes the HNSW graph even on small tables; a statement with
+        # no other plan (the full scan of scores()) still runs as a sequential scan.
+        self._plan: tuple[bool, bool] = (True, True)
         try:
             self._conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             register_vector(self._conn)
@@ -207,7 +223,7 @@ class PgvectorIndex(VectorIndex):
             self.close()
             raise BackendError(
                 f"PostgreSQL at {self.url!r} refused to set up table {self.table!r}: "
-                f"{str(exc).strip()}"
+                f"{_one_line(exc)}"
             ) from None
 
     # -- connection and table ----------------------------------------------------------
@@ -226,7 +242,7 @@ class PgvectorIndex(VectorIndex):
             return self._conn.execute(query, params, **kwargs)
         except self._psycopg.Error as exc:
             raise BackendError(
-                f"PostgreSQL ({self.url!r}, table {self.table!r}) failed: {str(exc).strip()}"
+                f"PostgreSQL ({self.url!r}, table {self.table!r}) failed: {_one_line(exc)}"
             ) from None
 
     def _open_table(self) -> None:
@@ -339,7 +355,7 @@ class PgvectorIndex(VectorIndex):
         except self._psycopg.Error as exc:
             raise BackendError(
                 f"PostgreSQL ({self.url!r}, table {self.table!r}) refused the new rows: "
-                f"{str(exc).strip()}"
+                f"{_one_line(exc)}"
             ) from None
         self._ids.extend(new_ids)
         self._id_set.update(new_ids)
@@ -421,7 +437,6 @@ class PgvectorIndex(VectorIndex):
         out = np.empty((q.shape[0], n), dtype=np.float32)
         if n == 0:
             return out
-        self._set_plan(seqscan=True, indexscan=True)
         for row, vec in enumerate(q):
             copy_sql = self._sql.SQL(
                 "COPY (SELECT pos, embedding <#> {}::vector FROM {}) TO STDOUT (FORMAT BINARY)"
@@ -449,7 +464,6 @@ class PgvectorIndex(VectorIndex):
             )
         if pos.size == 0:
             return np.empty(0, dtype=np.float32)
-        self._set_plan(seqscan=True, indexscan=True)
         found = self._execute(
             self._sql.SQL(
                 "SELECT pos, embedding <#> %s FROM {} WHERE pos = ANY(%s::int8[])"
@@ -503,7 +517,7 @@ class PgvectorIndex(VectorIndex):
                 return b"".join(bytes(block) for block in copy)
         except self._psycopg.Error as exc:
             raise BackendError(
-                f"PostgreSQL ({self.url!r}, table {self.table!r}) failed: {str(exc).strip()}"
+                f"PostgreSQL ({self.url!r}, table {self.table!r}) failed: {_one_line(exc)}"
             ) from None
 
     # -- persistence -------------------------------------------------------------------
