@@ -141,8 +141,7 @@ class PgvectorIndex(VectorIndex):
             graph that does not fit builds much more slowly); ``None``: the server's.
 
     >>> from ragprivacy.index import create_index
-    >>> index = create_index("pgvector:postgresql://postgres@/db?host=/run/pg", dim=384)
-    ... # doctest: +SKIP
+    >>> index = create_index("pgvector:postgresql://app@db/rag", dim=384)  # doctest: +SKIP
     """
 
     name = "pgvector"
