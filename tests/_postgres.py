@@ -118,25 +118,30 @@ def start_postgres(directory: str | Path) -> tuple[str, Callable[[], None]]:
             bin_dir = copy / "pgserver" / "pginstall" / "bin"
         os.chown(private, user.pw_uid, user.pw_gid)
     data, log = run_dir / "data", run_dir / "postgres.log"
-    _run(
-        [
-            str(bin_dir / "initdb"),
-            "-D",
-            str(data),
-            "--auth=trust",
-            "--encoding=UTF8",
-            "--no-sync",
-            "-U",
-            "postgres",
-        ],
-        user,
-    )
-    opts = f"-c listen_addresses='' -k {run_dir} -c fsync=off -c full_page_writes=off"
-    _run(
-        [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-o", opts, "start"],
-        user,
-        log,
-    )
+    try:
+        _run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-sync",
+                "-U",
+                "postgres",
+            ],
+            user,
+        )
+        opts = f"-c listen_addresses='' -k {run_dir} -c fsync=off -c full_page_writes=off"
+        _run(
+            [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-o", opts, "start"],
+            user,
+            log,
+        )
+    except BaseException:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+        raise
     stopped = False
 
     def stop() -> None:
