@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -36,6 +36,23 @@ def at_once() -> AtOnce:
         return got
 
     return run
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A URL to a database of a real PostgreSQL server (started once per session, from
+    the ``pgserver`` wheel's binaries; see ``tests/_postgres.py``) with
+    ``CREATE EXTENSION vector`` done."""
+    import psycopg
+    from tests._postgres import start_postgres
+
+    url, stop = start_postgres(tmp_path_factory.mktemp("postgres"))
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        yield url
+    finally:
+        stop()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

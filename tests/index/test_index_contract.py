@@ -1,6 +1,12 @@
-"""The contract every index backend meets (parametrised over the registered backends)."""
+"""The contract every index backend meets (parametrised over the registered backends).
+
+The ``pgvector`` backend runs against a real PostgreSQL server with pgvector, started once
+per session (the ``postgres_url`` fixture)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,13 +16,15 @@ from ragprivacy.index import (
     ExactIndex,
     FaissFlatIndex,
     FaissHnswIndex,
+    PgvectorIndex,
     VectorIndex,
     create_index,
     index_names,
     load_index,
 )
 
-BACKENDS = ["exact", "faiss-flat", "faiss-hnsw"]
+BACKENDS = ["exact", "faiss-flat", "faiss-hnsw", "pgvector"]
+Make = Callable[..., VectorIndex]
 DIM = 16
 
 
@@ -35,33 +43,48 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def make(request: pytest.FixtureRequest) -> Make:
+    """``make(backend, dim=..., **options)``: ``create_index`` with the server's URL for
+    ``pgvector`` (the server starts only when a pgvector test runs)."""
+
+    def build(backend: str, **options: Any) -> VectorIndex:
+        if backend == "pgvector":
+            options.setdefault("url", request.getfixturevalue("postgres_url"))
+        return create_index(backend, **options)
+
+    return build
+
+
+@pytest.fixture
 def data() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(7)
     return _unit(rng, 300), _unit(rng, 12)
 
 
 @pytest.fixture
-def filled(backend: str, data: tuple[np.ndarray, np.ndarray]) -> VectorIndex:
-    index = create_index(backend, dim=DIM)
+def filled(backend: str, make: Make, data: tuple[np.ndarray, np.ndarray]) -> VectorIndex:
+    index = make(backend, dim=DIM)
     index.add(data[0], _ids(len(data[0])))
     return index
 
 
-def test_registry_holds_every_backend() -> None:
+def test_registry_holds_every_backend(make: Make) -> None:
     assert set(BACKENDS) <= set(index_names())
+    assert isinstance(make("pgvector", dim=3, ef_search=16), PgvectorIndex)
     assert isinstance(create_index("exact", dim=3), ExactIndex)
     assert isinstance(create_index("faiss-flat", dim=3), FaissFlatIndex)
     assert isinstance(create_index("faiss-hnsw", dim=3, ef_search=16), FaissHnswIndex)
 
 
-def test_is_exact_flags() -> None:
+def test_is_exact_flags(make: Make) -> None:
+    assert not make("pgvector", dim=2).is_exact
     assert create_index("exact", dim=2).is_exact
     assert create_index("faiss-flat", dim=2).is_exact
     assert not create_index("faiss-hnsw", dim=2).is_exact
 
 
-def test_empty_index(backend: str) -> None:
-    index = create_index(backend, dim=DIM)
+def test_empty_index(backend: str, make: Make) -> None:
+    index = make(backend, dim=DIM)
     q = _unit(np.random.default_rng(0), 3)
     assert len(index) == 0
     assert index.scores(q).shape == (3, 0)
@@ -98,9 +121,9 @@ def test_search_returns_sorted_true_scores(filled: VectorIndex, data: tuple) -> 
         np.testing.assert_allclose(found.scores, best, rtol=1e-5, atol=1e-6)
 
 
-def test_k_larger_than_n_pads_with_minus_one(backend: str, data: tuple) -> None:
+def test_k_larger_than_n_pads_with_minus_one(backend: str, make: Make, data: tuple) -> None:
     vectors, queries = data
-    index = create_index(backend, dim=DIM)
+    index = make(backend, dim=DIM)
     index.add(vectors[:5], _ids(5))
     found = index.search(queries[:2], 8)
     assert found.indices.shape == (2, 8)
@@ -116,9 +139,9 @@ def test_one_dimensional_query_is_one_row(filled: VectorIndex, data: tuple) -> N
     assert filled.search(q, 3).indices.shape == (1, 3)
 
 
-def test_add_appends_in_order(backend: str, data: tuple) -> None:
+def test_add_appends_in_order(backend: str, make: Make, data: tuple) -> None:
     vectors, _ = data
-    index = create_index(backend, dim=DIM)
+    index = make(backend, dim=DIM)
     index.add(vectors[:100], _ids(100))
     index.add(vectors[100:250], _ids(150, start=100))
     index.add(np.empty((0, DIM), np.float32), [])
@@ -139,9 +162,9 @@ def test_vectors_accessor(filled: VectorIndex, data: tuple) -> None:
 
 
 @pytest.mark.parametrize("dim", [0, -3, 2.5, "8"])
-def test_bad_dim_is_config_error(backend: str, dim: object) -> None:
+def test_bad_dim_is_config_error(backend: str, make: Make, dim: object) -> None:
     with pytest.raises(ConfigError, match="'dim'"):
-        create_index(backend, dim=dim)  # type: ignore[arg-type]
+        make(backend, dim=dim)  # type: ignore[arg-type]
 
 
 def test_wrong_width_is_config_error(filled: VectorIndex) -> None:
@@ -230,10 +253,25 @@ def test_exact_search_chunks_queries_identically() -> None:
     np.testing.assert_allclose(a.scores, b.scores, rtol=0, atol=4 * np.finfo(np.float32).eps)
 
 
-def test_thread_setting_is_validated_and_used(backend: str, data: tuple) -> None:
+def test_thread_setting_is_validated_and_used(backend: str, make: Make, data: tuple) -> None:
     with pytest.raises(ConfigError, match="'num_threads'"):
-        create_index(backend, dim=DIM, num_threads=0)
-    index = create_index(backend, dim=DIM, num_threads=1)
+        make(backend, dim=DIM, num_threads=0)
+    index = make(backend, dim=DIM, num_threads=1)
     index.add(data[0], _ids(len(data[0])))
     assert index.config()["num_threads"] == 1
     assert index.search(data[1], 2).indices.shape == (12, 2)
+
+
+def test_scores_at_are_the_exact_scores_of_those_positions(
+    filled: VectorIndex, data: tuple
+) -> None:
+    vectors, queries = data
+    pos = np.array([299, 0, 17, 17, 150])
+    got = filled.scores_at(queries[3], pos)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, vectors[pos] @ queries[3], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(filled.scores_at(queries[3][None, :], pos[:0]), [])
+    with pytest.raises(ConfigError, match="one query"):
+        filled.scores_at(queries[:2], pos)
+    with pytest.raises(ConfigError, match=r"\[0, 300\)"):
+        filled.scores_at(queries[0], [3, 300])

@@ -7,6 +7,9 @@ A saved index is a directory::
     vectors.npy     the stored vectors, float32 [count, dim]
     index.faiss     the FAISS index (FAISS backends only)
 
+A ``pgvector`` index's data live in its PostgreSQL table; its directory is a snapshot
+(ids, vectors, and the settings naming the table), and loading reopens the table.
+
 ``manifest.json`` is written last and lists the SHA-256 and size of every other file;
 :func:`load_index` checks them, so a partial or tampered save is refused with a
 :class:`~ragprivacy.errors.DataError` naming the file, never loaded silently.
@@ -48,6 +51,7 @@ _BACKENDS: dict[str, tuple[str, str]] = {
     "exact": ("ragprivacy.index.exact", "ExactIndex"),
     "faiss-flat": ("ragprivacy.index.faiss_index", "FaissFlatIndex"),
     "faiss-hnsw": ("ragprivacy.index.faiss_index", "FaissHnswIndex"),
+    "pgvector": ("ragprivacy.index.pgvector_index", "PgvectorIndex"),
 }
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from ragprivacy._registry import Registry
 from ragprivacy._typing import FloatArray, IntArray
+from ragprivacy.errors import ConfigError
 
 __all__ = [
     "SearchResult",
@@ -72,6 +73,22 @@ class VectorIndex(ABC):
         """Top-``k`` stored vectors per query by inner product (approximate backends may
         miss some)."""
 
+    def scores_at(self, query: FloatArray, positions: IntArray) -> FloatArray:
+        """Exact inner products of one query (``[dim]`` or ``[1, dim]``) with the stored
+        vectors at ``positions``, in that order, float32. Default: from :meth:`vectors`;
+        a database backend scores them where they are stored."""
+        from ragprivacy.index._checks import as_queries
+
+        q = as_queries(query, self.dim)
+        if q.shape[0] != 1:
+            raise ConfigError(f"scores_at takes one query; got {q.shape[0]}.")
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if pos.size and (pos.min() < 0 or pos.max() >= len(self)):
+            raise ConfigError(
+                f"Positions must lie in [0, {len(self)}); got {pos.min()}..{pos.max()}."
+            )
+        return np.asarray(self.vectors()[pos] @ q[0], dtype=np.float32)
+
     @abstractmethod
     def vectors(self) -> FloatArray:
         """The stored vectors ``[n, dim]`` in position order, read-only and without a copy
@@ -101,7 +118,7 @@ def register_index(name: str, factory: Any, *, replace: bool = False) -> None:
 
 def create_index(spec: str, *, dim: int, **kwargs: Any) -> VectorIndex:
     """Build an empty index from a spec such as ``"exact"``, ``"faiss-flat"``,
-    ``"faiss-hnsw"``."""
+    ``"faiss-hnsw"`` or ``"pgvector:postgresql://user@host/db"``."""
     return _REGISTRY.create(spec, dim=dim, **kwargs)
 
 

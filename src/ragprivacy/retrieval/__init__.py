@@ -11,7 +11,7 @@ from ragprivacy.retrieval.base import (
 )
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
-from ragprivacy.retrieval.lazy_noisy import LazySelection, lazy_noisy_topk
+from ragprivacy.retrieval.lazy_noisy import LazySelection, lazy_index_topk, lazy_noisy_topk
 from ragprivacy.retrieval.noisy_topk import NoisyTopKRetriever
 from ragprivacy.retrieval.projection import (
     DPProjectionRetriever,
@@ -56,6 +56,7 @@ __all__ = [
     "create_retriever",
     "dp_rp_sigma",
     "expected_projected_cosine",
+    "lazy_index_topk",
     "lazy_noisy_topk",
     "pad_top_k",
     "projection_matrix",

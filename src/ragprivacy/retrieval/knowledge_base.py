@@ -55,7 +55,8 @@ class KnowledgeBase:
             corpus: the documents (must not be empty).
             embedder: an embedder or a registry spec (``"lsa"``, ``"minilm"``, ...). A
                 spec's embedder is fitted on ``fit_texts`` (default: the corpus texts).
-            index: an index registry spec (``"exact"``, ``"faiss-flat"``, ``"faiss-hnsw"``).
+            index: an index registry spec (``"exact"``, ``"faiss-flat"``, ``"faiss-hnsw"``,
+                ``"pgvector:postgresql://..."``: a new table in that database).
             fit_texts: texts to fit a learning embedder on.
             progress: show a progress bar while encoding (default: only for large inputs).
         """

@@ -93,9 +93,10 @@ from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_positive, check_positive_int, check_probability
 from ragprivacy.dp import GaussianEvent, gaussian_noise_float, top_k_indices
 from ragprivacy.errors import ConfigError
+from ragprivacy.index import VectorIndex
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
 
-__all__ = ["LazySelection", "lazy_noisy_topk", "truncated_normal_above"]
+__all__ = ["LazySelection", "lazy_index_topk", "lazy_noisy_topk", "truncated_normal_above"]
 
 _Z_CAP = 60.0  # |Z| > 60 has probability < 1e-780: used only to keep the values finite
 _LEVELS = 16  # grid of levels tried when choosing an intermediate level
@@ -252,6 +253,79 @@ def lazy_noisy_topk(
     values = np.concatenate(pool_val)
     idx = top_k_indices(values, k)
     return LazySelection(positions[idx], values[idx], revealed, rounds, fell_back, event)
+
+
+def lazy_index_topk(
+    index: VectorIndex,
+    query: FloatArray,
+    k: int,
+    sigma: float,
+    *,
+    candidates: int,
+    bound: float | FloatArray = 1.0,
+    buckets: BucketBounds | None = None,
+    score_range: tuple[float, float] | None = None,
+    sensitivity: float = 1.0,
+    max_reveal_fraction: float = 0.1,
+    rng: RngLike = None,
+) -> LazySelection:
+    """:func:`lazy_noisy_topk` over any :class:`~ragprivacy.index.VectorIndex`: the
+    candidates are the index's (possibly approximate) top-``candidates`` for ``query``,
+    chosen without the noise; the other documents are scored exactly by the index where
+    they are stored — :meth:`~ragprivacy.index.VectorIndex.scores_at` for a few positions,
+    the full scan :meth:`~ragprivacy.index.VectorIndex.scores` when a round (or the
+    fallback) reveals more than an eighth of them. For a database index (``pgvector``)
+    the candidates come from its HNSW search and the rest from primary-key look-ups or
+    one sequential scan; no vector leaves the database.
+
+    Every score — candidates' and revealed ones' — is clipped to ``score_range`` when
+    given (clipping is monotone, so the clipped ``bound`` stays certified: pass the
+    clipped bound, e.g. 1 for cosine scores of unit vectors, or a per-tenant bound).
+
+    Args:
+        index: the index (one tenant's).
+        query: one query vector ``[dim]``.
+        k: how many to select.
+        sigma: the noise standard deviation σ.
+        candidates: c, the size of the candidate search (at least ``k``).
+        bound: the certified bound u on every non-candidate's (clipped) score, or the
+            per-bucket bounds with ``buckets``.
+        buckets: the index's bucket partition (``None``: one bucket).
+        score_range: public (low, high) every score is clipped into (``None``: none).
+        sensitivity: L2 sensitivity of the score vector (for the event).
+        max_reveal_fraction: see :func:`lazy_noisy_topk`.
+        rng: the simulation stream.
+    """
+    n = len(index)
+    if n == 0:
+        raise ConfigError("The index is empty; add documents before retrieving.")
+    c = check_positive_int("candidates", candidates)
+    q = np.asarray(query, dtype=np.float32).reshape(-1)
+    found = index.search(q[None, :], min(max(c, k), n))
+    keep = found.indices[0] >= 0
+    low, high = score_range if score_range is not None else (-np.inf, np.inf)
+
+    def clip(values: np.ndarray) -> np.ndarray:
+        return np.asarray(np.clip(np.asarray(values, dtype=np.float64), low, high))
+
+    def score_of(pos: IntArray) -> FloatArray:
+        if pos.size > n // 8:  # many: one full scan is cheaper than look-ups
+            return clip(index.scores(q)[0][pos])
+        return clip(index.scores_at(q, pos))
+
+    return lazy_noisy_topk(
+        found.indices[0][keep],
+        clip(found.scores[0][keep]),
+        n,
+        k,
+        sigma,
+        score_of=score_of,
+        bound=bound,
+        buckets=buckets,
+        sensitivity=sensitivity,
+        max_reveal_fraction=max_reveal_fraction,
+        rng=rng,
+    )
 
 
 class _Groups:

@@ -26,7 +26,9 @@ calibration; the top-K indices are post-processing.
 Modes: secure (default) — exact discrete Gaussian on a fixed-point grid
 (:class:`~ragprivacy.dp.GaussianNoisyTopK`); ``simulation=True`` — numpy float noise from
 ``rng``; ``lazy=True`` (simulation only) — the exact lazy variant of
-:mod:`ragprivacy.retrieval.lazy_noisy` over the index's (possibly approximate) top-C.
+:mod:`ragprivacy.retrieval.lazy_noisy` over the index's (possibly approximate) top-C
+(:func:`~ragprivacy.retrieval.lazy_index_topk`; any index backend, ``pgvector``
+included: its HNSW search gives the candidates and the database scores the rest).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from ragprivacy.errors import ConfigError
 from ragprivacy.retrieval.base import Retriever, register_retriever
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
-from ragprivacy.retrieval.lazy_noisy import lazy_noisy_topk
+from ragprivacy.retrieval.lazy_noisy import lazy_index_topk
 from ragprivacy.types import Retrieval
 
 __all__ = ["NoisyTopKRetriever"]
@@ -78,7 +80,8 @@ class NoisyTopKRetriever(Retriever):
         lazy: the exact lazy variant over the index's top ``candidates`` (simulation only).
         candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``).
         score_bound: certified upper bound on every score for ``lazy`` (1 for unit
-            vectors; a small margin covers float rounding); clipped to ``score_range``.
+            vectors; a small margin covers float rounding; a tenant may certify a
+            tighter bound of its own index); clipped to ``score_range``.
         buckets: per-bucket certified bounds for ``lazy``
             (:class:`~ragprivacy.retrieval.BucketBounds`, built once offline from the
             index's vectors); ``None`` uses the single bound ``score_bound``.
@@ -148,7 +151,6 @@ class NoisyTopKRetriever(Retriever):
         self.buckets = buckets
         self.counter = counter if counter is not None else AccountCounter(self.queries_per_account)
         self._rng = simulation_rng(rng, simulation=self.simulation)
-        self._rows: Any = None
 
     @property
     def delta(self) -> float:  # type: ignore[override]  # a read-only view of delta_acc
@@ -227,39 +229,27 @@ class NoisyTopKRetriever(Retriever):
             for row in range(len(queries))
         ]
 
-    def _stored_rows(self) -> Any:
-        if self._rows is None:
-            self._rows = self.kb.index.vectors()
-        return self._rows
-
     def _clip(self, values: np.ndarray) -> np.ndarray:
         if self.score_range is None:
             return values
         return np.asarray(np.clip(values, self.score_range[0], self.score_range[1]))
 
     def _lazy_one(self, vector: np.ndarray, token: str) -> Retrieval:
-        n = len(self.kb)
-        found = self.kb.index.search(vector[None, :], min(self.candidates, n))
-        keep = found.indices[0] >= 0
-        cand = found.indices[0][keep]
-        rows = self._stored_rows()
         v = np.asarray(vector, dtype=np.float32)
         # Clipping is monotone, so clip(u) bounds the clipped scores wherever u bounds them.
         if self.buckets is None:
             bound: float | np.ndarray = float(self._clip(np.array([self.score_bound]))[0])
         else:
             bound = self._clip(self.buckets.bounds(v))
-        sel = lazy_noisy_topk(
-            cand,
-            self._clip(np.asarray(found.scores[0][keep], dtype=np.float64)),
-            n,
+        sel = lazy_index_topk(
+            self.kb.index,
+            v,
             self.k,
             self.sigma,
-            score_of=lambda pos: self._clip(
-                np.asarray((rows @ v)[pos] if pos.size > n // 8 else rows[pos] @ v, np.float64)
-            ),
+            candidates=self.candidates,
             bound=bound,
             buckets=self.buckets,
+            score_range=self.score_range,
             sensitivity=self.sensitivity,
             rng=self._rng,
         )
