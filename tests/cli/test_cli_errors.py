@@ -389,3 +389,14 @@ def test_options_command(capsys: pytest.CaptureFixture[str]) -> None:
             compliance=0.9,
             workers=1,
         )
+
+
+def test_demo_real_model_without_smollm2_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ragprivacy.generate as generate
+
+    monkeypatch.setattr(generate, "smollm2_path", lambda package=None: None)  # not installed
+    out = tmp_path / "demo"
+    fails_cleanly(["demo", "--out", str(out), "--real-model"], capsys, "make realmodel")
+    assert not out.exists()  # nothing ran

