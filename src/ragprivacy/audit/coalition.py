@@ -67,7 +67,7 @@ _DENSE = 4096  # up to this many queries: one dense similarity matrix and Prim's
 _ROWS = 1024  # queries per block of rows
 _COLS = 8192  # queries per block of columns
 _SAMPLE = 1024  # sample rows for the choice of m
-_PROJECTIONS = (16, 32, 48, 64, 96, 128, 160, 192, 256)
+_PROJECTIONS = (16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192, 224, 256)
 _NO_EDGE = -3.0  # below any cosine
 _VERIFY_COST = 3e4  # one float64 verification, in units of one float32 multiply-add
 
@@ -234,6 +234,9 @@ def _search(
     eb: list[np.ndarray] = []
     ew: list[np.ndarray] = []
     held = 0
+    # One buffer for every block's products: a fresh 32 MB array per block costs page
+    # faults.
+    prod_buf = np.empty(_ROWS * _COLS, dtype=search.dtype)
     for i0 in range(0, n, _ROWS):
         i1 = min(i0 + _ROWS, n)
         stop = n
@@ -241,8 +244,15 @@ def _search(
             stop = int(np.searchsorted(t, t[i1 - 1] + tau, side="right"))
         for j0 in range(i0, stop, _COLS):
             j1 = min(j0 + _COLS, stop)
-            block = search[i0:i1] @ search[j0:j1].T
-            bi, bj = np.nonzero(block >= cut)
+            shape = (i1 - i0, j1 - j0)
+            block = np.matmul(
+                search[i0:i1], search[j0:j1].T, out=prod_buf[: shape[0] * shape[1]].reshape(shape)
+            )
+            rows = np.flatnonzero(block.max(axis=1) >= cut)  # one pass; most rows have none
+            if rows.size == 0:
+                continue
+            sub_i, bj = np.nonzero(block[rows] >= cut)
+            bi = rows[sub_i]
             ii, jj = bi + i0, bj + j0
             keep = c[ii] != c[jj]
             if j0 == i0:  # pairs i < j only
