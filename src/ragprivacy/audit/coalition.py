@@ -150,6 +150,15 @@ def _pick_projection(x: np.ndarray, theta: float) -> np.ndarray | None:
     return best
 
 
+def _cosines(x: np.ndarray, ii: np.ndarray, jj: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    """x[i]·x[j] in float64 for each pair, gathered a chunk at a time (the gathered rows of
+    10⁵ pairs in 384-d would take 600 MB)."""
+    out = np.empty(ii.size)
+    for k in range(0, ii.size, chunk):
+        out[k : k + chunk] = np.einsum("ij,ij->i", x[ii[k : k + chunk]], x[jj[k : k + chunk]])
+    return out
+
+
 def _dense_forest(
     x: np.ndarray, codes: np.ndarray, ts: np.ndarray | None, tau: int | None, theta: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -219,8 +228,10 @@ def _search(
     n = x.shape[0]
     windowed = tau is not None and ts is not None
     order = np.argsort(ts, kind="stable") if windowed and ts is not None else np.arange(n)
-    x, c = x[order], codes[order]
-    t = ts[order] if windowed and ts is not None else None
+    t = None
+    c = codes
+    if windowed and ts is not None:  # sorted by time (a copy only when τ applies)
+        x, c, t = x[order], codes[order], ts[order]
     if n <= _DENSE:
         a, b, w = _dense_forest(x, c, t, tau, theta)
         return _Forest(n, order[a], order[b], w)
@@ -263,7 +274,7 @@ def _search(
             if basis is None:
                 w = block[bi[keep], bj[keep]]
             else:
-                w = np.einsum("ij,ij->i", x[ii], x[jj])
+                w = _cosines(x, ii, jj)
                 linked = w >= theta - TIE
                 ii, jj, w = ii[linked], jj[linked], w[linked]
             ea.append(ii)
