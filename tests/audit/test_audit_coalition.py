@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
+import ragprivacy.audit.coalition as coalition
 from ragprivacy.audit import (
     calibrate_estimator,
     coalition_sizes,
     estimate_coalition,
     simulate_window,
 )
+from ragprivacy.errors import ConfigError
 
 
 def test_links_only_distinct_accounts_within_tau() -> None:
@@ -42,3 +46,137 @@ def test_small_calibration_lands_near_the_paper() -> None:
         assert r.mean_k_hat[pattern][0] == 30  # merged graph at theta = 0.20
         for stats in r.at_theta_star[pattern].values():
             assert stats["tpr"] == 1.0 and stats["exact_recovery"] == 1.0
+
+
+# ------------------------------------------------------------------ exact range search
+def _reference(
+    v: np.ndarray,
+    names: list[str],
+    theta: float,
+    ts: list[int] | None = None,
+    tau: int | None = None,
+) -> tuple[int, set[tuple[str, ...]]]:
+    """All pairs by brute force, in float64: ĉ and the account sets of every component
+    with ĉ accounts (the test's oracle, independent of the estimator's forest)."""
+    x = v / np.linalg.norm(v, axis=1, keepdims=True)
+    cos = x @ x.T
+    acc = np.asarray(names)
+    linked = (cos >= theta - coalition.TIE) & (acc[:, None] != acc[None, :])
+    if tau is not None and ts is not None:
+        t = np.asarray(ts)
+        linked &= np.abs(t[:, None] - t[None, :]) <= tau
+    i, j = np.nonzero(np.triu(linked, 1))
+    graph = csr_matrix((np.ones(i.size), (i, j)), shape=linked.shape)
+    labels = connected_components(graph, directed=False)[1]
+    groups = [tuple(sorted(set(acc[labels == lab].tolist()))) for lab in np.unique(labels)]
+    size = max(len(g) for g in groups)
+    return size, {g for g in groups if len(g) == size}
+
+
+@pytest.fixture(params=["dense", "blocks"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test on the small-window path (Prim) and on the blocked range search with
+    small blocks, the projection bound forced on whenever d allows it."""
+    if request.param == "blocks":
+        monkeypatch.setattr(coalition, "_DENSE", 0)
+        monkeypatch.setattr(coalition, "_ROWS", 256)
+        monkeypatch.setattr(coalition, "_COLS", 700)
+        monkeypatch.setattr(coalition, "_VERIFY_COST", 0.0)  # the smallest m always wins
+    return str(request.param)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "k_true"), [(p, k) for p in ("P-A", "P-B", "P-C") for k in (0, 2, 10, 20)]
+)
+def test_same_estimate_as_all_pairs_on_the_calibration_cells(
+    path: str, pattern: str, k_true: int
+) -> None:
+    """§5.4 cells (A = 30, n = 100, d = 32): ĉ over the θ grid and the largest cluster at
+    θ* = 0.80 are those of the brute-force all-pairs graph."""
+    v, names = simulate_window(k_true=k_true, pattern=pattern, rng=100 + k_true)
+    grid = [0.2, 0.6, 0.75, 0.8, 0.85, 0.95]
+    assert coalition_sizes(v, names, grid) == [_reference(v, names, th)[0] for th in grid]
+    size, groups = _reference(v, names, 0.8)
+    est = estimate_coalition(v, names, theta=0.8)
+    assert est.size == size == max(k_true, 1) and est.accounts in groups
+
+
+def _near_threshold(
+    rng: np.random.Generator, theta: float, dim: int
+) -> tuple[np.ndarray, list[str]]:
+    """Clusters whose members sit at cosine ≈ θ from their centre (some pairs just above,
+    some just below θ), plus pairs built at cosine exactly θ, plus background noise."""
+    blocks, names = [], []
+    for c in range(40):
+        centre = rng.standard_normal(dim)
+        centre /= np.linalg.norm(centre)
+        m = int(rng.integers(2, 12))
+        noise = rng.standard_normal((m, dim))
+        noise -= np.outer(noise @ centre, centre)
+        noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+        cos = np.sqrt(theta) + rng.normal(0.0, 0.01, (m, 1))  # member-member ≈ θ
+        blocks.append(cos * centre + np.sqrt(1 - cos**2) * noise)
+        names += [f"c{c}-{int(a)}" for a in rng.integers(0, 4, m)]
+    for p in range(30):  # cos exactly θ in float64 up to rounding: linked (TIE)
+        u = rng.standard_normal((2, dim))
+        u[0] /= np.linalg.norm(u[0])
+        u[1] -= (u[1] @ u[0]) * u[0]
+        u[1] /= np.linalg.norm(u[1])
+        blocks.append(np.stack([u[0], theta * u[0] + np.sqrt(1 - theta**2) * u[1]]))
+        names += [f"p{p}-a", f"p{p}-b"]
+    background = rng.standard_normal((600, dim))
+    blocks.append(background)
+    names += [f"bg-{int(a)}" for a in rng.integers(0, 50, 600)]
+    v = np.concatenate(blocks)
+    perm = rng.permutation(v.shape[0])
+    return v[perm], [names[i] for i in perm]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_randomized_equality_near_the_threshold(path: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    theta = float(rng.choice([0.5, 0.8, 0.9]))
+    dim = int(rng.choice([24, 64, 128]))
+    v, names = _near_threshold(rng, theta, dim)
+    ts = rng.integers(0, 2_000, v.shape[0]).tolist()
+    for tau in (None, 300):
+        for th in (theta, theta - 0.01, theta + 0.01):
+            size, groups = _reference(v, names, th, ts, tau)
+            est = estimate_coalition(v, names, theta=th, ts=ts, tau=tau)
+            assert est.size == size and est.accounts in groups
+        grid = [theta - 0.02, theta, theta + 0.02]
+        got = coalition_sizes(v, names, grid, ts=ts, tau=tau)
+        assert got == [_reference(v, names, th, ts, tau)[0] for th in grid]
+
+
+@pytest.mark.parametrize("dim", [32, 128, 384])
+def test_the_pruning_bound_keeps_every_linked_pair(dim: int) -> None:
+    """Pair recall 1.0 at θ* = 0.80: every pair with cos ≥ θ* − TIE passes the float32
+    bound (Px, ‖Qx‖)·(Py, ‖Qy‖) ≥ θ* − TIE − δ, for every projection size m; and the bound
+    does prune (else it would be pointless)."""
+    rng = np.random.default_rng(dim)
+    theta = 0.8
+    v, _ = _near_threshold(rng, theta, dim)
+    x = v / np.linalg.norm(v, axis=1, keepdims=True)
+    truth = x @ x.T >= theta - coalition.TIE
+    np.fill_diagonal(truth, False)
+    _, vecs = np.linalg.eigh(x.T @ x)
+    for m in (1, 4, dim // 4, dim // 2, dim - 1):
+        s = coalition._bound_vectors(x, np.ascontiguousarray(vecs[:, ::-1][:, :m]))
+        kept = s @ s.T >= theta - coalition.TIE - coalition._margin(m + 1)
+        assert kept[truth].all()  # recall 1.0
+    assert kept.mean() < 0.1  # at m = d − 1 the bound is nearly the cosine itself
+
+
+def test_threads_and_bad_input() -> None:
+    v, names = simulate_window(k_true=5, rng=1)
+    assert coalition_sizes(v, names, [0.8], threads=None) == [5]
+    assert coalition_sizes(v, names, [0.8], threads=2) == [5]
+    with pytest.raises(ConfigError, match="threads"):
+        coalition_sizes(v, names, [0.8], threads=0)
+    with pytest.raises(ConfigError, match="one timestamp per query"):
+        estimate_coalition(v, names, theta=0.8, ts=[0, 1], tau=5)
+    bad = v.copy()
+    bad[3, 0] = np.nan
+    with pytest.raises(ConfigError, match="finite"):
+        estimate_coalition(bad, names, theta=0.8)

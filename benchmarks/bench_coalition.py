@@ -1,0 +1,182 @@
+"""The coalition-size estimator (collusion paper §5.4) at scale, in one run against a
+named baseline.
+
+- ``baseline``: the estimator as it was — the N × N float32 cosine matrix and Prim's
+  maximum spanning tree over it, cut at θ (written out here): O(N²) time and memory;
+- ``current``: :func:`ragprivacy.audit.coalition_sizes` — an exact blocked range search
+  (a float32 pruning bound, float64 verification) and a maximum spanning forest of the
+  linked pairs.
+
+Both must give the same ĉ (checked, not assumed); the figure at N = 10⁴ is the ratio of
+their times (interleaved repeats, medians). At N = 10⁵ only the current estimator runs
+(the baseline would need a 40 GB matrix): its time, its peak of traced memory
+(tracemalloc) and the growth of the process's maximum resident set, and ĉ.
+
+Windows: :func:`ragprivacy.audit.simulate_window` with 384-d queries (the dimension of
+all-MiniLM-L6-v2), 100 queries per account, and a coalition of 10 accounts following P-C
+(5 paraphrase intents); the other accounts draw i.i.d. uniform unit-sphere queries,
+the expensive case for any pruning. θ = θ* = 0.80, no τ (every pair is compared); at
+N = 10⁵ the current estimator runs once more with the sliding window of §5.4 (one query
+per time step, τ = 2,000 steps). The current estimator also runs with 1 and 2 BLAS
+threads at N = 10⁴.
+
+Usage::
+
+    python benchmarks/bench_coalition.py [--repeats 3] [--quick] [--json OUT]
+
+Timings vary ±30 % on shared machines: compare the ratio within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from threadpoolctl import threadpool_limits
+
+from ragprivacy.audit import coalition_sizes, simulate_window
+
+THETA = 0.80
+TAU = 2000
+_NO_EDGE = -3.0
+
+
+def _baseline_sizes(vectors: np.ndarray, accounts: Sequence[str], theta: float) -> int:
+    """The earlier estimator: dense float32 similarity, Prim's maximum spanning tree."""
+    v = np.asarray(vectors, dtype=np.float64)
+    v = (v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-300)).astype(np.float32)
+    _, codes = np.unique(np.asarray(accounts), return_inverse=True)
+    w = v @ v.T
+    np.putmask(w, codes[:, None] == codes[None, :], _NO_EDGE)
+    n = w.shape[0]
+    in_tree = np.zeros(n, dtype=bool)
+    in_tree[0] = True
+    key = w[0].copy()
+    key[0] = -np.inf
+    parent = np.zeros(n, dtype=np.int64)
+    a = np.empty(n - 1, dtype=np.int64)
+    b = np.empty(n - 1, dtype=np.int64)
+    wt = np.empty(n - 1)
+    for step in range(n - 1):
+        j = int(np.argmax(key))
+        a[step], b[step], wt[step] = parent[j], j, key[j]
+        in_tree[j] = True
+        key[j] = -np.inf
+        row = w[j]
+        upd = (row > key) & ~in_tree
+        key[upd] = row[upd]
+        parent[upd] = j
+    keep = wt >= theta - 1e-12
+    graph = coo_matrix((np.ones(int(keep.sum())), (a[keep], b[keep])), shape=(n, n))
+    labels = connected_components(graph, directed=False)[1]
+    pairs = np.unique(np.stack([labels, codes]), axis=1)
+    return int(np.bincount(pairs[0]).max())
+
+
+def _timed(run: Callable[[], int]) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    out = run()
+    return time.perf_counter() - t0, out
+
+
+def _window(accounts: int, dim: int, seed: int) -> tuple[np.ndarray, list[str]]:
+    return simulate_window(
+        accounts=accounts, queries=100, dim=dim, k_true=10, pattern="P-C", rng=seed
+    )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--quick", action="store_true", help="seconds: N = 2,000 and 10,000")
+    parser.add_argument("--json", default=None, help="write the result here")
+    args = parser.parse_args(argv)
+    small, large, repeats, dim = (
+        (20, 100, 1, 64) if args.quick else (100, 1000, args.repeats, args.dim)
+    )
+
+    v, names = _window(small, dim, seed=1)
+    base_t: list[float] = []
+    cur_t: dict[int, list[float]] = {1: [], 2: []}
+    same = True
+    for _ in range(repeats):  # interleaved: baseline, current (1 thread), current (2)
+        with threadpool_limits(limits=1, user_api="blas"):
+            t, base_k = _timed(lambda: _baseline_sizes(v, names, THETA))
+        base_t.append(t)
+        for threads in (1, 2):
+            t, k = _timed(lambda th=threads: coalition_sizes(v, names, [THETA], threads=th)[0])
+            cur_t[threads].append(t)
+            same &= k == base_k
+    base_s = statistics.median(base_t)
+    cur_s = {th: statistics.median(ts) for th, ts in cur_t.items()}
+
+    big_v, big_names = _window(large, dim, seed=2)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    big_s, big_k = _timed(lambda: coalition_sizes(big_v, big_names, [THETA], threads=1)[0])
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rss_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024
+    # The sliding window of §5.4: one query per time step, τ = 2,000 steps.
+    steps = list(range(big_v.shape[0]))
+    tau_s, tau_k = _timed(
+        lambda: coalition_sizes(big_v, big_names, [THETA], ts=steps, tau=TAU, threads=1)[0]
+    )
+
+    result: dict[str, Any] = {
+        "dim": dim,
+        "theta": THETA,
+        "repeats": repeats,
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "small": {
+            "queries": v.shape[0],
+            "k_hat": base_k,
+            "same_k_hat": same,
+            "baseline_s": base_s,
+            "current_s": cur_s[1],
+            "current_2_threads_s": cur_s[2],
+            "speedup": base_s / cur_s[1] if cur_s[1] > 0 else float("inf"),
+        },
+        "large": {
+            "queries": big_v.shape[0],
+            "k_hat": big_k,
+            "current_s": big_s,
+            "input_bytes": int(big_v.nbytes),
+            "peak_traced_bytes": int(peak),
+            "max_rss_growth_bytes": int(rss_growth),
+            "tau": TAU,
+            "current_tau_s": tau_s,
+            "k_hat_tau": tau_k,
+        },
+    }
+    s, g = result["small"], result["large"]
+    print(
+        f"N = {s['queries']} x {dim}, median of {repeats}: baseline {base_s:.2f} s, current "
+        f"{cur_s[1]:.2f} s (2 threads: {cur_s[2]:.2f} s) -> {s['speedup']:.1f}x faster; "
+        f"same k_hat: {same} (k_hat = {base_k})"
+    )
+    print(
+        f"N = {g['queries']} x {dim}: current {big_s:.2f} s, k_hat = {big_k}, peak traced "
+        f"memory {peak / 2**30:.2f} GiB (input {big_v.nbytes / 2**30:.2f} GiB), max RSS "
+        f"growth {rss_growth / 2**30:.2f} GiB; with tau = {TAU} steps (one query a step): "
+        f"{tau_s:.2f} s, k_hat = {tau_k}"
+    )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    main()
