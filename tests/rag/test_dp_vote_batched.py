@@ -161,13 +161,13 @@ def test_dp_vote_releases_the_same_tokens_batched_or_not(gen: HFGenerator, seed:
     assert len(fast.completion.tokens) >= 1
 
 
-def test_dp_vote_batched_paths_differ_in_calls_not_in_votes(gen: HFGenerator) -> None:
+def test_dp_vote_paths_agree_through_discoveries_and_non_rag_tokens(gen: HFGenerator) -> None:
     """Across seeds, both the non-RAG token and the exponential mechanism are released
     (the threshold is crossed both ways), identically on both paths."""
     prompt = Prompt(Task.ANSWER, "Where was Marta Olsen born?")
     voters = [(d,) for d in DOCS] * 2
     vocab = tuple(gen.next_token_distribution(prompt).tokens)
-    discoveries = []
+    discoveries, asked = [], 0
     for seed in range(10):
         config = DPVoteConfig(epsilon_token=0.5, theta=6, max_tokens=6, simulation=True)
         slow_gen = Unbatched(gen)
@@ -176,4 +176,6 @@ def test_dp_vote_batched_paths_differ_in_calls_not_in_votes(gen: HFGenerator) ->
         assert fast.completion.tokens == slow.completion.tokens
         assert fast.discoveries == slow.discoveries
         discoveries.append(fast.discoveries)
+        asked += slow_gen.asked
     assert 0 < sum(discoveries) < 10 * 6
+    assert asked > 0  # the unbatched path asked voters that left their own answers
