@@ -16,6 +16,7 @@ from ragprivacy.generate.background import (
 )
 from ragprivacy.generate.base import (
     Generator,
+    GreedySteps,
     TokenDistribution,
     create_generator,
     generator_names,
@@ -64,6 +65,7 @@ __all__ = [
     "DEFENSE_KEYWORDS",
     "GGUFGenerator",
     "Generator",
+    "GreedySteps",
     "HFGenerator",
     "MASK_PATTERN",
     "OpenAIGenerator",

@@ -14,6 +14,7 @@ from ragprivacy.types import Completion
 
 __all__ = [
     "Generator",
+    "GreedySteps",
     "TokenDistribution",
     "create_generator",
     "generator_names",
@@ -84,6 +85,15 @@ class Generator(ABC):
             return "</s>"
         return dist.tokens[max(range(len(dist.probs)), key=dist.probs.__getitem__)]
 
+    def greedy_steps(self, prompts: Sequence[Prompt]) -> GreedySteps:
+        """A :class:`GreedySteps` session over ``prompts``: their greedy next tokens after a
+        shared prefix that grows step by step (what token voting asks of its voters).
+
+        The default asks :meth:`next_token` once per prompt and step; backends that can
+        answer every prompt in one forward pass and keep their key/value cache across
+        steps (``hf:``) override it."""
+        return GreedySteps(self, prompts)
+
     @abstractmethod
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         """Log-probabilities of ``continuation``'s tokens given ``prompt`` (teacher
@@ -97,6 +107,43 @@ class Generator(ABC):
     def config(self) -> dict[str, Any]:
         """JSON-ready settings; with :attr:`name` they key the on-disk call cache."""
         return {}
+
+
+class GreedySteps:
+    """Greedy next tokens of a fixed list of prompts after one shared prefix, asked again
+    as the prefix grows: y_t^(i) = argmax LLM(x, D^i | y_<t) for every voter i at every
+    step t of token voting (Private-RAG Alg. 4 lines 6–8).
+
+    This default holds no state: :meth:`next_tokens` asks the generator's
+    :meth:`Generator.next_token` once per requested prompt, in the order asked (a
+    generator's own caches see the calls in that order). A subclass whose
+    :attr:`batched` is true answers *all* prompts in one call at about the cost of a few
+    (one batched forward pass per step, the cache kept across steps), so a caller should
+    ask for every row rather than only the ones it cannot answer otherwise.
+
+    Use it as a context manager (or call :meth:`close`) so a backend frees its cache.
+    """
+
+    batched: bool = False
+
+    def __init__(self, generator: Generator, prompts: Sequence[Prompt]) -> None:
+        self.generator = generator
+        self.prompts = list(prompts)
+
+    def next_tokens(self, prefix: Sequence[str], rows: Sequence[int] | None = None) -> list[str]:
+        """The greedy next token of ``prompts[i]`` after ``prefix`` for each ``i`` in
+        ``rows`` (default: every prompt), in that order; end of text reads ``"</s>"``."""
+        picked = range(len(self.prompts)) if rows is None else rows
+        return [self.generator.next_token(self.prompts[i], prefix) for i in picked]
+
+    def close(self) -> None:
+        """Free what the session holds (nothing here)."""
+
+    def __enter__(self) -> GreedySteps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 _REGISTRY: Registry[Generator] = Registry("generator")

@@ -22,7 +22,16 @@ them.
   ``next_token_distribution`` accept a prefix/continuation as such a sequence (token
   voting feeds chosen tokens back this way) or as text; :meth:`HFGenerator.tokens_to_text`
   turns them into text. ``Completion.text`` is the decoded text.
-* ``next_token_distribution`` covers the whole vocabulary of the output layer.
+* ``next_token_distribution`` covers the whole vocabulary of the output layer;
+  ``next_token`` is its first maximum, with an end-of-text id read as ``"</s>"`` (where
+  ``generate`` stops).
+* ``greedy_steps`` (token voting's voters, Private-RAG Alg. 4 lines 6–8): every prompt in
+  one left-padded forward pass, then one batched single-token pass per step of the shared
+  prefix, the key/value cache kept across steps (:class:`_HFGreedySteps`); it gives the
+  tokens ``next_token`` gives prompt by prompt.
+* Passes whose logits are read only at the last position ask the model for that position
+  alone (``logits_to_keep=1`` where the model's ``forward`` takes it): the output layer
+  over every prompt position is most of a prefill's memory for a 50k-token vocabulary.
 """
 
 from __future__ import annotations
@@ -38,13 +47,19 @@ from typing import Any
 from ragprivacy._random import RngLike, make_rng
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
 from ragprivacy.errors import BackendError, DataUnavailableError
-from ragprivacy.generate.base import Generator, TokenDistribution, register_generator
+from ragprivacy.generate.base import (
+    Generator,
+    GreedySteps,
+    TokenDistribution,
+    register_generator,
+)
 from ragprivacy.generate.prompt import Prompt
 from ragprivacy.types import Completion
 
 __all__ = ["HFGenerator"]
 
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
+_EOS = "</s>"
 
 
 def _import_backend(generator: str = "hf", extra: str = "hf") -> tuple[Any, Any]:
@@ -132,6 +147,11 @@ class HFGenerator(Generator):
         self.model.to(device)
         self.model.eval()
         self._cache_kw = _cache_keyword(self.model)
+        self._last_only: dict[str, int] = (
+            {"logits_to_keep": 1}
+            if "logits_to_keep" in inspect.signature(self.model.forward).parameters
+            else {}
+        )
         tok = self.tokenizer
         eos: set[int] = set()
         for value in (
@@ -310,8 +330,9 @@ class HFGenerator(Generator):
 
     # ----------------------------------------------------------------- model calls
 
-    def _forward(self, batch: list[list[int]]) -> tuple[Any, Any, Any]:
-        """Left-padded forward pass; returns (logits, attention mask, cache)."""
+    def _forward(self, batch: list[list[int]], *, last_only: bool = False) -> tuple[Any, Any, Any]:
+        """Left-padded forward pass; returns (logits, attention mask, cache). With
+        ``last_only`` the logits may hold the last position alone (read ``[:, -1]``)."""
         torch = self._torch
         width = max(len(x) for x in batch)
         ids = torch.full((len(batch), width), self._pad, dtype=torch.long)
@@ -321,7 +342,10 @@ class HFGenerator(Generator):
             mask[r, width - len(x) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        extra = self._last_only if last_only else {}
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **extra
+        )
         return out.logits, mask, getattr(out, self._cache_kw)
 
     def _generate_chunk(self, prompts: Sequence[Prompt], limit: int) -> list[Completion]:
@@ -332,7 +356,7 @@ class HFGenerator(Generator):
         logprobs: list[list[float]] = [[] for _ in range(n)]
         done = [False] * n
         with torch.no_grad():
-            logits, mask, past = self._forward(batch)
+            logits, mask, past = self._forward(batch, last_only=True)
             last = logits[:, -1, :]
             pos = mask.sum(-1, keepdim=True) - 1
             for _ in range(limit):
@@ -399,18 +423,38 @@ class HFGenerator(Generator):
                     out[i] = c
         return [c for c in out if c is not None]
 
-    def next_token_distribution(
-        self, prompt: Prompt, prefix: Sequence[str] | str = ()
-    ) -> TokenDistribution:
-        torch = self._torch
+    def _next_ids(self, prompt: Prompt, prefix: Sequence[str] | str) -> list[int]:
+        """The ids a next-token call conditions on: the prompt (cut as for one new token)
+        and the prefix, keeping the last ``max_position_embeddings`` of them."""
         ids = self._prompt_ids(prompt, reserve=1)
         ids = ids + (self._continuation_ids(prefix) if prefix else [])
         if self._max_len and len(ids) > self._max_len:
             ids = ids[-self._max_len :]
+        return ids
+
+    def _piece_or_eos(self, token_id: int) -> str:
+        return _EOS if token_id in self._eos else self._vocab_pieces()[token_id]
+
+    def next_token_distribution(
+        self, prompt: Prompt, prefix: Sequence[str] | str = ()
+    ) -> TokenDistribution:
+        torch = self._torch
         with torch.no_grad():
-            logits, _, _ = self._forward([ids])
+            logits, _, _ = self._forward([self._next_ids(prompt, prefix)], last_only=True)
             probs = torch.softmax(logits[0, -1].double(), dim=-1).cpu().tolist()
         return TokenDistribution(tuple(self._vocab_pieces()), tuple(probs))
+
+    def next_token(self, prompt: Prompt, prefix: Sequence[str] | str = ()) -> str:
+        """The first maximum of :meth:`next_token_distribution` (the argmax of the
+        logits, without building the distribution); an end-of-text id reads ``"</s>"``."""
+        torch = self._torch
+        with torch.no_grad():
+            logits, _, _ = self._forward([self._next_ids(prompt, prefix)], last_only=True)
+            return self._piece_or_eos(int(logits[0, -1].argmax()))
+
+    def greedy_steps(self, prompts: Sequence[Prompt]) -> GreedySteps:
+        """Batched greedy steps with the key/value cache kept (:class:`_HFGreedySteps`)."""
+        return _HFGreedySteps(self, prompts)
 
     def score(self, prompt: Prompt, continuation: str | Sequence[str]) -> Completion:
         """Teacher-forced log-probabilities of ``continuation`` (a text, or the token
@@ -435,6 +479,75 @@ class HFGenerator(Generator):
             else self.tokenizer.decode(cont, skip_special_tokens=True)
         )
         return Completion(text, tuple(pieces[i] for i in cont), tuple(float(x) for x in lps))
+
+
+class _HFGreedySteps(GreedySteps):
+    """:class:`GreedySteps` in one forward pass per step (Private-RAG Alg. 4 lines 6–8).
+
+    The first call runs every prompt (and the prefix so far) in one left-padded pass —
+    the same padding, attention mask and position ids as ``generate_batch`` — and keeps
+    the key/value cache; each later call whose prefix extends the last one feeds only the
+    new prefix tokens, the same ones to every row, as one batched pass. Each row's token
+    is the argmax of its last logits, as :meth:`HFGenerator.next_token` gives it for that
+    prompt alone (up to floating-point differences between a padded batch and a single
+    sequence, which decide only exact near-ties). A prefix that does not extend the last
+    one starts over; once prompt and prefix would pass the model's positions (where the
+    single-prompt path cuts the prompt's start) the rows are asked one by one.
+    """
+
+    batched = True
+
+    def __init__(self, generator: HFGenerator, prompts: Sequence[Prompt]) -> None:
+        super().__init__(generator, prompts)
+        self._hf = generator
+        self._ids = [generator._prompt_ids(p, reserve=1) for p in self.prompts]
+        self._fed: list[int] | None = None  # the prefix ids the cache holds
+        self._past: Any = None
+        self._mask: Any = None
+        self._pos: Any = None
+        self._last: Any = None
+
+    def next_tokens(self, prefix: Sequence[str], rows: Sequence[int] | None = None) -> list[str]:
+        hf, torch = self._hf, self._hf._torch
+        ids = hf._continuation_ids(prefix) if prefix else []
+        longest = max((len(x) for x in self._ids), default=0)
+        if not self._ids or (hf._max_len and longest + len(ids) > hf._max_len):
+            self.close()
+            return super().next_tokens(prefix, rows)
+        with torch.no_grad():
+            fed = self._fed
+            if fed is None or ids[: len(fed)] != fed:
+                logits, self._mask, self._past = hf._forward(
+                    [x + ids for x in self._ids], last_only=True
+                )
+                self._pos = self._mask.sum(-1, keepdim=True) - 1
+                self._last = logits[:, -1, :]
+            elif len(ids) > len(fed):
+                new = ids[len(fed) :]
+                n, k = len(self._ids), len(new)
+                step = torch.tensor([new] * n, dtype=torch.long, device=self._mask.device)
+                ones = torch.ones((n, k), dtype=self._mask.dtype, device=self._mask.device)
+                self._mask = torch.cat([self._mask, ones], 1)
+                pos = self._pos + torch.arange(1, k + 1, device=self._pos.device)[None, :]
+                out = hf.model(
+                    input_ids=step,
+                    attention_mask=self._mask,
+                    position_ids=pos,
+                    use_cache=True,
+                    **{hf._cache_kw: self._past},
+                    **hf._last_only,
+                )
+                self._past = getattr(out, hf._cache_kw)
+                self._pos = pos[:, -1:]
+                self._last = out.logits[:, -1, :]
+            self._fed = ids
+            best = self._last.argmax(dim=-1).tolist()
+        picked = range(len(self._ids)) if rows is None else rows
+        return [hf._piece_or_eos(int(best[i])) for i in picked]
+
+    def close(self) -> None:
+        self._past = self._mask = self._pos = self._last = None
+        self._fed = None
 
 
 def _create(path: str = "", **kwargs: Any) -> HFGenerator:

@@ -35,6 +35,7 @@ from ragprivacy.generate import (
     MASK_PATTERN,
     SRAG_DEFENSE_INSTRUCTION,
     Generator,
+    GreedySteps,
     Prompt,
     Task,
     TokenDistribution,
@@ -87,6 +88,9 @@ class DefendedGenerator(Generator):
 
     def next_token(self, prompt: Prompt, prefix: Sequence[str] | str = ()) -> str:
         return self.inner.next_token(self.defend(prompt), prefix)
+
+    def greedy_steps(self, prompts: Sequence[Prompt]) -> GreedySteps:
+        return self.inner.greedy_steps([self.defend(p) for p in prompts])
 
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         return self.inner.score(self.defend(prompt), continuation)

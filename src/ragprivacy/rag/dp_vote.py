@@ -19,17 +19,22 @@ so every count has sensitivity 1. Guarantee: ε-DP (Lemma 1: c discoveries of ε
 the response reports ``PureDpEvent(c·ε_0)``, charged whatever the number of discoveries.
 
 **Voters.** ``LLM(x, D^i | y_<t)`` is the greedy next token of the generator given the
-voter's documents and the shared prefix. Voters are *batched*: each distinct context is
-answered once (``generate_batch`` over all voters and the non-RAG prompt in one call), and
-while the shared prefix agrees with a voter's own greedy answer its vote is that answer's
-next token (or ⟨EOS⟩ at its end) — for an autoregressive greedy model this *is* the
-argmax of its next-token distribution, so no further call is needed. Only voters whose
-answer disagrees with the prefix ask the generator for their greedy next token (its
-``next_token``, once per distinct context and token, or ``next_token_distribution_batch``
-when the backend has it).
-Voters with identical contexts — in particular all-padding voters, which equal the
-non-RAG prompt — share their calls. For the reference reader, whose ANSWER rule is not
-autoregressive, this rule *defines* its conditional continuation.
+voter's documents and the shared prefix, asked through the generator's
+:class:`~ragprivacy.generate.GreedySteps` session over the distinct contexts (voters with
+identical contexts — in particular all-padding voters, which equal the non-RAG prompt —
+share a row and count with their multiplicity). Two ways, the same votes:
+
+* *batched* sessions (``hf:``): every row, the non-RAG prompt included, is asked at every
+  step — one left-padded forward pass over all contexts, then one batched single-token
+  pass per released token with the key/value cache reused (m + 1 rows, T_max passes),
+  instead of a separate model call per voter and token;
+* otherwise (the reference reader, remote APIs): each distinct context is answered once
+  (``generate_batch`` over all of them in one call), and while the shared prefix agrees
+  with a voter's own greedy answer its vote is that answer's next token (or ⟨EOS⟩ at its
+  end) — for an autoregressive greedy model this *is* the argmax of its next-token
+  distribution, so no further call is needed. Only voters whose answer disagrees with the
+  prefix are asked (once per distinct context and token). For the reference reader, whose
+  ANSWER rule is not autoregressive, this rule *defines* its conditional continuation.
 
 **Voter partition.** Alg. 4 line 4 pads the m·k retrieved documents with empty ones and
 splits them uniformly at random: from the seeded stream in simulation, from the OS
@@ -60,7 +65,14 @@ from ragprivacy._random import RngLike
 from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.dp import AboveThreshold, PureDpEvent, exponential_mechanism, simulation_rng
 from ragprivacy.errors import ConfigError
-from ragprivacy.generate import Generator, Prompt, detokenize, normalize, tokenize
+from ragprivacy.generate import (
+    Generator,
+    GreedySteps,
+    Prompt,
+    detokenize,
+    normalize,
+    tokenize,
+)
 from ragprivacy.rag.base import (
     Query,
     RAGSystem,
@@ -115,30 +127,6 @@ class VoteResult:
     calls: int
 
 
-class _Voter:
-    """The greedy continuation of one distinct context (shared by all its voters)."""
-
-    __slots__ = ("answer", "prompt")
-
-    def __init__(self, prompt: Prompt, answer: Sequence[str]) -> None:
-        self.prompt = prompt
-        self.answer = tuple(answer)
-
-
-def _next_tokens(generator: Generator, prompts: list[Prompt], prefix: list[str]) -> list[str]:
-    """Each prompt's greedy next token after ``prefix``: through the backend's batched
-    distributions when it has them, else its ``next_token``."""
-    batch = getattr(generator, "next_token_distribution_batch", None)
-    if callable(batch):
-        return [_argmax_token(d) for d in batch(prompts, prefix)]
-    return [generator.next_token(p, prefix) for p in prompts]
-
-
-def _argmax_token(dist: Any) -> str:
-    probs = np.asarray(dist.probs)
-    return str(dist.tokens[int(np.argmax(probs))]) if probs.size else EOS
-
-
 class _Vocab:
     """The exponential mechanism's domain V with ⟨EOS⟩, and each normalised token's
     position (built once per vocabulary tuple: normalising V costs more than a vote)."""
@@ -175,6 +163,62 @@ def _vocab(vocabulary: Sequence[str]) -> _Vocab:
         while len(_VOCABS) > 8:
             _VOCABS.popitem(last=False)
     return built
+
+
+_Votes = tuple[list[str], "np.ndarray[Any, np.dtype[np.int64]]", int]
+
+
+def _batched_votes(steps: GreedySteps, out: list[str], pos_of: dict[str, int]) -> _Votes:
+    """Every row's vote after ``out`` in one call of a batched session: (votes, their
+    vocabulary positions (−1: outside V), calls made)."""
+    votes = steps.next_tokens(out)
+    vote_pos = np.array([pos_of.get(normalize(t), -1) for t in votes], dtype=np.int64)
+    return votes, vote_pos, 1
+
+
+class _LazyVotes:
+    """Votes from each row's own greedy answer while the released prefix agrees with it;
+    the generator is asked only for the rows whose answer disagrees (module docstring)."""
+
+    __slots__ = ("answer_pos", "answers", "eos", "order")
+
+    def __init__(
+        self, generator: Generator, prompts: list[Prompt], max_tokens: int, domain: _Vocab
+    ) -> None:
+        completions = generator.generate_batch(prompts, max_tokens=max_tokens)
+        self.answers = [tuple(c.tokens) for c in completions]
+        # Each answer as vocabulary positions (−1: outside V, counted for none).
+        self.answer_pos = [[domain.pos_of.get(normalize(t), -1) for t in a] for a in self.answers]
+        self.eos = domain.eos
+        self.order: list[int] = []  # the rows asked last time, in call order
+
+    def __call__(self, steps: GreedySteps, out: list[str], pos_of: dict[str, int]) -> _Votes:
+        n = len(self.answers)
+        votes = [""] * n
+        vote_pos = np.full(n, -1, dtype=np.int64)
+        need = []
+        step = len(out)
+        prefix = tuple(out)
+        for i, answer in enumerate(self.answers):
+            if prefix == answer[:step]:
+                if len(answer) > step:
+                    votes[i], vote_pos[i] = answer[step], self.answer_pos[i][step]
+                else:
+                    votes[i], vote_pos[i] = EOS, self.eos
+            else:
+                need.append(i)
+        if not need:
+            return votes, vote_pos, 0
+        # Ask in the reverse of the last order: the contexts used most recently come
+        # first, so a generator's LRU cache of per-context indices keeps hitting even when
+        # the distinct contexts outnumber it (m = 50 voters).
+        rank = {i: r for r, i in enumerate(reversed(self.order))}
+        need.sort(key=lambda i: rank.get(i, -1))
+        self.order = need
+        for i, tok in zip(need, steps.next_tokens(out, need)):
+            votes[i] = tok
+            vote_pos[i] = pos_of.get(normalize(tok), -1)
+        return votes, vote_pos, 1
 
 
 def dp_vote_generate(
@@ -224,68 +268,44 @@ def dp_vote_generate(
             contexts.append(clean)
         slot.append(contexts.index(clean))
     prompts = [prompt.with_context(ctx) for ctx in contexts]
-    completions = generator.generate_batch(prompts, max_tokens=config.max_tokens)
-    calls = 1
-    voters = [_Voter(p, comp.tokens) for p, comp in zip(prompts, completions)]
     weights = np.bincount(np.array(slot, dtype=np.int64), minlength=len(contexts))
-
+    calls = 0
     if vocabulary is None:
         first = generator.next_token_distribution(prompts[0], [])
         calls += 1
         vocabulary = [*first.tokens, EOS]
     domain = _vocab(vocabulary)
-    vocab, pos_of, eos_j = domain.tokens, domain.pos_of, domain.eos
-    # Each voter's greedy answer as vocabulary positions (−1: outside V, counted for none).
-    answer_pos = [[pos_of.get(normalize(t), -1) for t in v.answer] for v in voters]
+    vocab, pos_of = domain.tokens, domain.pos_of
     weights_f = weights.astype(np.float64)
-    order: list[int] = []  # the voters that called the generator last time, in call order
     out: list[str] = []
-    for _t in range(config.max_tokens):
-        votes = [""] * len(voters)
-        vote_pos = np.full(len(voters), -1, dtype=np.int64)
-        need = []
-        step = len(out)
-        prefix = tuple(out)
-        for i, v in enumerate(voters):
-            if prefix == v.answer[:step]:
-                if len(v.answer) > step:
-                    votes[i], vote_pos[i] = v.answer[step], answer_pos[i][step]
+    with generator.greedy_steps(prompts) as steps:
+        ask: Callable[[GreedySteps, list[str], dict[str, int]], _Votes] = _batched_votes
+        if not steps.batched:
+            ask = _LazyVotes(generator, prompts, config.max_tokens, domain)
+            calls += 1  # its generate_batch over every distinct context
+        for _t in range(config.max_tokens):
+            votes, vote_pos, asked = ask(steps, out, pos_of)
+            calls += asked
+            counted = vote_pos >= 0
+            hist: Any = np.bincount(  # Alg. 8: weighted votes per vocabulary token
+                vote_pos[counted], weights=weights_f[counted], minlength=len(vocab)
+            ).astype(np.int64)
+            non_rag = votes[0]
+            j0 = int(vote_pos[0])  # the non-RAG vote's position (−1: outside V)
+            count = int(hist[j0]) if j0 >= 0 else 0
+            if sv.test(count):  # discovery (line 11)
+                if config.simulation:
+                    pick = int(exponential_mechanism(hist, eps_half, simulation=True, rng=gen))
                 else:
-                    votes[i], vote_pos[i] = EOS, eos_j
+                    pick = int(exponential_mechanism(hist, eps_half))
+                token = vocab[pick]
             else:
-                need.append(i)
-        if need:
-            # Call in the reverse of the last call order: the contexts used most recently
-            # come first, so a generator's LRU cache of per-context indices keeps hitting
-            # even when the distinct contexts outnumber it (m = 50 voters).
-            rank = {i: r for r, i in enumerate(reversed(order))}
-            need.sort(key=lambda i: rank.get(i, -1))
-            tokens = _next_tokens(generator, [voters[i].prompt for i in need], out)
-            calls += 1
-            order = need
-            for i, tok in zip(need, tokens):
-                votes[i] = tok
-                vote_pos[i] = pos_of.get(normalize(tok), -1)
-        counted = vote_pos >= 0
-        hist: Any = np.bincount(  # Alg. 8: weighted votes per vocabulary token
-            vote_pos[counted], weights=weights_f[counted], minlength=len(vocab)
-        ).astype(np.int64)
-        non_rag = votes[0]
-        j0 = int(vote_pos[0])  # the non-RAG vote's position (−1: outside V)
-        count = int(hist[j0]) if j0 >= 0 else 0
-        if sv.test(count):  # discovery (line 11)
-            if config.simulation:
-                pick = int(exponential_mechanism(hist, eps_half, simulation=True, rng=gen))
-            else:
-                pick = int(exponential_mechanism(hist, eps_half))
-            token = vocab[pick]
-        else:
-            token = non_rag
-        if normalize(token) == normalize(EOS):
-            break
-        out.append(token)
-        if sv.halted:  # c = 0 (line 16)
-            break
+                token = non_rag
+            if normalize(token) == normalize(EOS):
+                break
+            out.append(token)
+            if sv.halted:  # c = 0 (line 16)
+                break
     completion = Completion(text=detokenize(out), tokens=tuple(out))
     return VoteResult(completion, sv.discoveries, c, PureDpEvent(c * config.epsilon_token), calls)
 

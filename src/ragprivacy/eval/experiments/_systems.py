@@ -41,7 +41,7 @@ from ragprivacy._validation import check_choice, check_positive_int
 from ragprivacy.corpus import create_pii_detector, pii_detector_names, redact_corpus
 from ragprivacy.dp import PAPER_SCORE_RANGE
 from ragprivacy.errors import ConfigError
-from ragprivacy.generate import Generator, Prompt, TokenDistribution
+from ragprivacy.generate import Generator, GreedySteps, Prompt, TokenDistribution
 from ragprivacy.rag import (
     KNN_WINDOW,
     RAGSystem,
@@ -211,6 +211,9 @@ class GenerationsOnlyCache(Generator):
 
     def next_token(self, prompt: Prompt, prefix: Sequence[str] | str = ()) -> str:
         return self.inner.next_token(prompt, prefix)
+
+    def greedy_steps(self, prompts: Sequence[Prompt]) -> GreedySteps:
+        return self.inner.greedy_steps(prompts)
 
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         return self.cached.score(prompt, continuation)
