@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 
 import pytest
 
 AtOnce = Callable[[Callable[[int], str], int], list[str]]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The URL of a fresh database, with the ``vector`` extension created, on a real
+    PostgreSQL server (pgserver's) that this session starts and stops."""
+    from tests._postgres import start_postgres
+
+    root = tempfile.mkdtemp(prefix="ragprivacy-pg-")
+    url, stop = start_postgres(root)
+    try:
+        yield url
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
