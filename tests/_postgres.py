@@ -30,9 +30,9 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
-__all__ = ["start_postgres"]
+__all__ = ["fresh_database", "start_postgres"]
 
 SYSTEM_USER = "pgserver"  # the user pgserver itself creates when run as root
 _TIMEOUT = 120
@@ -159,3 +159,18 @@ def start_postgres(directory: str | Path) -> tuple[str, Callable[[], None]]:
 
     url = f"postgresql://postgres@/postgres?host={quote(str(run_dir), safe='/')}"
     return url, stop
+
+
+def fresh_database(url: str, name: str) -> str:
+    """Create the empty database ``name`` (with ``vector``) on the server of ``url`` and
+    return its URL (for tests that need a state of their own)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    parts = urlsplit(url)
+    new = urlunsplit(parts._replace(path=f"/{quote(name)}"))
+    with psycopg.connect(new, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    return new

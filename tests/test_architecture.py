@@ -22,6 +22,7 @@ SHARED = {
     "_validation",
     "_registry",
     "_sqlite",
+    "_postgres",
     "_typing",
     "__main__",
 }

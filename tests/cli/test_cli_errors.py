@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import typer
 
-import ragprivacy.audit.merkle as merkle
+import ragprivacy.audit.ledger_store as ledger_store
 from ragprivacy.cli import main
 from ragprivacy.cli.app import app
 from ragprivacy.cli.attack_cmd import build_config
@@ -256,7 +256,7 @@ def test_second_ledger_writer(
     for step in steps:
         assert main(step) == 0, capsys.readouterr().err
     (ledger,) = (tmp_path / "st" / "ledgers").glob("*.sqlite")
-    monkeypatch.setattr(merkle, "_WAIT_S", 0.2)
+    monkeypatch.setattr(ledger_store, "_WAIT_S", 0.2)
     other = sqlite3.connect(ledger, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process writing the ledger
     try:

@@ -24,7 +24,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_admin(state: Path, *args: str) -> str:
+def run_admin(state: Path | str, *args: str) -> str:
     """Run ``ragprivacy admin --state STATE ARGS`` in process; returns its stdout."""
     import contextlib
     import io
@@ -46,13 +46,13 @@ def write_corpus(path: Path, prefix: str, n: int) -> Path:
 
 
 class Server:
-    def __init__(self, state: Path, *, workers: int = 1) -> None:
+    def __init__(self, state: Path | str, *, workers: int = 1, extra: tuple[str, ...] = ()) -> None:
         self.state = state
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [
             sys.executable, "-m", "ragprivacy.cli", "serve", "--state", str(state),
-            "--port", str(self.port), "--workers", str(workers),
+            "--port", str(self.port), "--workers", str(workers), *extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True

@@ -33,6 +33,7 @@ from ragprivacy.audit.demo import (
     tamper_ledger_file,
 )
 from ragprivacy.audit.epsilon import AuditEpsilon, epsilon_audit, epsilon_audit_table
+from ragprivacy.audit.ledger_store import LedgerStorage, PostgresLedgerStorage, SqliteLedgerStorage
 from ragprivacy.audit.merkle import (
     EMPTY_ROOT,
     LogSealedError,
@@ -94,10 +95,12 @@ __all__ = [
     "DemoWindow",
     "EMPTY_ROOT",
     "FIXED_BITS",
+    "LedgerStorage",
     "LogSealedError",
     "MerkleLog",
     "Misbehaviour",
     "POLICY_OVERRIDES",
+    "PostgresLedgerStorage",
     "ProofSystem",
     "ProviderKey",
     "PublicTranscript",
@@ -106,6 +109,7 @@ __all__ = [
     "Receipt",
     "RecordWitness",
     "SignedTreeHead",
+    "SqliteLedgerStorage",
     "TAMPER_CASES",
     "TAMPER_HELP",
     "TenantCommitment",

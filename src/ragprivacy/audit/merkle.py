@@ -16,7 +16,9 @@ receipt is included at its position. This module follows RFC 9162 §2.1 exactly 
 :class:`MerkleLog` keeps every complete, aligned subtree hash, so appending costs
 O(log n) hashes and a root or a proof costs O(log n) node lookups. With a ``path`` it
 stores leaves and nodes in SQLite (WAL, ``synchronous=FULL``: a committed append survives
-a crash or power loss) and reloads them when reopened.
+a crash or power loss) and reloads them when reopened; with a ``storage`` it keeps them
+where that :class:`ragprivacy.audit.LedgerStorage` says (e.g. PostgreSQL rows that
+several service replicas share, their appends ordered by the window's row lock).
 
 Durable appends are group-committed: the threads appending to one log at the same time
 share one SQLite transaction, so one sync of the disk (a leader/follower scheme, see
@@ -33,14 +35,14 @@ and reads of the committed prefix do not wait for a commit in flight.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
-from ragprivacy._sqlite import CommitTicket, GroupCommit, connect_wal
-from ragprivacy.errors import BackendError, ConfigError, DataError, VerificationError
+from ragprivacy._sqlite import CommitTicket, GroupCommit
+from ragprivacy.audit.ledger_store import LedgerStorage, SqliteLedgerStorage
+from ragprivacy.errors import ConfigError, DataError, VerificationError
 
 __all__ = [
     "EMPTY_ROOT",
@@ -179,16 +181,6 @@ def verify_consistency(
     return fr == old_root and sr == new_root and sn == 0
 
 
-_WAIT_S = 30.0  # another process (a verifier reading the file) holding a lock; one writer
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS leaves (idx INTEGER PRIMARY KEY, data BLOB NOT NULL,
-                                   hash BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS nodes (level INTEGER NOT NULL, idx INTEGER NOT NULL,
-                                  hash BLOB NOT NULL, PRIMARY KEY (level, idx));
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-
-
 class LogSealedError(ConfigError):
     """An append to a sealed log (its window closed): nothing was written."""
 
@@ -213,62 +205,64 @@ class MerkleLog:
 
     Args:
         path: the SQLite file (default: in memory).
+        storage: where the log is kept instead of ``path`` (e.g. a
+            :class:`ragprivacy.audit.PostgresLedgerStorage`); the log closes it.
         group_commit: share one transaction among concurrent appends (default). ``False``
             commits every append alone (one sync each; kept as the benchmark's baseline).
         max_batch: the most appends one group commit takes.
     """
 
     def __init__(
-        self, path: str | Path | None = None, *, group_commit: bool = True, max_batch: int = 256
+        self,
+        path: str | Path | None = None,
+        *,
+        storage: LedgerStorage | None = None,
+        group_commit: bool = True,
+        max_batch: int = 256,
     ) -> None:
         self._lock = threading.RLock()  # appends, commits and catch-ups (not reads)
         self._levels: list[list[bytes]] = [[]]
         self._data: list[bytes] = []
         self._durable = 0  # leaves committed (the prefix readers see)
         self._leader: int | None = None  # the thread running a batch's guards
-        self._db: sqlite3.Connection | None = None
+        self._db: LedgerStorage | None = None
         self._before_commit: Callable[[], None] | None = None  # test hook (failure injection)
         self._group: GroupCommit[_Append, list[int]] | None = None
+        if path is not None and storage is not None:
+            raise ConfigError("Give a Merkle log a path or a storage, not both.")
         self.path = Path(path) if path is not None else None
         if self.path is not None:
-            self._open(self.path)
+            storage = SqliteLedgerStorage(self.path)
+        self._name = str(self.path) if storage is None else storage.name
+        if storage is not None:
+            self._open(storage)
             if group_commit:
                 self._group = GroupCommit(self._commit_batch, max_batch=max_batch)
 
     # ------------------------------------------------------------------ storage
-    def _open(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        db = connect_wal(
-            path,
-            timeout=_WAIT_S,
-            synchronous="FULL",
-            schema=_SCHEMA,
-            autocommit=True,
-            check_same_thread=False,
-        )
-        self._db = db
-        rows = db.execute("SELECT idx, data, hash FROM leaves ORDER BY idx").fetchall()
-        for expected, (idx, data, h) in enumerate(rows):
+    def _open(self, storage: LedgerStorage) -> None:
+        self._db = storage
+        for expected, (idx, data, h) in enumerate(storage.leaves_from(0)):
             if idx != expected:
                 raise DataError(
-                    f"The Merkle log at {path} has a gap at leaf {expected} (found {idx}); "
-                    "the store is damaged — restore it from a backup."
+                    f"The Merkle log at {self._name} has a gap at leaf {expected} (found "
+                    f"{idx}); the store is damaged — restore it from a backup."
                 )
-            self._data.append(bytes(data))
-            self._levels[0].append(bytes(h))
-        for level, idx, h in db.execute("SELECT level, idx, hash FROM nodes ORDER BY level, idx"):
+            self._data.append(data)
+            self._levels[0].append(h)
+        for level, idx, h in storage.nodes():
             while len(self._levels) <= level:
                 self._levels.append([])
             if idx != len(self._levels[level]):
                 raise DataError(
-                    f"The Merkle log at {path} has a gap at node ({level}, {idx}); the store "
-                    "is damaged — restore it from a backup."
+                    f"The Merkle log at {self._name} has a gap at node ({level}, {idx}); the "
+                    "store is damaged — restore it from a backup."
                 )
-            self._levels[level].append(bytes(h))
+            self._levels[level].append(h)
         self._durable = len(self._data)
 
     def close(self) -> None:
-        """Close the SQLite connection (in-memory logs: no-op)."""
+        """Close the storage's connection (in-memory logs: no-op)."""
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -365,21 +359,21 @@ class MerkleLog:
         refuses (or that finds the log sealed) gets that error and writes nothing."""
         with self._lock:
             if self._db is None:
-                raise ConfigError(f"The Merkle log {self.path} is closed; reopen it.")
-            self._begin()  # one writer at a time, any process
+                raise ConfigError(f"The Merkle log {self._name} is closed; reopen it.")
+            self._db.begin()  # one writer at a time, any process
             start = len(self._data)
             self._leader = threading.get_ident()  # its guards see the batch so far
             try:
                 self._catch_up()
                 start = len(self._data)
-                sealed = self._sealed_size() is not None
+                sealed = self._db.sealed_size() is not None
                 new_nodes: list[tuple[int, int, bytes]] = []
                 out: list[list[int] | BaseException] = []
                 for datas, guard in batch:
                     if sealed:
                         out.append(
                             LogSealedError(
-                                f"The log {self.path} is sealed (its window closed); nothing "
+                                f"The log {self._name} is sealed (its window closed); nothing "
                                 "was appended."
                             )
                         )
@@ -392,45 +386,23 @@ class MerkleLog:
                         continue
                     out.append([self._push(d, new_nodes) for d in datas])
                 if len(self._data) == start:
-                    self._db.execute("ROLLBACK")
+                    self._db.rollback()
                     return out
-                self._db.executemany(
-                    "INSERT INTO leaves (idx, data, hash) VALUES (?, ?, ?)",
+                self._db.insert(
                     [(i, self._data[i], self._levels[0][i]) for i in range(start, len(self._data))],
-                )
-                self._db.executemany(
-                    "INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", new_nodes
+                    new_nodes,
                 )
                 if self._before_commit is not None:
                     self._before_commit()
-                self._db.execute("COMMIT")
+                self._db.commit()
                 self._durable = len(self._data)  # before any of the batch's writers returns
             except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                self._db.rollback()
                 self._rollback(start)
                 raise
             finally:
                 self._leader = None
             return out
-
-    def _begin(self) -> None:
-        """Take the file's write lock, or say which file another writer holds."""
-        assert self._db is not None
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
-                raise
-            raise BackendError(
-                f"The Merkle log {self.path} stayed locked by another writer for {_WAIT_S:g} s; "
-                "nothing was written. Retry when the other process is done, or stop it."
-            ) from None
-
-    def _sealed_size(self) -> int | None:
-        assert self._db is not None
-        row = self._db.execute("SELECT value FROM meta WHERE key = 'sealed'").fetchone()
-        return None if row is None else int(row[0])
 
     def seal(self) -> int:
         """Refuse every later append, by any process, and return the final size.
@@ -439,19 +411,16 @@ class MerkleLog:
         for the lock finds the log sealed and writes nothing. Sealing twice returns the
         same size. (An in-memory log cannot be sealed.)"""
         if self._db is None:
-            raise ConfigError("Only a durable (SQLite) log can be sealed.")
+            raise ConfigError("Only a durable log can be sealed.")
         with self._lock:
-            self._begin()
+            self._db.begin()
             try:
                 self._catch_up()
-                if self._sealed_size() is None:
-                    self._db.execute(
-                        "INSERT INTO meta VALUES ('sealed', ?)", (str(len(self._data)),)
-                    )
-                self._db.execute("COMMIT")
+                if self._db.sealed_size() is None:
+                    self._db.set_sealed(len(self._data))
+                self._db.commit()
             except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                self._db.rollback()
                 raise
             return len(self._data)
 
@@ -461,22 +430,19 @@ class MerkleLog:
         if self._db is None:
             return False
         with self._lock:
-            return self._sealed_size() is not None
+            return self._db.sealed_size() is not None
 
     def _catch_up(self) -> None:
         """Load the leaves another process appended to the same file since we last looked
         (their nodes are recomputed; each stored leaf hash is checked)."""
         assert self._db is not None
-        rows = self._db.execute(
-            "SELECT idx, data, hash FROM leaves WHERE idx >= ? ORDER BY idx", (len(self._data),)
-        ).fetchall()
-        for idx, data, h in rows:
-            if idx != len(self._data) or leaf_hash(bytes(data)) != bytes(h):
+        for idx, data, h in self._db.leaves_from(len(self._data)):
+            if idx != len(self._data) or leaf_hash(data) != h:
                 raise DataError(
-                    f"The Merkle log at {self.path} is damaged at leaf {idx}; restore it from "
-                    "a backup."
+                    f"The Merkle log at {self._name} is damaged at leaf {idx}; restore it "
+                    "from a backup."
                 )
-            self._push(bytes(data), [])
+            self._push(data, [])
         self._durable = len(self._data)
 
     def refresh(self, *, wait: bool = True) -> int:
@@ -598,19 +564,14 @@ class MerkleLog:
         """
         with self._lock:
             data, levels = self._data, self._levels
-            if self._db is not None:  # read what is on disk, not the in-memory copy
-                data = [
-                    bytes(r[0]) for r in self._db.execute("SELECT data FROM leaves ORDER BY idx")
-                ]
-                levels = [
-                    [bytes(r[0]) for r in self._db.execute("SELECT hash FROM leaves ORDER BY idx")]
-                ]
-                for level, _idx, h in self._db.execute(
-                    "SELECT level, idx, hash FROM nodes ORDER BY level, idx"
-                ):
+            if self._db is not None:  # read what is stored, not the in-memory copy
+                rows = self._db.leaves_from(0)
+                data = [d for _i, d, _h in rows]
+                levels = [[h for _i, _d, h in rows]]
+                for level, _idx, h in self._db.nodes():
                     while len(levels) <= level:
                         levels.append([])
-                    levels[level].append(bytes(h))
+                    levels[level].append(h)
             for i, d in enumerate(data):
                 if leaf_hash(d) != levels[0][i]:
                     raise VerificationError(

@@ -368,6 +368,9 @@ class AuditedProvider:
         seed: s_W, ≥ 32 bytes (default: 32 bytes from the OS).
         ledger_path: SQLite file of the ledger (default: in memory); several processes
             may serve one window over one file.
+        ledger: the window's ledger, already opened (e.g. a :class:`MerkleLog` over a
+            :class:`ragprivacy.audit.PostgresLedgerStorage` that replicas share); instead
+            of ``ledger_path``.
         prompt_template, tokenizer: bound into C_emb.
         proof_system: how π_q is made (default: auditor re-execution).
         misbehaviour: deviations for testing the verifier (never for deployment).
@@ -390,6 +393,7 @@ class AuditedProvider:
         key: ProviderKey | None = None,
         seed: bytes | None = None,
         ledger_path: str | Path | None = None,
+        ledger: MerkleLog | None = None,
         prompt_template: str = "",
         tokenizer: str = "",
         proof_system: ProofSystem | None = None,
@@ -440,7 +444,9 @@ class AuditedProvider:
         self._lock = threading.Lock()  # a stamp and the queueing of its append; the map below
         self._count_lock = threading.Lock()  # _count, _scanned, _last_ts
         self._account_locks: dict[str, threading.Lock] = {}
-        self.ledger = MerkleLog(ledger_path)
+        if ledger is not None and ledger_path is not None:
+            raise ConfigError("Give an audited provider a ledger_path or a ledger, not both.")
+        self.ledger = ledger if ledger is not None else MerkleLog(ledger_path)
         self.witnesses = witness_store or WitnessStore()
         self.prompt_template = prompt_template
         self.tokenizer = tokenizer

@@ -1,4 +1,4 @@
-"""``ragprivacy admin --state DIR …``: tenants, documents, accounts, keys and audit windows.
+"""``ragprivacy admin --state DIR|URL …``: tenants, documents, accounts, keys and audit windows.
 
 Works while the server runs on the same state directory (every change is one SQLite
 transaction). An API key is printed once, as the last line of ``key create``; it is never
@@ -38,7 +38,15 @@ app.add_typer(window_app, name="window")
 @app.callback()
 def admin(
     ctx: typer.Context,
-    state: Path = typer.Option(..., "--state", help="The service's state directory."),
+    state: str = typer.Option(
+        ..., "--state", help="The service's state directory, or a PostgreSQL URL."
+    ),
+    identity_key: Path | None = typer.Option(
+        None,
+        "--identity-key",
+        help="The identity key file of a PostgreSQL state (required there; created with "
+        "mode 0600 at first use).",
+    ),
     embedder: str | None = typer.Option(
         None, "--embedder", help="Embedder spec for a new state (default: hashing)."
     ),
@@ -46,7 +54,8 @@ def admin(
     """Administer the service whose state lives in --state."""
     from ragprivacy.service import ServiceState
 
-    ctx.obj = ServiceState(state, embedder=embedder)
+    ctx.obj = ServiceState(state, embedder=embedder, identity_key=identity_key)
+    ctx.call_on_close(ctx.obj.close)  # a database state's connections
 
 
 def _state(ctx: typer.Context) -> ServiceState:

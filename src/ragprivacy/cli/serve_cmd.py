@@ -1,4 +1,4 @@
-"""``ragprivacy serve --state DIR``: the HTTP service (the ``service`` extra)."""
+"""``ragprivacy serve --state DIR|URL``: the HTTP service (the ``service`` extra)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,18 @@ def register(app: typer.Typer) -> None:
 
 
 def serve(
-    state: Path = typer.Option(..., "--state", help="The service's state directory."),
+    state: str = typer.Option(
+        ...,
+        "--state",
+        help="The service's state directory, or a PostgreSQL URL (postgresql://...) that "
+        "several replicas share.",
+    ),
+    identity_key: Path | None = typer.Option(
+        None,
+        "--identity-key",
+        help="The identity key file of a PostgreSQL state (required there; created with "
+        "mode 0600 at first use; the same file on every replica).",
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", help="TCP port."),
     workers: int = typer.Option(1, "--workers", help="Worker processes."),
@@ -30,6 +41,7 @@ def serve(
     endpoints (see docs/service.md)."""
     import uvicorn
 
+    from ragprivacy._postgres import is_postgres_url
     from ragprivacy.errors import ConfigError
     from ragprivacy.generate import create_generator
     from ragprivacy.service import ServiceState
@@ -38,7 +50,8 @@ def serve(
         raise ConfigError(f"--port must be in [1, 65535]; got {port}.")
     if not 1 <= workers <= 64:
         raise ConfigError(f"--workers must be in [1, 64]; got {workers}.")
-    ServiceState(state, create=False)  # refuse a missing state before binding a port
+    # refuse a missing state (or an unreachable database) before binding a port
+    ServiceState(state, create=False, identity_key=identity_key).close()
     create_generator(generator)  # and an unknown generator
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -46,7 +59,9 @@ def serve(
         loopback = host == "localhost"
     if not loopback:
         typer.echo(f"warning: listening on {host}, reachable from other machines", err=True)
-    os.environ["RAGPRIVACY_STATE"] = str(Path(state).resolve())
+    os.environ["RAGPRIVACY_STATE"] = state if is_postgres_url(state) else str(Path(state).resolve())
+    if identity_key is not None:
+        os.environ["RAGPRIVACY_IDENTITY_KEY"] = str(identity_key.resolve())
     os.environ["RAGPRIVACY_GENERATOR"] = generator
     uvicorn.run(
         "ragprivacy.service.app:app_from_env",

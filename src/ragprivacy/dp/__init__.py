@@ -35,6 +35,7 @@ from ragprivacy.dp.budget_store import (
     ChargeReceipt,
     DocumentBudgetExhaustedError,
     MemoryBudgetStore,
+    PostgresBudgetStore,
     SqliteBudgetStore,
 )
 from ragprivacy.dp.calibration import (
@@ -176,6 +177,7 @@ __all__ = [
     "PE_DEFAULT_ITERATIONS",
     "PE_DEFAULT_SAMPLES",
     "PerQueryBudget",
+    "PostgresBudgetStore",
     "PrefixThreshold",
     "PrivacyEvent",
     "PrivateEvolutionResult",

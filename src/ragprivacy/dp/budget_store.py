@@ -1,4 +1,4 @@
-"""Per-document privacy budgets that are never overspent: in memory or in SQLite.
+"""Per-document privacy budgets that are never overspent: in memory, SQLite or PostgreSQL.
 
 A store holds, for every document, what it has spent along ``dims`` dimensions (1 for a
 pure-ε filter; one per Rényi order for an RDP filter) against one capacity vector shared
@@ -14,7 +14,9 @@ the debit in one ``BEGIN IMMEDIATE`` transaction (one writer at a time across th
 processes), in WAL mode with ``synchronous=FULL``: a charge that returned is durable, and
 a process killed mid-charge leaves no trace of it. Charges that a process's threads make
 at the same time are group-committed: the ones that queue while a commit syncs share the
-next transaction, each checked against the ones before it. A ``charge_id`` makes a charge
+next transaction, each checked against the ones before it. The PostgreSQL store does the
+check and the debit in one transaction that locks the store's row first (``SELECT ... FOR
+UPDATE``), for replicas on several machines sharing one database. A ``charge_id`` makes a charge
 idempotent, so a client that does not know whether its charge landed (a crash, a
 timeout) can retry safely; a retry must repeat the same request (same documents, same
 amount): reusing an id for a different request raises ``ConfigError`` instead of silently
@@ -36,9 +38,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ragprivacy._postgres import PgPool, create_schema
 from ragprivacy._sqlite import GroupCommit, connect_wal, when_unlocked
 from ragprivacy._validation import check_positive
 from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError
@@ -48,6 +52,7 @@ __all__ = [
     "ChargeReceipt",
     "DocumentBudgetExhaustedError",
     "MemoryBudgetStore",
+    "PostgresBudgetStore",
     "SqliteBudgetStore",
 ]
 
@@ -498,3 +503,177 @@ class SqliteBudgetStore(BudgetStore):
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS budget_stores (
+    store TEXT PRIMARY KEY, capacity TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS budget_spent (
+    store TEXT NOT NULL, doc_id TEXT NOT NULL, dim INTEGER NOT NULL,
+    amount DOUBLE PRECISION NOT NULL, PRIMARY KEY (store, doc_id, dim));
+CREATE TABLE IF NOT EXISTS budget_charges (
+    store TEXT NOT NULL, charge_id TEXT NOT NULL, doc_ids TEXT NOT NULL, amount TEXT NOT NULL,
+    created DOUBLE PRECISION NOT NULL, PRIMARY KEY (store, charge_id))
+"""
+
+
+class PostgresBudgetStore(BudgetStore):
+    """A durable store as the rows of ``store`` in a PostgreSQL database that several
+    processes and machines share (the service's replicas).
+
+    A charge or release is one transaction that first locks the store's row in
+    ``budget_stores`` (``SELECT ... FOR UPDATE``), so the writers of one store take turns
+    exactly as :class:`SqliteBudgetStore`'s ``BEGIN IMMEDIATE`` makes them, while other
+    stores' charges do not wait; the check reads the spends committed before the lock
+    (READ COMMITTED takes a new snapshot per statement), so no two charges can both pass
+    a check only one of them fits.
+
+    Args:
+        pool: a :class:`ragprivacy._postgres.PgPool` on the database.
+        store: the store's name (the service uses the tenant id).
+        capacity: per-document capacity; ``None`` reads it from an existing store; a value
+            that disagrees with the stored one is refused.
+    """
+
+    def __init__(
+        self, pool: PgPool, store: str, capacity: float | Sequence[float] | None = None
+    ) -> None:
+        self._pool = pool
+        self.store = store
+        self._before_commit: Callable[[], None] | None = None  # test hook (crash injection)
+        with pool.connection() as conn:
+            create_schema(conn, _PG_SCHEMA, "ragprivacy/budget-schema")
+        with pool.transaction() as tx:
+            tx.execute(
+                "INSERT INTO budget_stores VALUES (?, ?) ON CONFLICT (store) DO NOTHING",
+                (store, json.dumps(None if capacity is None else _capacity(capacity).tolist())),
+            )
+            row = tx.execute(
+                "SELECT capacity FROM budget_stores WHERE store = ? FOR UPDATE", (store,)
+            ).fetchone()
+            stored = json.loads(row[0])
+            if stored is None:
+                if capacity is None:
+                    raise ConfigError(
+                        f"No budget store {store!r} in the database; pass a capacity."
+                    )
+                stored = _capacity(capacity).tolist()
+                tx.execute(
+                    "UPDATE budget_stores SET capacity = ? WHERE store = ?",
+                    (json.dumps(stored), store),
+                )
+            cap = np.array(stored, dtype=np.float64)
+            if capacity is not None and not np.array_equal(cap, _capacity(capacity)):
+                raise ConfigError(
+                    f"The budget store {store!r} was created with capacity {cap.tolist()}; got "
+                    f"{_capacity(capacity).tolist()}. Open it with capacity=None."
+                )
+        super().__init__(cap.tolist())
+
+    def __repr__(self) -> str:
+        return f"PostgresBudgetStore({self.store!r}, {self._pool!r})"
+
+    def _read(self, tx: Any, ids: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(ids), self.dims), dtype=np.float64)
+        pos = {d: i for i, d in enumerate(ids)}
+        for start in range(0, len(ids), _CHUNK):
+            chunk = list(ids[start : start + _CHUNK])
+            rows = tx.execute(
+                "SELECT doc_id, dim, amount FROM budget_spent WHERE store = ? AND doc_id = ANY(?)",
+                (self.store, chunk),
+            ).fetchall()
+            for doc, dim, amount in rows:
+                out[pos[doc], dim] = amount
+        return out
+
+    def _lock(self, tx: Any) -> None:
+        tx.execute("SELECT 1 FROM budget_stores WHERE store = ? FOR UPDATE", (self.store,))
+
+    def spent(self, doc_ids: Iterable[str]) -> np.ndarray:
+        ids = _doc_ids(doc_ids)
+        with self._pool.transaction() as tx:
+            return self._read(tx, ids)
+
+    def charge(
+        self,
+        doc_ids: Iterable[str],
+        amount: Amount,
+        *,
+        charge_id: str | None = None,
+    ) -> ChargeReceipt:
+        ids = _doc_ids(doc_ids)
+        a = self._amount(amount)
+        cid = charge_id or uuid.uuid4().hex
+        refused: np.ndarray | None = None
+        with self._pool.transaction() as tx:
+            self._lock(tx)
+            row = tx.execute(
+                "SELECT doc_ids, amount FROM budget_charges WHERE store = ? AND charge_id = ?",
+                (self.store, cid),
+            ).fetchone()
+            if row is not None:
+                prev_ids, prev_amount = tuple(json.loads(row[0])), tuple(json.loads(row[1]))
+                _check_replay(cid, prev_ids, prev_amount, ids, a)
+                return ChargeReceipt(cid, prev_ids, prev_amount, replayed=True)
+            ok = self._fits(self._read(tx, ids), a)
+            if ok.all():
+                tx.executemany(
+                    "INSERT INTO budget_spent (store, doc_id, dim, amount) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (store, doc_id, dim) "
+                    "DO UPDATE SET amount = budget_spent.amount + excluded.amount",
+                    [
+                        (self.store, d, k, float(a[k]))
+                        for d in ids
+                        for k in range(self.dims)
+                        if a[k] != 0
+                    ],
+                )
+                tx.execute(
+                    "INSERT INTO budget_charges VALUES (?, ?, ?, ?, ?)",
+                    (self.store, cid, json.dumps(list(ids)), json.dumps(a.tolist()), time.time()),
+                )
+                if self._before_commit is not None:
+                    self._before_commit()
+            else:
+                refused = ok  # nothing written; the transaction ends with nothing to commit
+        if refused is not None:
+            self._refuse(ids, refused, a)
+        return ChargeReceipt(cid, ids, tuple(a.tolist()))
+
+    def release(self, charge_id: str) -> bool:
+        with self._pool.transaction() as tx:
+            self._lock(tx)
+            row = tx.execute(
+                "SELECT doc_ids, amount FROM budget_charges WHERE store = ? AND charge_id = ?",
+                (self.store, charge_id),
+            ).fetchone()
+            if row is None:
+                return False
+            ids, amount = json.loads(row[0]), json.loads(row[1])
+            tx.executemany(
+                "UPDATE budget_spent SET amount = GREATEST(amount - ?, 0.0) "
+                "WHERE store = ? AND doc_id = ? AND dim = ?",
+                [
+                    (float(amount[k]), self.store, d, k)
+                    for d in ids
+                    for k in range(self.dims)
+                    if amount[k]
+                ],
+            )
+            tx.execute(
+                "DELETE FROM budget_charges WHERE store = ? AND charge_id = ?",
+                (self.store, charge_id),
+            )
+        return True
+
+    def charges(self) -> list[ChargeReceipt]:
+        """Every committed charge, oldest first (the store's own audit log)."""
+        rows = self._pool.read(
+            "SELECT charge_id, doc_ids, amount FROM budget_charges WHERE store = ? "
+            "ORDER BY created, charge_id",
+            (self.store,),
+        )
+        return [ChargeReceipt(c, tuple(json.loads(d)), tuple(json.loads(a))) for c, d, a in rows]
+
+    def close(self) -> None:
+        """Nothing to close: the pool belongs to its owner."""

@@ -1,6 +1,7 @@
 """The service: a multi-tenant private RAG provider that an auditor verifies from outside.
 
-Importable without HTTP: :class:`ServiceState` (the durable state directory),
+Importable without HTTP: :class:`ServiceState` (the durable state: a directory, or a
+PostgreSQL database that replicas share, behind a :class:`StateBackend`),
 :class:`ServiceProvider` (the open window's private answers, built on the one audited
 provider core of :mod:`ragprivacy.audit`), :func:`open_window` / :func:`close_window` /
 :func:`export_auditor` (the admin's window steps), :class:`Client` (an account's HTTP client
@@ -12,6 +13,7 @@ docs/service.md.
 
 from __future__ import annotations
 
+from ragprivacy.service.backend import PostgresBackend, SqliteBackend, StateBackend
 from ragprivacy.service.client import Client, load_receipts
 from ragprivacy.service.demo import run_service_demo
 from ragprivacy.service.keys import ApiKey, new_key, parse_key
@@ -39,10 +41,13 @@ __all__ = [
     "AuthError",
     "Client",
     "MODES",
+    "PostgresBackend",
     "ServedAnswer",
     "ServiceProvider",
     "ServiceState",
+    "SqliteBackend",
     "SqliteWitnessStore",
+    "StateBackend",
     "VOTING_MODES",
     "VotedAnswer",
     "VotingTenants",

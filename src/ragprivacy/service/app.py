@@ -85,9 +85,15 @@ def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> J
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
-def create_app(state_dir: str | Path, *, generator: str | Generator = "reference") -> FastAPI:
-    """The service's ASGI app over the state directory ``state_dir``."""
-    state = ServiceState(state_dir, create=False)
+def create_app(
+    state_dir: str | Path,
+    *,
+    generator: str | Generator = "reference",
+    identity_key: str | Path | None = None,
+) -> FastAPI:
+    """The service's ASGI app over the state ``state_dir`` (a directory, or a PostgreSQL
+    URL with the ``identity_key`` file)."""
+    state = ServiceState(state_dir, create=False, identity_key=identity_key)
     provider = ServiceProvider(state)
     gen = create_generator(generator) if isinstance(generator, str) else generator
     app = FastAPI(
@@ -384,4 +390,8 @@ def app_from_env() -> FastAPI:
     state = os.environ.get("RAGPRIVACY_STATE")
     if not state:
         raise ConfigError("RAGPRIVACY_STATE is not set; start the service with ragprivacy serve.")
-    return create_app(state, generator=os.environ.get("RAGPRIVACY_GENERATOR", "reference"))
+    return create_app(
+        state,
+        generator=os.environ.get("RAGPRIVACY_GENERATOR", "reference"),
+        identity_key=os.environ.get("RAGPRIVACY_IDENTITY_KEY") or None,
+    )

@@ -11,9 +11,11 @@ noise-then-select, the witness stored, the record appended to the window's durab
 nothing is charged for a query without a record — and the receipt signed. Closing the
 window (:func:`close_window`) certifies the coalition claim (phase C).
 
-Several server workers (processes) may serve one window: each holds an
-:class:`AuditedProvider` over the same ledger file, witness table and stored commitments;
-the ledger's write lock orders their appends.
+Several server workers (processes) — and, with the state on PostgreSQL, several replicas
+on several machines — may serve one window: each holds an :class:`AuditedProvider` over
+the same ledger, witness table and stored commitments; the ledger's write lock (the
+file's, or the window's head row in PostgreSQL) orders their appends, and a receipt is
+returned only once its record committed.
 
 The window policy states the largest per-account budget (ε_acc, δ_acc, r) and K of any
 account, which ε_audit is computed from; each account's own, smaller policy is committed
@@ -153,7 +155,7 @@ def _provider(state: ServiceState, window: Window) -> AuditedProvider:
         embedder_spec=state.setting("embedder"),
         key=state.identity(),
         seed=state.window_seed(window.window_id),
-        ledger_path=state.ledger_path(window.window_id),
+        ledger=state.ledger(window.window_id),
         witness_store=SqliteWitnessStore(state, window.window_id),
         commitments=com,
     )
@@ -188,7 +190,7 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
         embedder_spec=state.setting("embedder"),
         key=state.identity(),
         seed=seed,
-        ledger_path=state.ledger_path(window_id),
+        ledger=state.ledger(window_id),
         witness_store=SqliteWitnessStore(state, window_id),
     )
     commitments = provider.commit(published_at=start)
@@ -433,7 +435,7 @@ class ServiceProvider:
         else:
             with self._lock:
                 if window_id not in self._closed:
-                    self._closed[window_id] = MerkleLog(self.state.ledger_path(window_id))
+                    self._closed[window_id] = self.state.ledger(window_id)
                 log = self._closed[window_id]
         log.refresh()
         return log

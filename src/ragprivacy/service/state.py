@@ -1,5 +1,9 @@
-"""The service's state directory: everything durable, in one place.
+"""The service's state: everything durable, in one place (a directory or a database).
 
+The state lives where its backend says (:mod:`ragprivacy.service.backend`): a SQLite
+directory, described below, or one PostgreSQL database (``--state postgresql://...``)
+holding the same tables, ledgers and document budgets for several replicas, with the
+identity key in a file the operator names. In a directory,
 ``DIR/state.sqlite`` (WAL, ``synchronous=FULL``) holds the settings, tenants, documents
 with their embeddings, accounts and their policies, hashed API keys, audit windows (with
 their secret seeds s_W, their commitments and, once closed, the coalition claim) and the
@@ -20,23 +24,22 @@ import hashlib
 import hmac
 import json
 import os
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ragprivacy._sqlite import GroupCommit, connect_wal
+from ragprivacy._sqlite import GroupCommit
 from ragprivacy._validation import check_choice, check_in_range, check_positive, check_positive_int
-from ragprivacy.audit import ProviderKey, RecordWitness, WitnessStore
+from ragprivacy.audit import MerkleLog, ProviderKey, RecordWitness, WitnessStore
+from ragprivacy.dp import BudgetStore
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import BudgetExhaustedError, ConfigError, DataError
 from ragprivacy.rag import DPVoteConfig
+from ragprivacy.service.backend import SqliteBackend, StateBackend, open_backend
 from ragprivacy.service.keys import ApiKey, hash_secret, new_key, parse_key, secret_matches
 from ragprivacy.types import Document
 
@@ -49,32 +52,6 @@ VOTING_MODES = ("murag", "murag_ada", "dp_vote")
 #: MURAG-ADA's threshold budget ε_thr of each answer (ε_RAG = ε_q − ε_thr; the library's).
 MURAG_ADA_EPSILON_THR = 1.0
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tenants (
-    tenant TEXT PRIMARY KEY, mode TEXT NOT NULL, k INTEGER NOT NULL, created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (
-    tenant TEXT NOT NULL, pos INTEGER NOT NULL, doc_id TEXT NOT NULL, text TEXT NOT NULL,
-    vector BLOB NOT NULL, PRIMARY KEY (tenant, pos), UNIQUE (tenant, doc_id));
-CREATE TABLE IF NOT EXISTS accounts (
-    account TEXT PRIMARY KEY, tenant TEXT NOT NULL, epsilon REAL NOT NULL,
-    delta REAL NOT NULL, rate_limit INTEGER NOT NULL, created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS api_keys (
-    key_id TEXT PRIMARY KEY, account TEXT NOT NULL, salt BLOB NOT NULL, hash BLOB NOT NULL,
-    created REAL NOT NULL, revoked REAL);
-CREATE TABLE IF NOT EXISTS windows (
-    window_id TEXT PRIMARY KEY, number INTEGER NOT NULL UNIQUE, status TEXT NOT NULL,
-    seed BLOB NOT NULL, opened REAL NOT NULL, closed REAL, snapshot TEXT NOT NULL,
-    commitments TEXT NOT NULL, coalition TEXT, tree_head TEXT);
-CREATE TABLE IF NOT EXISTS tenant_options (tenant TEXT PRIMARY KEY, options TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS answers (
-    window_id TEXT NOT NULL, account TEXT NOT NULL, used INTEGER NOT NULL,
-    PRIMARY KEY (window_id, account)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS witnesses (
-    window_id TEXT NOT NULL, proof TEXT NOT NULL, witness TEXT NOT NULL,
-    PRIMARY KEY (window_id, proof)) WITHOUT ROWID;
-"""
-_WAIT_S = 30.0
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -109,31 +86,28 @@ class Window:
 
 
 class ServiceState:
-    """The state directory of one service (see the module docstring).
+    """The state of one service (see the module docstring).
 
     Args:
-        directory: where the state lives (created when ``create`` is True).
-        create: make the directory and its files if missing.
+        location: a state directory, or a PostgreSQL URL (``postgresql://...``).
+        create: make the directory and its files if missing (a database's tables are
+            always created when missing).
         embedder: the embedder spec for a new state (default ``"hashing"``); an existing
             state keeps the one it was made with.
+        identity_key: the identity key file of a PostgreSQL state (required there;
+            created with mode 0600 at first use); a directory keeps its own.
     """
 
     def __init__(
-        self, directory: str | Path, *, create: bool = True, embedder: str | None = None
+        self,
+        location: str | Path,
+        *,
+        create: bool = True,
+        embedder: str | None = None,
+        identity_key: str | Path | None = None,
     ) -> None:
-        self.directory = Path(directory)
-        if self.directory.exists() and not self.directory.is_dir():
-            raise ConfigError(f"The state directory {self.directory} is a file; give a directory.")
-        if not self.directory.exists():
-            if not create:
-                raise ConfigError(
-                    f"No service state in {self.directory}; create it with 'ragprivacy admin "
-                    f"--state {self.directory} tenant create ...'."
-                )
-            self.directory.mkdir(parents=True, mode=0o700)
-        (self.directory / "ledgers").mkdir(exist_ok=True, mode=0o700)
-        self._local = threading.local()
-        conn = self._conn()
+        self._db: StateBackend = open_backend(location, create=create, identity_key=identity_key)
+        self.location = self._db.name  # printable: a URL without its password
         if embedder is not None or self.setting("embedder") is None:
             spec = embedder or "hashing"
             existing = self.setting("embedder")
@@ -143,48 +117,57 @@ class ServiceState:
                     f"{spec!r} (the stored embeddings are {existing!r}'s)."
                 )
             create_embedder(spec)  # refuse an unknown spec before storing it
-            conn.execute("INSERT OR IGNORE INTO settings VALUES ('embedder', ?)", (spec,))
+            with self._write() as conn:
+                conn.execute(
+                    "INSERT INTO settings VALUES ('embedder', ?) ON CONFLICT (key) DO NOTHING",
+                    (spec,),
+                )
         self._embedder: Embedder | None = None
         self._identity: ProviderKey | None = None
         self._session_key = os.urandom(32)  # keys the verified-key cache of this process
         self._verified: dict[str, bytes] = {}
-        os.chmod(self.directory / "state.sqlite", 0o600)
 
     def __repr__(self) -> str:
-        return f"ServiceState({str(self.directory)!r})"
+        return f"ServiceState({self.location!r})"
+
+    @property
+    def directory(self) -> Path:
+        """The state directory (a SQLite state only)."""
+        if not isinstance(self._db, SqliteBackend):
+            raise ConfigError(f"The state {self.location} is a database, not a directory.")
+        return self._db.directory
+
+    @property
+    def backend(self) -> StateBackend:
+        """Where the state is stored."""
+        return self._db
+
+    def close(self) -> None:
+        """Give back this process's connections (a PostgreSQL state's pool)."""
+        self._db.close()
 
     # ------------------------------------------------------------------ plumbing
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = connect_wal(
-                self.directory / "state.sqlite",
-                timeout=_WAIT_S,
-                synchronous="FULL",
-                schema=_SCHEMA,
-                autocommit=True,
-            )
-            self._local.conn = conn
-        return conn
+    def _write(self) -> Any:
+        return self._db.write()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._db.read(sql, params)
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = self._db.read(sql, params)
+        return rows[0] if rows else None
 
     def setting(self, key: str) -> str | None:
-        row = self._conn().execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        row = self._one("SELECT value FROM settings WHERE key = ?", (key,))
         return None if row is None else str(row[0])
 
     def set_setting(self, key: str, value: str) -> None:
         with self._write() as conn:
-            conn.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (key, value))
+            conn.execute(
+                "INSERT INTO settings VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
 
     @property
     def k_max(self) -> int:
@@ -199,7 +182,7 @@ class ServiceState:
     def identity(self) -> ProviderKey:
         """The provider's Ed25519 identity key, created with mode 0600 at first use."""
         if self._identity is None:
-            path = self.directory / "identity.key"
+            path = self._db.identity_path
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             except FileExistsError:
@@ -288,7 +271,7 @@ class ServiceState:
 
     def tenants(self) -> dict[str, dict[str, Any]]:
         """Each tenant's mode, K, document count and options."""
-        rows = self._conn().execute(
+        rows = self._rows(
             "SELECT t.tenant, t.mode, t.k, (SELECT COUNT(*) FROM documents d "
             "WHERE d.tenant = t.tenant), o.options FROM tenants t "
             "LEFT JOIN tenant_options o ON o.tenant = t.tenant ORDER BY t.tenant"
@@ -298,10 +281,10 @@ class ServiceState:
             for t, m, k, n, o in rows
         }
 
-    def filter_path(self, tenant: str) -> Path:
+    def budget_store(self, tenant: str, capacity: float) -> BudgetStore:
         """The per-document filters of a MURAG/-ADA tenant (a lifetime budget: they
         outlive windows)."""
-        return self.directory / "filters" / f"{_name('tenant', tenant)}.sqlite"
+        return self._db.budget_store(_name("tenant", tenant), capacity)
 
     # ------------------------------------------------------------------ voted answers
     def reserve_answer(self, window_id: str, account: str, cap: int) -> int:
@@ -320,7 +303,9 @@ class ServiceState:
                     "the next window."
                 )
             conn.execute(
-                "INSERT OR REPLACE INTO answers VALUES (?, ?, ?)", (window_id, account, used + 1)
+                "INSERT INTO answers VALUES (?, ?, ?) ON CONFLICT (window_id, account) "
+                "DO UPDATE SET used = excluded.used",
+                (window_id, account, used + 1),
             )
         return used + 1
 
@@ -334,13 +319,9 @@ class ServiceState:
             )
 
     def answers_used(self, window_id: str, account: str) -> int:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT used FROM answers WHERE window_id = ? AND account = ?",
-                (window_id, account),
-            )
-            .fetchone()
+        row = self._one(
+            "SELECT used FROM answers WHERE window_id = ? AND account = ?",
+            (window_id, account),
         )
         return 0 if row is None else int(row[0])
 
@@ -407,14 +388,9 @@ class ServiceState:
 
     def documents(self, tenant: str, count: int | None = None) -> tuple[list[str], list[str], Any]:
         """(ids, texts, vectors [n, d]) of the first ``count`` documents of ``tenant``."""
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT doc_id, text, vector FROM documents WHERE tenant = ? AND pos < ? "
-                "ORDER BY pos",
-                (tenant, 2**62 if count is None else int(count)),
-            )
-            .fetchall()
+        rows = self._rows(
+            "SELECT doc_id, text, vector FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
+            (tenant, 2**62 if count is None else int(count)),
         )
         ids = [r[0] for r in rows]
         texts = [r[1] for r in rows]
@@ -443,7 +419,7 @@ class ServiceState:
             )
 
     def accounts(self) -> dict[str, dict[str, Any]]:
-        rows = self._conn().execute(
+        rows = self._rows(
             "SELECT account, tenant, epsilon, delta, rate_limit FROM accounts ORDER BY account"
         )
         return {
@@ -484,12 +460,8 @@ class ServiceState:
             key_id, secret = parse_key(token)
         except ConfigError:
             raise AuthError("Invalid API key.") from None
-        row = (
-            self._conn()
-            .execute(
-                "SELECT account, salt, hash, revoked FROM api_keys WHERE key_id = ?", (key_id,)
-            )
-            .fetchone()
+        row = self._one(
+            "SELECT account, salt, hash, revoked FROM api_keys WHERE key_id = ?", (key_id,)
         )
         # A key this process verified before is checked by a keyed hash in memory (the
         # revocation is still read from the state every time): scrypt is there for a
@@ -509,25 +481,17 @@ class ServiceState:
 
     # ------------------------------------------------------------------ windows
     def windows(self) -> list[Window]:
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT window_id, number, status, snapshot, commitments, coalition, tree_head "
-                "FROM windows ORDER BY number"
-            )
-            .fetchall()
+        rows = self._rows(
+            "SELECT window_id, number, status, snapshot, commitments, coalition, tree_head "
+            "FROM windows ORDER BY number"
         )
         return [_window(r) for r in rows]
 
     def window(self, window_id: str) -> Window:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT window_id, number, status, snapshot, commitments, coalition, tree_head "
-                "FROM windows WHERE window_id = ?",
-                (window_id,),
-            )
-            .fetchone()
+        row = self._one(
+            "SELECT window_id, number, status, snapshot, commitments, coalition, tree_head "
+            "FROM windows WHERE window_id = ?",
+            (window_id,),
         )
         if row is None:
             raise ConfigError(f"No window {window_id!r}.")
@@ -537,11 +501,7 @@ class ServiceState:
         return [w for w in self.windows() if w.status == "open"]
 
     def window_seed(self, window_id: str) -> bytes:
-        row = (
-            self._conn()
-            .execute("SELECT seed FROM windows WHERE window_id = ?", (window_id,))
-            .fetchone()
-        )
+        row = self._one("SELECT seed FROM windows WHERE window_id = ?", (window_id,))
         if row is None:
             raise ConfigError(f"No window {window_id!r}.")
         return bytes(row[0])
@@ -573,7 +533,8 @@ class ServiceState:
         return self.window(window_id)
 
     def next_window_number(self) -> int:
-        row = self._conn().execute("SELECT COALESCE(MAX(number) + 1, 1) FROM windows").fetchone()
+        row = self._one("SELECT COALESCE(MAX(number) + 1, 1) FROM windows")
+        assert row is not None  # an aggregate always has a row
         return int(row[0])
 
     def finish_window(
@@ -586,8 +547,9 @@ class ServiceState:
                 (time.time(), json.dumps(coalition), json.dumps(tree_head), window_id),
             )
 
-    def ledger_path(self, window_id: str) -> Path:
-        return self.directory / "ledgers" / f"{window_id}.sqlite"
+    def ledger(self, window_id: str) -> MerkleLog:
+        """The durable Merkle ledger of ``window_id`` (a new handle; close it)."""
+        return self._db.ledger(window_id)
 
 
 def _window(row: tuple[Any, ...]) -> Window:
@@ -624,18 +586,15 @@ class SqliteWitnessStore(WitnessStore):
     def _put_batch(self, items: list[tuple[str, str]]) -> list[None]:
         with self._state._write() as conn:
             conn.executemany(
-                "INSERT OR REPLACE INTO witnesses VALUES (?, ?, ?)",
+                "INSERT INTO witnesses VALUES (?, ?, ?) ON CONFLICT (window_id, proof) "
+                "DO UPDATE SET witness = excluded.witness",
                 [(self._window_id, proof, witness) for proof, witness in items],
             )
         return [None] * len(items)
 
     def get(self, proof: str) -> RecordWitness | None:
-        row = (
-            self._state._conn()
-            .execute(
-                "SELECT witness FROM witnesses WHERE window_id = ? AND proof = ?",
-                (self._window_id, proof),
-            )
-            .fetchone()
+        row = self._state._one(
+            "SELECT witness FROM witnesses WHERE window_id = ? AND proof = ?",
+            (self._window_id, proof),
         )
         return None if row is None else RecordWitness.from_dict(json.loads(row[0]))

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragprivacy.corpus import Corpus
-from ragprivacy.dp import SqliteBudgetStore
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import BudgetExhaustedError
 from ragprivacy.generate import Generator
@@ -124,9 +123,7 @@ class VotingTenants:
         if opts["mode"] == "dp_vote":
             return DPVoteRAG(retriever, generator, epsilon=eps_q)
         m = int(opts["max_retrievals"])
-        path = self.state.filter_path(tenant)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        store = SqliteBudgetStore(path, capacity=m * eps_q)
+        store = self.state.budget_store(tenant, m * eps_q)
         if opts["mode"] == "murag":
             return MuRAG(
                 retriever,

@@ -1,0 +1,183 @@
+"""The service's throughput with its state on PostgreSQL: one replica against two.
+
+``POST /v1/retrieve`` of ``ragprivacy serve`` (uvicorn, one worker per replica, on
+127.0.0.1) over one tenant of ``--docs`` documents (``hashing:384``, K = 5), driven by
+``--concurrency`` httpx clients (asyncio, one account and key per client) spread over the
+replicas in turn — what a load balancer in front of them does. Three set-ups, measured
+in alternating blocks (so a change of machine load hits each), medians over ``--rounds``:
+
+* ``sqlite-1``: the state directory (SQLite), one replica — the baseline;
+* ``pg-1``: the state in PostgreSQL, one replica;
+* ``pg-2``: the same database, two replicas (the window's ledger appends are ordered by
+  its head row's lock, so they take turns; embedding, scoring and noise run in parallel).
+
+Reported: requests/s and p50 latency of each, and the ratios pg-2 / pg-1 and pg-1 /
+sqlite-1. The PostgreSQL server is pgserver's (the tests' fixture, started here), on a
+Unix socket on the same machine; ``--postgres URL`` uses another server instead.
+
+Usage::
+
+    python benchmarks/bench_service_pg.py [--docs 20000] [--queries 400] [--rounds 3]
+        [--concurrency 8] [--postgres URL] [--out DIR] [--quick]
+
+``--quick`` is a smoke run (small, seconds of load). On a 2-core machine two replicas
+share the same two cores as the clients and the database: the ratio there measures
+contention, not the scaling of separate machines. Timings vary ±30 % on shared machines:
+compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+from bench_service import (  # noqa: E402  (the service benchmark's data and servers)
+    EMBEDDER,
+    TENANT,
+    K,
+    Server,
+    _drive,
+    _free_port,
+    make_documents,
+    make_queries,
+)
+
+
+def build(location: str, identity_key: Path | None, docs: int, clients: int) -> dict[str, str]:
+    """One tenant of ``docs`` documents, ``clients`` accounts with a key each (rate
+    limits high enough for the run), an open window. Returns account → key token."""
+    from ragprivacy.service import ServiceState, open_window
+
+    state = ServiceState(location, embedder=EMBEDDER, identity_key=identity_key)
+    state.create_tenant(TENANT, k=K)
+    state.add_documents(TENANT, make_documents(docs), batch=1024)
+    keys = {}
+    for i in range(clients):
+        name = f"c{i}"
+        state.create_account(TENANT, name, epsilon=4.0, delta=1e-6, rate_limit=10**6)
+        keys[name] = state.create_key(name).token
+    open_window(state)
+    state.close()
+    return keys
+
+
+def serve(location: str, identity_key: Path | None) -> Server:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "ragprivacy.cli", "serve", "--state", location]
+    if identity_key is not None:
+        cmd += ["--identity-key", str(identity_key)]
+    return Server([*cmd, "--port", str(port)], port, 1, "/v1/audit/windows")
+
+
+async def _spread(
+    urls: list[str], tokens: list[str], queries: list[str], c: int
+) -> tuple[list[float], float]:
+    """``c`` clients; client i talks to replica i mod len(urls) (round robin)."""
+    groups = [[i for i in range(c) if i % len(urls) == r] for r in range(len(urls))]
+    share = [queries[r :: len(urls)] for r in range(len(urls))]
+    t = time.perf_counter()
+    done = await asyncio.gather(
+        *(
+            _drive(urls[r], [tokens[i] for i in g], share[r], len(g))
+            for r, g in enumerate(groups)
+            if g
+        )
+    )
+    wall = time.perf_counter() - t
+    return [x for lat, _ in done for x in lat], wall
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--docs", type=int, default=20000)
+    p.add_argument("--queries", type=int, default=400, help="per set-up and round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--postgres", default=None, help="a database URL (default: start pgserver)")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args()
+    if a.quick:
+        a.docs, a.queries, a.rounds, a.concurrency = 500, 40, 2, 4
+    tmp = Path(tempfile.mkdtemp(prefix="bench-service-pg-"))
+    stop = None
+    if a.postgres is None:
+        from tests._postgres import start_postgres
+
+        url, stop = start_postgres(tmp / "pg")
+    else:
+        url = a.postgres
+    servers: list[Server] = []
+    try:
+        key_file = tmp / "identity.key"
+        t = time.perf_counter()
+        keys_sqlite = build(str(tmp / "state"), None, a.docs, a.concurrency)
+        keys_pg = build(url, key_file, a.docs, a.concurrency)
+        build_s = time.perf_counter() - t
+        sqlite1 = serve(str(tmp / "state"), None)
+        servers.append(sqlite1)
+        pg = [serve(url, key_file), serve(url, key_file)]
+        servers += pg
+        setups = {
+            "sqlite-1": ([sqlite1.url], [keys_sqlite[f"c{i}"] for i in range(a.concurrency)]),
+            "pg-1": ([pg[0].url], [keys_pg[f"c{i}"] for i in range(a.concurrency)]),
+            "pg-2": ([s.url for s in pg], [keys_pg[f"c{i}"] for i in range(a.concurrency)]),
+        }
+        qs = make_queries(a.queries * a.rounds * 3 + 3 * a.concurrency, seed=2)
+        for urls, tokens in setups.values():  # each replica loads the window first
+            asyncio.run(_spread(urls, tokens, qs[: 2 * a.concurrency], a.concurrency))
+        rates: dict[str, list[float]] = {n: [] for n in setups}
+        p50: dict[str, list[float]] = {n: [] for n in setups}
+        pos = 2 * a.concurrency
+        for rnd in range(a.rounds):
+            for name, (urls, tokens) in setups.items():
+                block = qs[pos : pos + a.queries]
+                pos += a.queries
+                lat, wall = asyncio.run(_spread(urls, tokens, block, a.concurrency))
+                rates[name].append(len(lat) / wall)
+                p50[name].append(statistics.median(lat) * 1e3)
+                print(json.dumps({"round": rnd, "setup": name, "req_per_s": rates[name][-1]}))
+        med = {n: statistics.median(v) for n, v in rates.items()}
+        res: dict[str, Any] = {
+            "docs": a.docs,
+            "queries_per_block": a.queries,
+            "rounds": a.rounds,
+            "concurrency": a.concurrency,
+            "build_s": build_s,
+            "req_per_s": med,
+            "p50_ms": {n: statistics.median(v) for n, v in p50.items()},
+            "ratio_pg2_over_pg1": med["pg-2"] / med["pg-1"],
+            "ratio_pg1_over_sqlite1": med["pg-1"] / med["sqlite-1"],
+            "cpu_count": os.cpu_count(),
+            "machine": platform.platform(),
+            "commit": subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+            ).stdout.strip(),
+        }
+        print(json.dumps(res, indent=2))
+        if a.out is not None:
+            a.out.mkdir(parents=True, exist_ok=True)
+            (a.out / "results.json").write_text(json.dumps(res, indent=2))
+    finally:
+        for s in servers:
+            s.stop()
+        if stop is not None:
+            stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Connecting to PostgreSQL for the stores that several machines share.
+
+The service's state, its Merkle ledgers and the per-document budget stores can live in
+one PostgreSQL database instead of SQLite files, so that several service replicas share
+them. This module holds what those stores have in common: recognising a database URL,
+printing it without its password, opening connections (psycopg 3, the ``postgres``
+extra) and a connection pool, creating a schema once when several processes start at
+the same moment, and running ``?``-placeholder SQL (the SQLite stores' dialect) on
+PostgreSQL.
+
+Every error and repr names the database by :func:`redact_url`: a URL's password never
+reaches a message or a log.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ragprivacy.errors import BackendError, ConfigError
+
+__all__ = [
+    "PgPool",
+    "PgTransaction",
+    "connect",
+    "create_schema",
+    "is_postgres_url",
+    "qmark",
+    "redact_url",
+]
+
+_SCHEMES = ("postgresql://", "postgres://")
+#: every table of ours lives in this schema (``public`` stays on the path for extensions)
+SCHEMA = "ragprivacy"
+_OPTIONS = f"-c search_path={SCHEMA},public"
+_QMARK = re.compile(r"\?")
+
+
+def is_postgres_url(location: object) -> bool:
+    """Whether ``location`` is a PostgreSQL URL (``postgresql://`` or ``postgres://``)."""
+    return isinstance(location, str) and location.lower().startswith(_SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (and any ``password=`` query value) replaced by ``***``.
+
+    >>> redact_url("postgresql://app:s3cret@db:5432/rag?password=x&sslmode=require")
+    'postgresql://app:***@db:5432/rag?password=***&sslmode=require'
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "postgresql://***"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{host}"
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def qmark(sql: str) -> str:
+    """SQLite's ``?`` placeholders as psycopg's ``%s`` (our SQL holds no literal ``?``
+    or ``%``)."""
+    return _QMARK.sub("%s", sql)
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise ConfigError(
+            "A PostgreSQL URL needs psycopg; install the extra: pip install 'ragprivacy[postgres]'."
+        ) from None
+    return psycopg
+
+
+def _unreachable(url: str, exc: BaseException) -> BackendError:
+    # The driver's message may quote the connection string; keep only its first line and
+    # take any password out of it.
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    first = re.sub(r"(?i)password\S*", "password=***", first)
+    return BackendError(
+        f"Could not connect to the PostgreSQL database {redact_url(url)}: {first}. Check that "
+        "the server runs and the URL is right."
+    )
+
+
+def connect(url: str, *, autocommit: bool = True) -> Any:
+    """A psycopg connection to ``url`` (``BackendError`` naming the redacted URL if the
+    server cannot be reached)."""
+    psycopg = _psycopg()
+    try:
+        return psycopg.connect(url, autocommit=autocommit, options=_OPTIONS)
+    except psycopg.OperationalError as exc:
+        raise _unreachable(url, exc) from None
+
+
+def create_schema(conn: Any, schema: str, name: str) -> None:
+    """Run the ``CREATE ... IF NOT EXISTS`` statements of ``schema`` once, in one
+    transaction under an advisory lock named ``name``, in the schema ``ragprivacy``:
+    processes that start together would otherwise race on PostgreSQL's catalog (a unique
+    violation on ``pg_type``)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (name,))
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        for statement in schema.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+
+
+class PgPool:
+    """A small pool of autocommit connections to one database, shared by threads.
+
+    ``read`` runs one statement and returns its rows; ``transaction`` yields a
+    :class:`PgTransaction` inside ``BEGIN ... COMMIT`` (rolled back on an error).
+
+    Args:
+        url: the database URL (its password is never printed).
+        max_size: the most connections this process holds (PostgreSQL allows 100 by
+            default across every client; replicas × max_size must stay below it).
+    """
+
+    def __init__(self, url: str, *, max_size: int = 8) -> None:
+        psycopg = _psycopg()
+        try:
+            from psycopg_pool import ConnectionPool
+        except ImportError:
+            raise ConfigError(
+                "A PostgreSQL URL needs psycopg_pool; install the extra: "
+                "pip install 'ragprivacy[postgres]'."
+            ) from None
+        self.url = url
+        self._closed = False
+        self._lock = threading.Lock()
+        connect(url).close()  # fail fast, naming the database, if it cannot be reached
+        try:
+            self._pool = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=max_size,
+                kwargs={"autocommit": True, "options": _OPTIONS},
+                open=True,
+                timeout=60.0,
+                name="ragprivacy",
+            )
+            self._pool.wait(timeout=30.0)
+        except (psycopg.OperationalError, Exception) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise _unreachable(url, exc) from None
+
+    def __repr__(self) -> str:
+        return f"PgPool({redact_url(self.url)!r})"
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A pooled connection (autocommit), given back when the block ends."""
+        with self._pool.connection() as conn:
+            yield conn
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one ``?``-placeholder query."""
+        with self._pool.connection() as conn:
+            return list(conn.execute(qmark(sql), tuple(params)).fetchall())
+
+    @contextmanager
+    def transaction(self, lock: str | None = None) -> Iterator[PgTransaction]:
+        """One transaction on one pooled connection; with ``lock``, first take the
+        transaction-scoped advisory lock of that name (writers of one lock name then run
+        one at a time, across every process and machine that shares the database)."""
+        with self._pool.connection() as conn, conn.transaction():
+            if lock is not None:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,))
+            yield PgTransaction(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._pool.close()
+
+
+class PgTransaction:
+    """The statements of one open transaction, in SQLite's ``?`` dialect (the subset of
+    :class:`sqlite3.Connection` the stores use: ``execute`` and ``executemany``)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(qmark(sql), tuple(params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        rows = [tuple(r) for r in rows]
+        if rows:
+            with self._conn.cursor() as cur:
+                cur.executemany(qmark(sql), rows)

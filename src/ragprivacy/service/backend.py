@@ -1,0 +1,233 @@
+"""Where the service's state is stored: a SQLite directory or one PostgreSQL database.
+
+:class:`ragprivacy.service.ServiceState` speaks to a :class:`StateBackend`, which gives
+it what differs between the two: reads, write transactions (one writer at a time, so
+every check-then-write of the state — an account's voted-answer count, a window's
+opening — is atomic), the Merkle ledger of a window, the per-document budget store of a
+tenant, and where the provider's identity key lives.
+
+* :class:`SqliteBackend` (``--state DIR``): ``DIR/state.sqlite`` (WAL,
+  ``synchronous=FULL``; ``BEGIN IMMEDIATE`` is the write lock), ``DIR/ledgers/<window>``
+  and ``DIR/filters/<tenant>`` SQLite files, ``DIR/identity.key``. One machine; several
+  processes on it.
+* :class:`PostgresBackend` (``--state postgresql://...``): the same tables in one
+  database (schema ``ragprivacy``) that several replicas on several machines share. A
+  state write is one transaction that first takes the advisory lock
+  ``ragprivacy/state`` (``pg_advisory_xact_lock``), the counterpart of SQLite's
+  ``BEGIN IMMEDIATE``: writers take turns and each sees every earlier commit. A window's
+  ledger appends lock the window's head row (:class:`ragprivacy.audit.PostgresLedgerStorage`),
+  a tenant's document budgets its store's row
+  (:class:`ragprivacy.dp.PostgresBudgetStore`). The identity key is a file the operator
+  names (``--identity-key FILE``, created with mode 0600 at first use, the same file on
+  every replica): a signing key belongs with the machines that sign, not in a database
+  that backups and read replicas copy.
+
+Neither backend's repr or messages hold a secret: a URL is printed without its password.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ragprivacy._postgres import PgPool, create_schema, is_postgres_url, redact_url
+from ragprivacy._sqlite import connect_wal
+from ragprivacy.audit import MerkleLog, PostgresLedgerStorage
+from ragprivacy.dp import BudgetStore, PostgresBudgetStore, SqliteBudgetStore
+from ragprivacy.errors import ConfigError
+
+__all__ = ["PostgresBackend", "SqliteBackend", "StateBackend", "open_backend"]
+
+_WAIT_S = 30.0
+
+# The state's tables in SQLite's dialect; PostgreSQL's are derived from it (BLOB → BYTEA,
+# REAL → DOUBLE PRECISION, no WITHOUT ROWID) so that the two never drift apart.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+    tenant TEXT PRIMARY KEY, mode TEXT NOT NULL, k INTEGER NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    tenant TEXT NOT NULL, pos INTEGER NOT NULL, doc_id TEXT NOT NULL, text TEXT NOT NULL,
+    vector BLOB NOT NULL, PRIMARY KEY (tenant, pos), UNIQUE (tenant, doc_id));
+CREATE TABLE IF NOT EXISTS accounts (
+    account TEXT PRIMARY KEY, tenant TEXT NOT NULL, epsilon REAL NOT NULL,
+    delta REAL NOT NULL, rate_limit INTEGER NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY, account TEXT NOT NULL, salt BLOB NOT NULL, hash BLOB NOT NULL,
+    created REAL NOT NULL, revoked REAL);
+CREATE TABLE IF NOT EXISTS windows (
+    window_id TEXT PRIMARY KEY, number INTEGER NOT NULL UNIQUE, status TEXT NOT NULL,
+    seed BLOB NOT NULL, opened REAL NOT NULL, closed REAL, snapshot TEXT NOT NULL,
+    commitments TEXT NOT NULL, coalition TEXT, tree_head TEXT);
+CREATE TABLE IF NOT EXISTS tenant_options (tenant TEXT PRIMARY KEY, options TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS answers (
+    window_id TEXT NOT NULL, account TEXT NOT NULL, used INTEGER NOT NULL,
+    PRIMARY KEY (window_id, account)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS witnesses (
+    window_id TEXT NOT NULL, proof TEXT NOT NULL, witness TEXT NOT NULL,
+    PRIMARY KEY (window_id, proof)) WITHOUT ROWID;
+"""
+
+
+def _postgres_schema(schema: str) -> str:
+    return (schema.replace(" BLOB", " BYTEA").replace(" REAL", " DOUBLE PRECISION")).replace(
+        " WITHOUT ROWID", ""
+    )
+
+
+class StateBackend(ABC):
+    """The storage under a :class:`ragprivacy.service.ServiceState`.
+
+    SQL is written in SQLite's dialect with ``?`` placeholders and standard upserts
+    (``INSERT ... ON CONFLICT``), which both backends run."""
+
+    #: how messages and reprs name the state (no secret in it)
+    name: str
+    #: the provider's Ed25519 identity key file
+    identity_path: Path
+
+    @abstractmethod
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one query (sees every committed write)."""
+
+    @abstractmethod
+    def write(self) -> Any:
+        """A context manager: one transaction, the only writer of the state while it
+        runs; yields an object with ``execute`` and ``executemany``."""
+
+    @abstractmethod
+    def ledger(self, window_id: str) -> MerkleLog:
+        """The durable Merkle ledger of ``window_id`` (opened anew; the caller closes it)."""
+
+    @abstractmethod
+    def budget_store(self, tenant: str, capacity: float) -> BudgetStore:
+        """The lifetime per-document budgets of a MURAG/-ADA tenant (they outlive windows)."""
+
+    def close(self) -> None:
+        """Give back connections this process holds."""
+
+
+class SqliteBackend(StateBackend):
+    """The state directory (see the module docstring)."""
+
+    def __init__(self, directory: str | Path, *, create: bool) -> None:
+        self.directory = Path(directory)
+        self.name = str(self.directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ConfigError(f"The state directory {self.directory} is a file; give a directory.")
+        if not self.directory.exists():
+            if not create:
+                raise ConfigError(
+                    f"No service state in {self.directory}; create it with 'ragprivacy admin "
+                    f"--state {self.directory} tenant create ...'."
+                )
+            self.directory.mkdir(parents=True, mode=0o700)
+        (self.directory / "ledgers").mkdir(exist_ok=True, mode=0o700)
+        self.identity_path = self.directory / "identity.key"
+        self._local = threading.local()
+        self._conn()
+        (self.directory / "state.sqlite").chmod(0o600)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect_wal(
+                self.directory / "state.sqlite",
+                timeout=_WAIT_S,
+                synchronous="FULL",
+                schema=SCHEMA,
+                autocommit=True,
+            )
+            self._local.conn = conn
+        return conn
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn().execute(sql, tuple(params)).fetchall())
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def ledger_path(self, window_id: str) -> Path:
+        return self.directory / "ledgers" / f"{window_id}.sqlite"
+
+    def ledger(self, window_id: str) -> MerkleLog:
+        return MerkleLog(self.ledger_path(window_id))
+
+    def budget_store(self, tenant: str, capacity: float) -> BudgetStore:
+        path = self.directory / "filters" / f"{tenant}.sqlite"
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return SqliteBudgetStore(path, capacity=capacity)
+
+
+class PostgresBackend(StateBackend):
+    """The state in one PostgreSQL database (see the module docstring).
+
+    Args:
+        url: ``postgresql://USER[:PASSWORD]@HOST[:PORT]/DB[?...]`` (printed only redacted).
+        identity_key: the identity key file (created with mode 0600 at first use).
+        pool_size: connections this process keeps (replicas × workers × pool_size must
+            stay below the server's ``max_connections``).
+    """
+
+    def __init__(self, url: str, *, identity_key: str | Path | None, pool_size: int = 8) -> None:
+        if identity_key is None:
+            raise ConfigError(
+                "A PostgreSQL state needs --identity-key FILE: the provider's signing key "
+                "stays a file on the machines that sign (created with mode 0600 at first "
+                "use; give every replica the same file)."
+            )
+        self.url = url
+        self.name = redact_url(url)
+        self.identity_path = Path(identity_key)
+        if self.identity_path.is_dir():
+            raise ConfigError(
+                f"--identity-key {self.identity_path} is a directory; give a file path."
+            )
+        self.pool = PgPool(url, max_size=pool_size)
+        with self.pool.connection() as conn:
+            create_schema(conn, _postgres_schema(SCHEMA), "ragprivacy/state-schema")
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self.name!r})"
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.pool.read(sql, params)
+
+    def write(self) -> Any:
+        return self.pool.transaction(lock="ragprivacy/state")
+
+    def ledger(self, window_id: str) -> MerkleLog:
+        return MerkleLog(storage=PostgresLedgerStorage(self.url, window_id))
+
+    def budget_store(self, tenant: str, capacity: float) -> BudgetStore:
+        return PostgresBudgetStore(self.pool, tenant, capacity=capacity)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def open_backend(
+    location: str | Path, *, create: bool, identity_key: str | Path | None = None
+) -> StateBackend:
+    """The backend a ``--state`` value names: a PostgreSQL URL or a directory."""
+    if is_postgres_url(location):
+        return PostgresBackend(str(location), identity_key=identity_key)
+    if identity_key is not None:
+        raise ConfigError(
+            "--identity-key is for a PostgreSQL state; a state directory keeps its key in "
+            "DIR/identity.key."
+        )
+    return SqliteBackend(location, create=create)
