@@ -18,6 +18,7 @@ import multiprocessing
 import signal
 import threading
 import uuid
+from urllib.parse import urlsplit, urlunsplit
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,10 @@ def test_a_postgres_state_needs_an_identity_key_and_creates_it_0600(db: str, tmp
 def test_the_urls_password_is_never_printed(db: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # pgserver trusts local connections, so any password is accepted: a URL with one
     secret = "hunter2-" + uuid.uuid4().hex
-    with_password = db.replace("postgresql://postgres:@", f"postgresql://postgres:{secret}@")
+    parts = urlsplit(db)
+    user = parts.username or "postgres"
+    with_password = urlunsplit(parts._replace(netloc=f"{user}:{secret}@{parts.hostname or ''}"))
+    assert secret in with_password
     state = ServiceState(with_password, identity_key=tmp_path / "k")
     assert secret not in repr(state) and secret not in state.location
     assert secret not in repr(state.backend)
