@@ -157,7 +157,9 @@ def _connect(ray: Any, spec: RaySpec, workers: int) -> bool:
         "logging_level": logging.WARNING,
         "log_to_driver": False,  # the bar owns the terminal; workers' logs stay in Ray's
     }
-    if spec.address == "local":
+    if spec.address.startswith("ray://"):
+        options = {}  # Ray Client forwards init options to the server's own ray.init
+    elif spec.address == "local":
         options.update(num_cpus=spec.num_cpus or workers, include_dashboard=False)
     # ray.init may install its own SIGTERM handler (which exits the process); the
     # runner's, which stops the run in order, is put back
