@@ -4,11 +4,14 @@ Ctrl-C keeping the finished cells, and refuse bad settings in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -221,6 +224,67 @@ def test_ctrl_c_cancels_the_tasks_and_keeps_finished_cells(tmp_path: Path) -> No
     resumed = run_config(cfg, tmp_path, progress=False)
     assert len(resumed.results["cells"]) == 6
     assert all((cells / name).stat().st_mtime_ns == t for name, t in kept.items())
+
+
+def _with_env(marker: str) -> set[int]:
+    """Live processes whose environment holds ``marker`` (Ray rewrites its workers'
+    command lines, not their environment)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_ctrl_c_stops_a_cli_run_on_the_instance_it_started(tmp_path: Path) -> None:
+    """``ragprivacy run`` with ``address: local`` starts Ray for the run: Ctrl-C to the
+    process group ends it with the runner's one line, keeps the finished cells and leaves
+    no Ray process behind."""
+    temp = tempfile.mkdtemp(prefix="r")
+    marker = f"RAY_TMPDIR={temp}"
+    config = tmp_path / "grid.yaml"
+    settings = {"executor": "ray", "ray": {"address": "local", "num_cpus": 2}}
+    config.write_text(json.dumps({**GRID, **settings}))  # YAML reads JSON
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # the module's Ray
+    env["RAY_TMPDIR"] = temp
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ragprivacy", "run", str(config), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    left: set[int] = set()
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
+            if len(list((out / "cells").glob("*.json"))) >= 2:
+                break
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 20
+        while (left := _with_env(marker)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in _with_env(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert proc.returncode == 130, err
+    assert err.startswith("stopped: Interrupted by SIGINT: ") and err.count("\n") == 1, err
+    kept = len(list((out / "cells").glob("*.json")))
+    assert 2 <= kept < 6 and f"{kept} of 6 cells finished" in err
+    assert not left
 
 
 @pytest.mark.parametrize(
