@@ -220,6 +220,18 @@ def run_ray(
         connected = _connect(ray, spec, workers)
     queue = None
     refs: dict[Any, int] = {}
+
+    def drain(*, report: bool = True) -> None:
+        for message in _take_all(queue):
+            if cache is not None and message["cache"]:
+                cache.put_many(message["cache"])
+            if not report:
+                continue
+            if step is not None and message["units"]:
+                step(message["units"])
+            if on_calls is not None and message["calls"]:
+                on_calls(message["calls"])
+
     try:
         queue = Queue(actor_options={"num_cpus": 0})
         snapshot = cache.snapshot() if cache is not None else None
@@ -231,15 +243,6 @@ def run_ray(
             _config, exp_index, cell, entropy, key, _cache_dir = args[n]
             ref = task.remote(config_ref, exp_index, cell, entropy, key, run_id, shared, queue)
             refs[ref] = n
-
-        def drain() -> None:
-            for message in _take_all(queue):
-                if cache is not None and message["cache"]:
-                    cache.put_many(message["cache"])
-                if step is not None and message["units"]:
-                    step(message["units"])
-                if on_calls is not None and message["calls"]:
-                    on_calls(message["calls"])
 
         left = list(refs)
         while left:
@@ -253,6 +256,9 @@ def run_ray(
             for ref in refs:
                 with suppress(Exception):
                     ray.cancel(ref, force=True)
+            if queue is not None:  # what the stopped cells sent: their calls so far
+                with suppress(Exception):
+                    drain(report=False)
             _close(ray, queue, connected)
         raise
     else:
