@@ -4,6 +4,12 @@ Entries are keyed by SHA-256 over the backend name, its settings, the call (meth
 prompt, arguments). The store is SQLite in WAL mode, safe for the several processes of a
 sweep. A cached stochastic generator returns the first draw it made for a prompt.
 
+On a Ray cluster (``executor: ray``) the file stays with the run on the machine that
+started it: each worker process answers from an in-memory copy of the store as the run
+found it (:meth:`GenerationCache.snapshot`, :meth:`GenerationCache.in_memory`) and sends
+the entries it adds back to that machine, which writes them into the file
+(:attr:`GenerationCache.on_put`); see :mod:`ragprivacy.eval.ray_executor`.
+
 The store is kept hand-written (about 40 lines over the standard library's ``sqlite3``)
 rather than taken from a caching library such as ``diskcache``: a batch of prompts is
 looked up in one ``SELECT … WHERE key IN (…)`` per 500 keys and written in one
@@ -14,11 +20,12 @@ non-SQLite file into a one-line error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +38,23 @@ __all__ = ["CachedGenerator", "GenerationCache"]
 
 
 _WAIT_S = 60.0
+_NO_LOCK = contextlib.nullcontext()
 _SCHEMA = "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
 
 
 class GenerationCache:
-    """A key → JSON store in one SQLite file."""
+    """A key → JSON store in one SQLite file (or, from :meth:`in_memory`, in memory).
+
+    Attributes:
+        on_put: called with each batch of new entries after it is stored (``None``: not
+            reported); the Ray executor sends them back to the run's file this way.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._shared: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self.on_put: Callable[[dict[str, Any]], None] | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._local = threading.local()
@@ -48,7 +64,47 @@ class GenerationCache:
         self.hits = 0
         self.misses = 0
 
+    @classmethod
+    def in_memory(cls, snapshot: bytes | None = None) -> GenerationCache:
+        """A cache held in this process's memory, starting with the entries of
+        ``snapshot`` (from :meth:`snapshot`; ``None``: empty). Nothing is written to disk;
+        one connection serves every thread, one call at a time."""
+        cache = cls.__new__(cls)
+        cache.path = Path(":memory:")
+        cache._lock = threading.Lock()
+        cache.on_put = None
+        cache.hits = cache.misses = 0
+        conn = sqlite3.connect(":memory:", check_same_thread=False)
+        try:
+            if snapshot is not None:
+                conn.deserialize(snapshot)
+            conn.execute(_SCHEMA)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise DataError(f"Cannot load a generation cache snapshot: {exc}.") from exc
+        cache._shared = conn
+        return cache
+
+    def snapshot(self) -> bytes | None:
+        """The store's entries as a serialized SQLite database (``None`` when empty), for
+        :meth:`in_memory` in another process or on another machine."""
+        if len(self) == 0:
+            return None
+        copy = sqlite3.connect(":memory:")
+        try:
+            with self._lock:
+                self._conn().backup(copy)
+            data = bytearray(copy.serialize())
+        finally:
+            copy.close()
+        # bytes 18-19 of the header say "WAL" (2), copied from the file; an in-memory
+        # database opened from them must read "rollback journal" (1) instead
+        data[18:20] = b"\x01\x01"
+        return bytes(data)
+
     def _conn(self) -> sqlite3.Connection:
+        if self._shared is not None:
+            return self._shared
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = connect_wal(self.path, timeout=_WAIT_S, schema=_SCHEMA)
@@ -58,13 +114,14 @@ class GenerationCache:
     def get_many(self, keys: Sequence[str]) -> dict[str, Any]:
         found: dict[str, Any] = {}
         conn = self._conn()
-        for start in range(0, len(keys), 500):
-            chunk = list(keys[start : start + 500])
-            marks = ",".join("?" * len(chunk))
-            for key, value in conn.execute(
-                f"SELECT key, value FROM calls WHERE key IN ({marks})", chunk
-            ):
-                found[key] = json.loads(value)
+        with self._lock if self._shared is not None else _NO_LOCK:
+            for start in range(0, len(keys), 500):
+                chunk = list(keys[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                for key, value in conn.execute(
+                    f"SELECT key, value FROM calls WHERE key IN ({marks})", chunk
+                ):
+                    found[key] = json.loads(value)
         self.hits += len(found)
         self.misses += len(set(keys)) - len(found)
         return found
@@ -72,14 +129,17 @@ class GenerationCache:
     def put_many(self, items: dict[str, Any]) -> None:
         if not items:
             return
-        with self._conn() as conn:
+        with self._lock if self._shared is not None else _NO_LOCK, self._conn() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO calls (key, value) VALUES (?, ?)",
                 [(k, json.dumps(v)) for k, v in items.items()],
             )
+        if self.on_put is not None:
+            self.on_put(items)
 
     def __len__(self) -> int:
-        return int(self._conn().execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+        with self._lock if self._shared is not None else _NO_LOCK:
+            return int(self._conn().execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
 
 def _completion_to_json(c: Completion) -> dict[str, Any]:

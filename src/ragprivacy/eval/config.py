@@ -36,6 +36,7 @@ __all__ = [
     "ExperimentConfig",
     "ExperimentSpec",
     "ModelSpec",
+    "RaySpec",
     "from_mapping",
     "load_config",
     "parse_config",
@@ -162,6 +163,58 @@ class ExperimentSpec:
         object.__setattr__(self, "options", dict(self.options))
 
 
+EXECUTORS = ("process", "ray")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaySpec:
+    """Where ``executor: ray`` runs the cells: each cell is a Ray task on a Ray cluster
+    (the ``cluster`` extra; docs/scale.md); this machine keeps the checkpoints and the
+    generation cache.
+
+    Attributes:
+        address: the cluster: ``local`` (a Ray instance started on this machine for the
+            run and stopped after it), ``auto`` (the cluster this machine joined with
+            ``ray start``, or ``RAY_ADDRESS``), ``HOST:PORT`` (the head node's address,
+            this machine being a node of the cluster) or ``ray://HOST:PORT`` (Ray Client,
+            port 10001 by default). A process already connected to Ray (``ray.init`` in a
+            notebook or a test) uses that connection and leaves it open.
+        num_cpus: with ``address: local``, the CPUs of the local instance (default: the
+            config's ``workers``); a cluster's CPUs are its nodes' own.
+        cpus_per_cell: CPUs each cell reserves on its node (Ray's ``num_cpus`` of the
+            task); raise it for cells that use several threads (BLAS, FAISS).
+    """
+
+    address: str = "local"
+    num_cpus: int | None = None
+    cpus_per_cell: float = 1.0
+
+    def __post_init__(self) -> None:
+        address = self.address
+        if not (address in ("local", "auto") or _host_port(address.removeprefix("ray://"))):
+            raise ConfigError(
+                "The 'address' must be 'local', 'auto', 'HOST:PORT' or 'ray://HOST:PORT'; "
+                f"got {address!r}."
+            )
+        if self.num_cpus is not None:
+            check_positive_int("num_cpus", self.num_cpus)
+            if address != "local":
+                raise ConfigError(
+                    "'num_cpus' sets the CPUs of a local Ray instance; the cluster at "
+                    f"{address!r} has its own: remove it or set address: local."
+                )
+        if not (isinstance(self.cpus_per_cell, int | float) and self.cpus_per_cell > 0):
+            raise ConfigError(
+                f"The 'cpus_per_cell' parameter must be > 0; got {self.cpus_per_cell!r}."
+            )
+
+
+def _host_port(text: str) -> bool:
+    """``HOST:PORT`` with a non-empty host and a port in 1..65535."""
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and "/" not in host and port.isdigit() and 0 < int(port) < 65536)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExperimentConfig:
     """A whole run: corpora, models, experiments, root seed, workers and caching.
@@ -172,7 +225,13 @@ class ExperimentConfig:
         corpora: named corpora (see ``corpora.NAME``).
         models: embedder, index and generator (see ``models``).
         experiments: the experiments to run, in order (see ``experiments[]``).
-        workers: worker processes.
+        workers: worker processes (with ``executor: ray`` and ``ray.address: local``,
+            the local Ray instance's CPUs unless ``ray.num_cpus`` is set).
+        executor: what runs the cells: ``process`` (a pool of ``workers`` processes on
+            this machine) or ``ray`` (Ray tasks on the cluster of ``ray``; needs the
+            ``cluster`` extra). Results, checkpoints and resuming are the same with both.
+        ray: with ``executor: ray``, where and how (see ``ray``; default: a local Ray
+            instance).
         cache: keep a generation cache in the output directory (reruns reuse answers).
         price: what a remote endpoint charges, ``[PROMPT_USD, COMPLETION_USD]`` per
             million tokens (empty: no price, so no cost is stated); only the progress
@@ -185,11 +244,22 @@ class ExperimentConfig:
     models: ModelSpec = field(default_factory=ModelSpec)
     experiments: tuple[ExperimentSpec, ...] = ()
     workers: int = 2
+    executor: str = "process"
+    ray: RaySpec | None = None
     cache: bool = True
     price: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         check_positive_int("workers", self.workers)
+        if self.executor not in EXECUTORS:
+            raise ConfigError(
+                f"The 'executor' must be one of {', '.join(map(repr, EXECUTORS))}; "
+                f"got {self.executor!r}."
+            )
+        if self.ray is not None and self.executor != "ray":
+            raise ConfigError(
+                "The 'ray' settings apply to executor: ray only; set executor: ray or remove them."
+            )
         if self.price:
             from ragprivacy.eval.calls import Price
 

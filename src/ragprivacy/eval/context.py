@@ -58,11 +58,21 @@ class RunContext:
     Args:
         config: the experiment config.
         cache_dir: where generator calls are cached (``None`` disables the cache).
+        cache: the generation cache itself (instead of ``cache_dir``; e.g. a Ray worker's
+            in-memory copy).
     """
 
-    def __init__(self, config: ExperimentConfig, *, cache_dir: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        *,
+        cache_dir: str | Path | None = None,
+        cache: GenerationCache | None = None,
+    ) -> None:
         self.config = config
-        self.cache = GenerationCache(Path(cache_dir) / "generations.sqlite") if cache_dir else None
+        if cache is None and cache_dir:
+            cache = GenerationCache(Path(cache_dir) / "generations.sqlite")
+        self.cache = cache
         self._corpora: dict[str, Corpus] = {}
         self._kbs: dict[str, KnowledgeBase] = {}
         self._generators: dict[str, Generator] = {}

@@ -1,4 +1,5 @@
-"""Run an experiment config: cells in a process pool, checkpoints, results and report.
+"""Run an experiment config: cells in a process pool (or as Ray tasks, with
+``executor: ray``: :mod:`ragprivacy.eval.ray_executor`), checkpoints, results and report.
 
 Each cell's result is written to ``OUT/cells/<key>.json`` as soon as it finishes, and
 generator calls are cached in ``OUT/.cache/generations.sqlite``, so a rerun after a crash
@@ -44,8 +45,9 @@ import numpy as np
 
 from ragprivacy._resources import ResourceEstimate, check_resources
 from ragprivacy.errors import DataError, RunInterruptedError
+from ragprivacy.eval.cache import GenerationCache
 from ragprivacy.eval.calls import CallTally, Price
-from ragprivacy.eval.config import ExperimentConfig
+from ragprivacy.eval.config import ExperimentConfig, RaySpec
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import Experiment, create_experiment
 from ragprivacy.eval.report import noise_summary, write_report
@@ -113,14 +115,18 @@ def _run_cell(
     cache_dir: str | None,
     *,
     units: Any = None,
+    context: RunContext | None = None,
 ) -> dict[str, Any]:
     """Worker entry point: build (or reuse) this process's context and run one cell;
     ``units`` (a queue, or a callable in this process) receives the work units the cell
-    reports as it goes."""
-    ctx_key = json.dumps([config.to_dict(), cache_dir], sort_keys=True, default=str)
-    ctx = _CONTEXTS.get(ctx_key)
+    reports as it goes. ``context`` (the Ray executor's) is used instead of this
+    process's context for ``cache_dir``."""
+    ctx = context
     if ctx is None:
-        ctx = _CONTEXTS.setdefault(ctx_key, RunContext(config, cache_dir=cache_dir))
+        ctx_key = json.dumps([config.to_dict(), cache_dir], sort_keys=True, default=str)
+        ctx = _CONTEXTS.get(ctx_key)
+        if ctx is None:
+            ctx = _CONTEXTS.setdefault(ctx_key, RunContext(config, cache_dir=cache_dir))
     experiment = create_experiment(config.experiments[exp_index], config, exp_index)
     rng = np.random.default_rng(np.random.SeedSequence(seed_entropy, spawn_key=seed_key))
     start = time.perf_counter()
@@ -158,23 +164,30 @@ def run_config(
         config: the validated experiment config.
         out_dir: output directory (created; finished cells found there are reused).
         workers: processes for independent cells (default ``config.workers``; 1 runs
-            everything in this process).
+            everything in this process); with ``executor: ray``, the local Ray
+            instance's CPUs unless ``ray.num_cpus`` is set.
         progress: show a progress bar over cells (and over the targets within cells, for
             experiments that count them).
         config_path: recorded in the report's reproduce line.
         force: run even if the estimate of the config's big knobs (synthetic corpus
-            sizes, collusion trials) says it will not fit in memory or takes over an hour.
+            sizes, collusion trials) says it will not fit in memory or takes over an hour
+            (checked for this machine: not for a run on a Ray cluster).
 
     Raises:
         ConfigError: the estimate is too large and ``force`` is false (nothing was run).
         RunInterruptedError: the run was stopped by Ctrl-C or SIGTERM.
     """
-    check_resources(
-        _estimate(config, workers or config.workers),
-        what=f"The config {config.name!r} (corpora and collusion sweeps)",
-        knob="the corpora's 'n' or the sweeps' 'trials'",
-        force=force,
-    )
+    on_ray = (config.ray or RaySpec()) if config.executor == "ray" else None
+    if on_ray is None or on_ray.address == "local":  # a cluster's memory is on its nodes
+        parallel = workers or config.workers
+        if on_ray is not None and on_ray.num_cpus is not None:
+            parallel = max(1, int(on_ray.num_cpus / on_ray.cpus_per_cell))
+        check_resources(
+            _estimate(config, parallel),
+            what=f"The config {config.name!r} (corpora and collusion sweeps)",
+            knob="the corpora's 'n' or the sweeps' 'trials'",
+            force=force,
+        )
     out = Path(out_dir)
     try:
         (out / "cells").mkdir(parents=True, exist_ok=True)
@@ -248,7 +261,21 @@ def run_config(
                 else:
                     step(item)
 
-            if n_workers <= 1:
+            if on_ray is not None:
+                from ragprivacy.eval.ray_executor import run_ray
+
+                run_ray(
+                    on_ray,
+                    workers or config.workers,
+                    pending,
+                    args,
+                    finish,
+                    advance,
+                    step if progress and units else None,
+                    on_calls if remote else None,
+                    GenerationCache(Path(cache_dir) / "generations.sqlite") if cache_dir else None,
+                )
+            elif n_workers <= 1:
                 for n in pending:
                     finish(n, _run_cell(*args[n], units=sink if progress or remote else None))
                     advance()

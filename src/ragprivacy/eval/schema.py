@@ -3,6 +3,7 @@
 One source of truth: the keys, types and defaults are the fields of the frozen
 dataclasses the loader builds (:class:`~ragprivacy.eval.ExperimentConfig`,
 :class:`~ragprivacy.eval.CorpusSpec`, :class:`~ragprivacy.eval.ModelSpec`,
+:class:`~ragprivacy.eval.RaySpec`,
 :class:`~ragprivacy.eval.ExperimentSpec`, each experiment type's ``options_type`` and the
 ``SystemSpec`` of ``systems`` entries), and each key's meaning is the ``Attributes:``
 entry of its class's docstring. ``ragprivacy options --markdown`` prints
@@ -25,7 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragprivacy.eval.config import CorpusSpec, ExperimentConfig, ExperimentSpec, ModelSpec
+from ragprivacy.eval.config import (
+    CorpusSpec,
+    ExperimentConfig,
+    ExperimentSpec,
+    ModelSpec,
+    RaySpec,
+)
 from ragprivacy.eval.experiments import experiment_types
 from ragprivacy.eval.experiments._systems import SystemSpec
 from ragprivacy.eval.experiments.base import experiment_class
@@ -172,6 +179,9 @@ def option_sections() -> list[OptionSection]:
         ),
         OptionSection(
             name="models", where="models", summary=_summary(ModelSpec), options=_options(ModelSpec)
+        ),
+        OptionSection(
+            name="ray", where="ray", summary=_summary(RaySpec), options=_options(RaySpec)
         ),
         OptionSection(
             name="experiments",
