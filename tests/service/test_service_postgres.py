@@ -18,10 +18,10 @@ import multiprocessing
 import signal
 import threading
 import uuid
-from urllib.parse import urlsplit, urlunsplit
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import numpy as np
