@@ -29,7 +29,10 @@ to a negligible term (CKS Thm 7).
 from __future__ import annotations
 
 import math
+import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -48,6 +51,7 @@ __all__ = [
     "discrete_laplace",
     "gaussian_noise_float",
     "laplace_noise_float",
+    "standard_normal_float",
 ]
 
 _MIN_PARAM = Fraction(1, 64)
@@ -416,3 +420,52 @@ def laplace_noise_float(
     """Laplace(0, scale) floats from numpy — the fast path, for simulations only."""
     scale = check_positive("scale", scale)
     return make_rng(rng).laplace(0.0, scale, size)
+
+
+# Chunks of a large simulation fill; fixed, so a seed gives the same values whatever the
+# number of threads.
+_FILL_CHUNK = 1 << 18
+_POOL_LOCK = threading.Lock()
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _fill_pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(2, thread_name_prefix="ragprivacy-noise"))
+        return _POOL[0]
+
+
+def standard_normal_float(
+    gen: np.random.Generator, shape: int | tuple[int, ...], *, threads: int | None = None
+) -> FloatArray:
+    """N(0, 1) float64 values from numpy — the fast path, for simulations only (not secure).
+
+    Arrays of at least 2·2^18 values are filled in chunks of 2^18, chunk i from the i-th
+    child of ``gen`` (``Generator.spawn``, independent streams), on ``threads`` threads
+    (default: two when the machine has two cores or more; numpy releases the GIL while
+    it fills). The chunks do not depend on the thread count, so one seed gives the same
+    values on one thread or two. Smaller arrays come from ``gen`` itself.
+    """
+    out = np.empty(shape, dtype=np.float64)
+    flat = out.reshape(-1)
+    chunks = -(-flat.size // _FILL_CHUNK)
+    if chunks < 2:
+        gen.standard_normal(out=flat)
+        return out
+    try:
+        kids = gen.spawn(chunks)
+    except (TypeError, ValueError):  # a generator without a seed sequence cannot spawn
+        gen.standard_normal(out=flat)
+        return out
+    workers = min(2, os.cpu_count() or 1) if threads is None else int(threads)
+
+    def fill(i: int) -> None:
+        kids[i].standard_normal(out=flat[i * _FILL_CHUNK : (i + 1) * _FILL_CHUNK])
+
+    if workers <= 1:
+        for i in range(chunks):
+            fill(i)
+    else:
+        list(_fill_pool().map(fill, range(chunks)))
+    return out

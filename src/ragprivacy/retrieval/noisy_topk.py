@@ -215,10 +215,10 @@ class NoisyTopKRetriever(Retriever):
             return [self._lazy_one(v, token) for v in vectors]
         scores = self.kb.index.scores(vectors)
         sel = self.mechanism.select(scores, rng=self._rng)
-        ids = self.kb.index.ids
+        id_at = self.kb.index.id_at  # K lookups, no copy of the n ids
         return [
             Retrieval(
-                ids=tuple(ids[int(p)] for p in sel.indices[row]),
+                ids=tuple(id_at(int(p)) for p in sel.indices[row]),
                 indices=tuple(int(p) for p in sel.indices[row]),
                 scores=tuple(float(s) for s in sel.noisy_scores[row]),
                 event=self.mechanism.event,
@@ -255,17 +255,15 @@ class NoisyTopKRetriever(Retriever):
             n,
             self.k,
             self.sigma,
-            score_of=lambda pos: self._clip(
-                np.asarray((rows @ v)[pos] if pos.size > n // 8 else rows[pos] @ v, np.float64)
-            ),
+            score_of=lambda pos: self._clip(np.asarray(_scores_at(rows, v, pos), np.float64)),
             bound=bound,
             buckets=self.buckets,
             sensitivity=self.sensitivity,
             rng=self._rng,
         )
-        ids = self.kb.index.ids
+        id_at = self.kb.index.id_at
         return Retrieval(
-            ids=tuple(ids[int(p)] for p in sel.indices),
+            ids=tuple(id_at(int(p)) for p in sel.indices),
             indices=tuple(int(p) for p in sel.indices),
             scores=tuple(float(s) for s in sel.noisy_scores),
             event=self.mechanism.event,
@@ -291,3 +289,12 @@ class NoisyTopKRetriever(Retriever):
 
 
 register_retriever("noisy_topk", NoisyTopKRetriever)
+
+
+def _scores_at(rows: np.ndarray, v: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Exact scores of the stored rows at ``pos``: one scan for all n (the lazy path's
+    fallback asks for ``arange(n)``) or many, a gather for a few."""
+    n = rows.shape[0]
+    if pos.size == n and bool((pos[1:] > pos[:-1]).all()):  # increasing, so arange(n)
+        return np.asarray(rows @ v)
+    return np.asarray((rows @ v)[pos] if pos.size > n // 8 else rows[pos] @ v)
