@@ -116,6 +116,13 @@ def _prefixes(bits: ChaCha20Bits, n: int) -> tuple[np.ndarray, np.ndarray]:
     return w.astype(np.float64), neg
 
 
+def _prefix_only(bits: ChaCha20Bits, n: int) -> np.ndarray:
+    """The prefixes of :func:`_prefixes` (the same n words), without the sign bits."""
+    w = bits.uint64(n)
+    w >>= _SHIFT
+    return w.astype(np.float64)
+
+
 def _decide_exp(
     prefix: np.ndarray,
     p: np.ndarray,
@@ -133,9 +140,14 @@ def _decide_exp(
     """
     if fast:
         lo = prefix * _S
-        yes = (lo + _S) <= p * (1 - rel) - ABS_TOL
-        undecided = ~yes
-        undecided &= lo < p * (1 + rel) + ABS_TOL
+        bound = p * (1 - rel)
+        bound -= ABS_TOL
+        hi = lo + _S
+        yes = hi <= bound
+        bound = np.multiply(p, 1 + rel, out=bound)
+        bound += ABS_TOL
+        undecided = lo < bound
+        undecided &= ~yes
         slow = np.flatnonzero(undecided)
     else:
         yes = np.zeros(prefix.size, dtype=bool)
@@ -154,8 +166,8 @@ def _geometric(prefix: np.ndarray, t: Fraction, extra: ChaCha20Bits, fast: bool)
     (≈ 5·10^-5 comparisons per draw, measured).
     """
     t_f = float(t)
-    buf = prefix * _S
-    buf += _S / 2
+    lo = prefix * _S
+    buf = lo + _S / 2
     np.log(buf, out=buf)
     buf *= -t_f
     np.floor(buf, out=buf)  # buf = g0 (as float, exact: g0 < 2^53)
@@ -164,11 +176,15 @@ def _geometric(prefix: np.ndarray, t: Fraction, extra: ChaCha20Bits, fast: bool)
         p1 = buf
         p1 *= -1.0 / t_f
         np.exp(p1, out=p1)  # p1 ≈ e^{−g0/t}
-        lo = prefix * _S
         # W < e^{−g0/t} surely:  hi = lo + 2^-53 ≤ p1(1 − m) − A
-        done = (lo + _S) <= p1 * (1 - _GEO_REL) - ABS_TOL
+        tmp = p1 * (1 - _GEO_REL)
+        tmp -= ABS_TOL
+        hi = lo + _S
+        done = hi <= tmp
         # W ≥ e^{−(g0+1)/t} surely: lo ≥ p1·e^{−1/t}(1 + m) + A
-        done &= lo >= p1 * (math.exp(-1.0 / t_f) * (1 + _GEO_REL)) + ABS_TOL
+        np.multiply(p1, math.exp(-1.0 / t_f) * (1 + _GEO_REL), out=tmp)
+        tmp += ABS_TOL
+        done &= lo >= tmp
         slow = np.flatnonzero(~done)
     else:
         slow = np.arange(prefix.size)
@@ -202,10 +218,14 @@ def _truncated_geometric(
     t_f = float(t)
     # Every acceptance probability is ≥ e^{−m/t}: a W below it is accepted without exp().
     sure = math.exp(-m / t_f) * (1 - _GEO_REL) - ABS_TOL - _S
+    sure_prefix = sure / _S  # prefix·2^-53 ≤ sure ⇔ prefix ≤ sure·2^53 (exact scaling)
+    first = True
     while todo.size:
-        b = (bits.uint64(todo.size) & np.uint64(m - 1)).astype(np.int64)
-        prefix, _ = _prefixes(bits, todo.size)
-        keep = prefix * _S <= sure if fast else np.zeros(todo.size, dtype=bool)
+        w = bits.uint64(todo.size)
+        w &= np.uint64(m - 1)
+        b = w.view(np.int64)  # values below m ≤ 2^63: the same integers
+        prefix = _prefix_only(bits, todo.size)
+        keep = prefix <= sure_prefix if fast else np.zeros(todo.size, dtype=bool)
         rest = np.flatnonzero(~keep)
         if rest.size:
             b_rest = b[rest]
@@ -221,8 +241,13 @@ def _truncated_geometric(
                 extra,
                 fast,
             )
-        out[todo[keep]] = b[keep]
-        todo = todo[~keep]
+        if first:  # todo is every position: no index arrays needed
+            np.copyto(out, b, where=keep)
+            todo = np.flatnonzero(~keep)
+            first = False
+        else:
+            out[todo[keep]] = b[keep]
+            todo = todo[~keep]
     return out
 
 
@@ -268,7 +293,7 @@ def _gaussian_round(
     s2 = sigma * sigma
     s_over_t = s2 / t
     y = _discrete_laplace(t, n, bits, extra, fast)
-    prefix, _ = _prefixes(bits, n)
+    prefix = _prefix_only(bits, n)
     a = np.abs(y).astype(np.float64)
     a -= float(s_over_t)
     np.square(a, out=a)
