@@ -33,11 +33,12 @@ t_b = (τ − u_b)/σ per bucket, a uniform subset, truncated normals); otherwis
 intermediate L > τ reveals a few of the largest noises first, which raises τ — at large σ
 the K-th best noisy score of all n documents is far above that of the c candidates, so
 this reveals ~K documents instead of ~K·n/c. If a round would have to reveal more than
-``max_reveal_fraction`` of R, the level is L = −∞: the fallback to full noise, keeping
-what was drawn. Every unrevealed member is drawn from N(0, 1) truncated to Z ≤ h_b, with
-the plain sampler in bulk (one N(0, 1) draw per document, a draw above h_b replaced by a
-truncated one) and every document scored by one full scan, so a fallback costs about
-what the full mechanism costs.
+``max_reveal_fraction`` of R, or when L = τ would reveal more than half of the
+unrevealed documents (loose bounds at small σ: the rounds cannot help), the level is
+L = −∞: the fallback to full noise, keeping what was drawn. Every unrevealed member is
+drawn from N(0, 1) truncated to Z ≤ h_b, with the plain sampler in bulk (one N(0, 1)
+draw per document, a draw above h_b replaced by a truncated one) and every document
+scored by one full scan, so a fallback costs about what the full mechanism costs.
 
 **Proof of exactness.** Let Z = (Z_C, Z_R) be the full mechanism's i.i.d. N(0, 1) noise.
 C and the buckets do not depend on Z, so Z_C may be drawn first. Induction over rounds:
@@ -104,6 +105,10 @@ _Z_CAP = 60.0  # |Z| > 60 has probability < 1e-780: used only to keep the values
 _LEVELS = 16  # grid of levels tried when choosing an intermediate level
 _REFINE = 3  # refinements of that grid (resolution: span / 16³)
 _MAX_ROUNDS = 64
+# Fall back at once when L = τ would reveal more than this fraction of the unrevealed
+# documents: the bounds are then too loose for the rounds to help (small σ), and the
+# rounds before the fallback would only add their cost to the full scan's.
+_FALLBACK_AT = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +388,8 @@ class _Groups:
         """The per-bucket thresholds a_b of this round's level; whether it is final; and
         whether it is the fallback (L = −∞): when the rounds would exceed the budget, or
         when the last round did not raise τ while L = τ would exceed it (small σ with
-        loose bounds: the revealed documents score far below their bound)."""
+        loose bounds: the revealed documents score far below their bound), or when L = τ
+        would reveal more than half of the unrevealed documents."""
         a_tau = (tau - self.u) / sigma
         mask = (self.unrevealed > 0) & (a_tau < np.minimum(self.h, 9.0))
         if not mask.any():
@@ -391,7 +397,11 @@ class _Groups:
         at_tau = float(_prob_above(a_tau[mask], self.h[mask]) @ self.unrevealed[mask])
         if at_tau <= target:
             return a_tau, True, False
-        if target > budget or (stalled and at_tau > budget):
+        if (
+            target > budget
+            or (stalled and at_tau > budget)
+            or at_tau > _FALLBACK_AT * float(self.unrevealed.sum())
+        ):
             return np.full(self.u.size, -np.inf), True, True
         top = self.u + sigma * np.minimum(self.h, 9.0)
         lo, hi = tau, float(top[mask].max())
