@@ -129,3 +129,28 @@ def test_derived_bits_are_bound_to_the_record() -> None:
     assert a != derived_bits(SEED, ("acct", "t", "h", 2)).random_bytes(32)
     # labelled: not the plain derivation of the same record
     assert a != ChaCha20Bits.derived(SEED, ("acct", "t", "h", 1)).random_bytes(32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("score_range", [(-1.0, 1.0), (0.0, 0.3), None])
+def test_secure_select_is_the_integer_rule(
+    dtype: type, score_range: tuple[float, float] | None
+) -> None:
+    # The in-place select must equal the audited integer rule on the same noise:
+    # select_units(clip_units(to_units(clip(scores))), noise_units(...)).
+    gen = np.random.default_rng(4)
+    scores = gen.uniform(-1.5, 1.5, (3, 5000)).astype(dtype)
+    scores[0, :7] = 0.25  # ties at the top
+    mech = GaussianNoisyTopK(
+        sigma=0.01, k=6, score_range=score_range, sensitivity=None if score_range else 3.0
+    )
+    sel = mech.select(scores, bits=ChaCha20Bits.derived(bytes(32), "q"))
+    arr = np.asarray(scores, dtype=np.float64)
+    if score_range is not None:
+        arr = np.clip(arr, *score_range)
+    units = mech.clip_units(mech.grid.to_units(arr))
+    noise = mech.noise_units(arr.shape, bits=ChaCha20Bits.derived(bytes(32), "q"))
+    want = mech.select_units(units, noise)
+    assert np.array_equal(sel.indices, want)
+    picked = mech.grid.from_units(np.take_along_axis(units + noise, want, axis=-1))
+    assert np.array_equal(sel.noisy_scores, picked)

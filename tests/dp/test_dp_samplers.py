@@ -22,7 +22,7 @@ from ragprivacy.dp import (
     laplace_noise_float,
 )
 from ragprivacy.dp._exact import LazyUniform, exp_neg_bounds
-from ragprivacy.dp.samplers import _discrete_gaussian, _discrete_laplace
+from ragprivacy.dp.samplers import _discrete_gaussian, _discrete_laplace, standard_normal_float
 from ragprivacy.errors import ConfigError
 
 SEED = b"ragprivacy.dp test suite seed.."  # 31 bytes (>= 16); real seeds: os.urandom(32)
@@ -289,3 +289,18 @@ def test_successive_calls_use_fresh_auxiliary_bits(monkeypatch: pytest.MonkeyPat
     discrete_gaussian(3.0, 10, bits=src)
     discrete_laplace(3.0, 10, bits=src)
     assert len(forks) == 3 and len(set(forks)) == 3
+
+
+@pytest.mark.statistical
+def test_standard_normal_float_is_normal_and_thread_independent() -> None:
+    # 2^20 + 5 values: several chunks, one of them short.
+    one = standard_normal_float(np.random.default_rng(3), 2**20 + 5, threads=1)
+    two = standard_normal_float(np.random.default_rng(3), 2**20 + 5, threads=2)
+    assert np.array_equal(one, two)
+    assert stats.kstest(one, "norm").pvalue > 1e-4
+    # Chunks come from independent child streams, not copies of one stream.
+    assert not np.array_equal(one[: 2**18], one[2**18 : 2**19])
+    small = standard_normal_float(np.random.default_rng(3), (3, 4))
+    assert small.shape == (3, 4) and np.array_equal(
+        small.ravel(), np.random.default_rng(3).standard_normal(12)
+    )

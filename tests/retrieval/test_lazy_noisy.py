@@ -14,11 +14,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from scipy.stats import chi2_contingency
+from scipy.stats import chi2_contingency, ks_2samp
 
 from ragprivacy.dp import GaussianNoisyTopK
 from ragprivacy.errors import ConfigError
 from ragprivacy.retrieval import BucketBounds, lazy_noisy_topk
+from ragprivacy.retrieval import lazy_noisy as lazy_module
 
 N, K, C = 40, 2, 6
 SCORES = np.sort(np.random.default_rng(11).uniform(0.0, 0.8, N))[::-1].copy()
@@ -133,6 +134,63 @@ def test_fallback_path_matches_full_noise() -> None:
         out.append(tuple(sel.indices.tolist()))
     assert fell > 2000
     assert _pvalue(out, _full(4000, 3.0, seed=6)) > 1e-4
+
+
+def _fallback_after_rounds(
+    draws: int, *, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Lazy selections at n = 400 where the first round reveals a few documents (so the
+    truncation points h are finite) and the next falls back; and the full reference."""
+    n, c, sigma = 400, 6, 0.2
+    scores = np.sort(np.random.default_rng(11).uniform(0.0, 0.8, n))[::-1].copy()
+    scores[:3] = [0.95, 0.9, 0.88]
+    gen = np.random.default_rng(seed)
+    idx, top, after_rounds = [], [], 0
+    for _ in range(draws):
+        sel = lazy_noisy_topk(
+            np.arange(c),
+            scores[:c],
+            n,
+            K,
+            sigma,
+            score_of=scores,
+            bound=float(scores[c]),
+            max_reveal_fraction=0.02,
+            rng=gen,
+        )
+        after_rounds += sel.fell_back and sel.rounds > 1
+        idx.append(int(sel.indices[0]))
+        top.append(float(sel.noisy_scores[0]))
+    full = GaussianNoisyTopK(sigma=sigma, k=K, simulation=True, sensitivity=1.0).select(
+        np.tile(scores, (draws, 1)), rng=seed + 1
+    )
+    return np.array(idx), np.array(top), full.indices[:, 0], full.noisy_scores[:, 0], after_rounds
+
+
+def _group_pvalue(a: np.ndarray, b: np.ndarray) -> float:
+    """χ² homogeneity of the top-1 position, in 16 groups of 25 positions (best first)."""
+    table = np.array([np.bincount(a // 25, minlength=16), np.bincount(b // 25, minlength=16)]).T
+    return float(chi2_contingency(table[table.sum(axis=1) > 0])[1])
+
+
+@pytest.mark.statistical
+def test_fallback_after_rounds_matches_full_noise() -> None:
+    # The fallback draws every remaining document's noise with the plain sampler and
+    # replaces the draws above their bucket's h (the levels already passed) by truncated
+    # ones. Output law = full noise: χ² on the top-1 position, KS on its noisy score.
+    idx, top, ref_idx, ref_top, after_rounds = _fallback_after_rounds(4000, seed=1)
+    assert after_rounds > 1500
+    assert _group_pvalue(idx, ref_idx) > 1e-4
+    assert ks_2samp(top, ref_top).pvalue > 1e-4
+
+
+@pytest.mark.statistical
+def test_fallback_without_truncation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Planted bug: the fallback ignores the levels already passed (plain N(0, 1) for the
+    # unrevealed documents, which are known to lie below h): far too many high scores.
+    monkeypatch.setattr(lazy_module, "_redraw_above", lambda *args: None)
+    _, top, _, ref_top, _ = _fallback_after_rounds(4000, seed=1)
+    assert ks_2samp(top, ref_top).pvalue < 1e-8
 
 
 @pytest.mark.statistical

@@ -49,7 +49,7 @@ from ragprivacy.dp.calibration import CALIBRATION_METHODS, calibrate_account_sig
 from ragprivacy.dp.events import GaussianEvent, PrivacyEvent, SelfComposedEvent
 from ragprivacy.dp.mechanisms import top_k_indices
 from ragprivacy.dp.randomness import ChaCha20Bits, RecordPart, simulation_rng
-from ragprivacy.dp.samplers import Grid, discrete_gaussian
+from ragprivacy.dp.samplers import Grid, discrete_gaussian, standard_normal_float
 from ragprivacy.dp.sensitivity import score_sensitivity
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 
@@ -219,6 +219,23 @@ class GaussianNoisyTopK:
         return top_k_indices(self.clip_units(s) + z, self.k)
 
     # -------------------------------------------------------------- scores as floats
+    def _clipped(self, arr: np.ndarray) -> np.ndarray:
+        lo, hi = self.score_range  # type: ignore[misc]  # only called with a range
+        return np.asarray(np.clip(arr, lo, hi))
+
+    def _units(self, arr: np.ndarray) -> IntArray:
+        """clip_units(to_units(clip(arr))) in one float64 buffer: the scaled scores are
+        rounded to integers and clipped to :meth:`bounds_units` as floats (exact: both are
+        integers below 2^53 in magnitude), then converted once."""
+        bounds = self.bounds_units()
+        if bounds is None or max(abs(bounds[0]), abs(bounds[1])) >= 2**53:
+            clipped = arr if self.score_range is None else self._clipped(arr)
+            return self.clip_units(self.grid.to_units(clipped))
+        buf = np.multiply(arr, float(1 << self.grid.bits), dtype=np.float64)
+        np.rint(buf, out=buf)
+        np.clip(buf, float(bounds[0]), float(bounds[1]), out=buf)
+        return np.asarray(buf.astype(np.int64))
+
     def select(
         self,
         scores: FloatArray,
@@ -236,27 +253,29 @@ class GaussianNoisyTopK:
                 :func:`derived_bits` for audited noise).
         """
         simulation_rng(rng, simulation=self.simulation, bits=bits)
-        arr = np.asarray(scores, dtype=np.float64)
+        arr = np.asarray(scores)
+        if arr.dtype not in (np.float32, np.float64):  # float32 scores stay float32 (no copy)
+            arr = arr.astype(np.float64)
         if arr.ndim not in (1, 2) or arr.shape[-1] == 0:
             raise ConfigError(
                 f"Scores must be a non-empty 1-D or 2-D array; got shape {arr.shape}."
             )
-        if not np.all(np.isfinite(arr)):
+        if not np.isfinite(arr).all():
             bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
             raise ConfigError(f"Scores must be finite; got {bad} NaN or infinite value(s).")
-        if self.score_range is not None:  # also keeps huge scores inside the grid's range
-            arr = np.clip(arr, self.score_range[0], self.score_range[1])
+        # One buffer per call, written in place: the noise, then the (clipped) scores added
+        # to it; the top K are read from it without a negated copy.
         if self.simulation:
-            noisy = arr + make_rng(rng).normal(0.0, self.sigma, arr.shape)
+            noisy = standard_normal_float(make_rng(rng), arr.shape)
+            noisy *= self.sigma
+            noisy += arr if self.score_range is None else self._clipped(arr)
             idx = top_k_indices(noisy, self.k)
             picked = np.take_along_axis(noisy, idx, axis=-1)
         else:
-            units = self.clip_units(self.grid.to_units(arr))
             z = self.noise_units(arr.shape, bits=bits)
-            idx = self.select_units(units, z)
-            picked = np.asarray(
-                self.grid.from_units(np.take_along_axis(units + z, idx, axis=-1)), np.float64
-            )
+            z += self._units(arr)  # the noisy integer scores clip(s) + z, in place
+            idx = top_k_indices(z, self.k)  # = select_units(units, noise): ties to lower
+            picked = np.asarray(self.grid.from_units(np.take_along_axis(z, idx, axis=-1)))
         one = self.event
         return NoisySelection(
             indices=idx,

@@ -68,7 +68,8 @@ def top_k_indices(values: np.ndarray, k: int) -> IntArray:
         out = np.empty((rows.shape[0], kk), dtype=np.int64)
         for r in range(rows.shape[0]):
             row = rows[r]
-            part = np.argpartition(-row, kk - 1)[:kk]
+            # The kk largest sit at the end after partitioning (no negated copy of the row).
+            part = np.argpartition(row, n - kk)[n - kk :]
             # Candidates: everything >= the k-th value (covers ties at the boundary).
             cand = np.flatnonzero(row >= row[part].min())
             order = np.lexsort((cand, -row[cand]))

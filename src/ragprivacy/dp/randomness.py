@@ -191,7 +191,21 @@ class ChaCha20Bits:
 
     def uint64(self, n: int) -> np.ndarray:
         """The next ``n`` uniform 64-bit words (little-endian) as a uint64 array."""
-        return np.frombuffer(self.random_bytes(8 * int(n)), dtype="<u8").astype(np.uint64)
+        n = int(n)
+        if n < 0:
+            raise ConfigError(f"The 'n' parameter must be >= 0; got {n!r}.")
+        if self._used + 8 * n > _MAX_BYTES:
+            raise BackendError(
+                "This ChaCha20 key has produced 256 GiB, its limit; derive a fresh source."
+            )
+        # The keystream is XORed into zeros in place (the bytes random_bytes would return,
+        # without a second buffer and a copy); the words are read little-endian.
+        out = np.zeros(n, dtype="<u8")
+        if n:
+            view = memoryview(out.data).cast("B")
+            self._enc.update_into(view, view)
+        self._used += 8 * n
+        return out.astype(np.uint64, copy=False)
 
     def randbelow(self, n: int) -> int:
         """A uniform integer in [0, n) by rejection (exact)."""

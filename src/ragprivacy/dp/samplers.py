@@ -29,7 +29,10 @@ to a negligible term (CKS Thm 7).
 from __future__ import annotations
 
 import math
+import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -48,6 +51,7 @@ __all__ = [
     "discrete_laplace",
     "gaussian_noise_float",
     "laplace_noise_float",
+    "standard_normal_float",
 ]
 
 _MIN_PARAM = Fraction(1, 64)
@@ -112,6 +116,13 @@ def _prefixes(bits: ChaCha20Bits, n: int) -> tuple[np.ndarray, np.ndarray]:
     return w.astype(np.float64), neg
 
 
+def _prefix_only(bits: ChaCha20Bits, n: int) -> np.ndarray:
+    """The prefixes of :func:`_prefixes` (the same n words), without the sign bits."""
+    w = bits.uint64(n)
+    w >>= _SHIFT
+    return w.astype(np.float64)
+
+
 def _decide_exp(
     prefix: np.ndarray,
     p: np.ndarray,
@@ -129,9 +140,14 @@ def _decide_exp(
     """
     if fast:
         lo = prefix * _S
-        yes = (lo + _S) <= p * (1 - rel) - ABS_TOL
-        undecided = ~yes
-        undecided &= lo < p * (1 + rel) + ABS_TOL
+        bound = p * (1 - rel)
+        bound -= ABS_TOL
+        hi = lo + _S
+        yes = hi <= bound
+        bound = np.multiply(p, 1 + rel, out=bound)
+        bound += ABS_TOL
+        undecided = lo < bound
+        undecided &= ~yes
         slow = np.flatnonzero(undecided)
     else:
         yes = np.zeros(prefix.size, dtype=bool)
@@ -150,8 +166,8 @@ def _geometric(prefix: np.ndarray, t: Fraction, extra: ChaCha20Bits, fast: bool)
     (≈ 5·10^-5 comparisons per draw, measured).
     """
     t_f = float(t)
-    buf = prefix * _S
-    buf += _S / 2
+    lo = prefix * _S
+    buf = lo + _S / 2
     np.log(buf, out=buf)
     buf *= -t_f
     np.floor(buf, out=buf)  # buf = g0 (as float, exact: g0 < 2^53)
@@ -160,11 +176,15 @@ def _geometric(prefix: np.ndarray, t: Fraction, extra: ChaCha20Bits, fast: bool)
         p1 = buf
         p1 *= -1.0 / t_f
         np.exp(p1, out=p1)  # p1 ≈ e^{−g0/t}
-        lo = prefix * _S
         # W < e^{−g0/t} surely:  hi = lo + 2^-53 ≤ p1(1 − m) − A
-        done = (lo + _S) <= p1 * (1 - _GEO_REL) - ABS_TOL
+        tmp = p1 * (1 - _GEO_REL)
+        tmp -= ABS_TOL
+        hi = lo + _S
+        done = hi <= tmp
         # W ≥ e^{−(g0+1)/t} surely: lo ≥ p1·e^{−1/t}(1 + m) + A
-        done &= lo >= p1 * (math.exp(-1.0 / t_f) * (1 + _GEO_REL)) + ABS_TOL
+        np.multiply(p1, math.exp(-1.0 / t_f) * (1 + _GEO_REL), out=tmp)
+        tmp += ABS_TOL
+        done &= lo >= tmp
         slow = np.flatnonzero(~done)
     else:
         slow = np.arange(prefix.size)
@@ -198,10 +218,14 @@ def _truncated_geometric(
     t_f = float(t)
     # Every acceptance probability is ≥ e^{−m/t}: a W below it is accepted without exp().
     sure = math.exp(-m / t_f) * (1 - _GEO_REL) - ABS_TOL - _S
+    sure_prefix = sure / _S  # prefix·2^-53 ≤ sure ⇔ prefix ≤ sure·2^53 (exact scaling)
+    first = True
     while todo.size:
-        b = (bits.uint64(todo.size) & np.uint64(m - 1)).astype(np.int64)
-        prefix, _ = _prefixes(bits, todo.size)
-        keep = prefix * _S <= sure if fast else np.zeros(todo.size, dtype=bool)
+        w = bits.uint64(todo.size)
+        w &= np.uint64(m - 1)
+        b = w.view(np.int64)  # values below m ≤ 2^63: the same integers
+        prefix = _prefix_only(bits, todo.size)
+        keep = prefix <= sure_prefix if fast else np.zeros(todo.size, dtype=bool)
         rest = np.flatnonzero(~keep)
         if rest.size:
             b_rest = b[rest]
@@ -217,8 +241,13 @@ def _truncated_geometric(
                 extra,
                 fast,
             )
-        out[todo[keep]] = b[keep]
-        todo = todo[~keep]
+        if first:  # todo is every position: no index arrays needed
+            np.copyto(out, b, where=keep)
+            todo = np.flatnonzero(~keep)
+            first = False
+        else:
+            out[todo[keep]] = b[keep]
+            todo = todo[~keep]
     return out
 
 
@@ -264,7 +293,7 @@ def _gaussian_round(
     s2 = sigma * sigma
     s_over_t = s2 / t
     y = _discrete_laplace(t, n, bits, extra, fast)
-    prefix, _ = _prefixes(bits, n)
+    prefix = _prefix_only(bits, n)
     a = np.abs(y).astype(np.float64)
     a -= float(s_over_t)
     np.square(a, out=a)
@@ -416,3 +445,52 @@ def laplace_noise_float(
     """Laplace(0, scale) floats from numpy — the fast path, for simulations only."""
     scale = check_positive("scale", scale)
     return make_rng(rng).laplace(0.0, scale, size)
+
+
+# Chunks of a large simulation fill; fixed, so a seed gives the same values whatever the
+# number of threads.
+_FILL_CHUNK = 1 << 18
+_POOL_LOCK = threading.Lock()
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _fill_pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(2, thread_name_prefix="ragprivacy-noise"))
+        return _POOL[0]
+
+
+def standard_normal_float(
+    gen: np.random.Generator, shape: int | tuple[int, ...], *, threads: int | None = None
+) -> FloatArray:
+    """N(0, 1) float64 values from numpy — the fast path, for simulations only (not secure).
+
+    Arrays of at least 2·2^18 values are filled in chunks of 2^18, chunk i from the i-th
+    child of ``gen`` (``Generator.spawn``, independent streams), on ``threads`` threads
+    (default: two when the machine has two cores or more; numpy releases the GIL while
+    it fills). The chunks do not depend on the thread count, so one seed gives the same
+    values on one thread or two. Smaller arrays come from ``gen`` itself.
+    """
+    out = np.empty(shape, dtype=np.float64)
+    flat = out.reshape(-1)
+    chunks = -(-flat.size // _FILL_CHUNK)
+    if chunks < 2:
+        gen.standard_normal(out=flat)
+        return out
+    try:
+        kids = gen.spawn(chunks)
+    except (TypeError, ValueError):  # a generator without a seed sequence cannot spawn
+        gen.standard_normal(out=flat)
+        return out
+    workers = min(2, os.cpu_count() or 1) if threads is None else int(threads)
+
+    def fill(i: int) -> None:
+        kids[i].standard_normal(out=flat[i * _FILL_CHUNK : (i + 1) * _FILL_CHUNK])
+
+    if workers <= 1:
+        for i in range(chunks):
+            fill(i)
+    else:
+        list(_fill_pool().map(fill, range(chunks)))
+    return out

@@ -119,6 +119,12 @@ class _FaissIndex(VectorIndex):
             )
 
     def scores(self, queries: FloatArray) -> FloatArray:
+        """Exact scores of every stored vector: one BLAS product over FAISS's storage.
+
+        FAISS's own inner-product kernel (``fvec_inner_products_ny``, split over two
+        threads) was measured against it on a busy 2-core machine and was no faster
+        (10^6 x 384: 480 ms on two threads, 382 ms on one, BLAS 307 ms; 10^5: 79 / 50 /
+        50 ms), so the BLAS product stays."""
         q = as_queries(queries, self.dim)
         with blas_threads(self.num_threads):
             return np.asarray(q @ self._stored().T, dtype=np.float32)

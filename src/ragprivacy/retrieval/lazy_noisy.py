@@ -33,8 +33,12 @@ t_b = (τ − u_b)/σ per bucket, a uniform subset, truncated normals); otherwis
 intermediate L > τ reveals a few of the largest noises first, which raises τ — at large σ
 the K-th best noisy score of all n documents is far above that of the c candidates, so
 this reveals ~K documents instead of ~K·n/c. If a round would have to reveal more than
-``max_reveal_fraction`` of R, the level is L = −∞ (every unrevealed member is drawn from
-N(0, 1) truncated to Z ≤ h_b: the fallback to full noise, keeping what was drawn).
+``max_reveal_fraction`` of R, or when L = τ would reveal more than half of the
+unrevealed documents (loose bounds at small σ: the rounds cannot help), the level is
+L = −∞: the fallback to full noise, keeping what was drawn. Every unrevealed member is
+drawn from N(0, 1) truncated to Z ≤ h_b, with the plain sampler in bulk (one N(0, 1)
+draw per document, a draw above h_b replaced by a truncated one) and every document
+scored by one full scan, so a fallback costs about what the full mechanism costs.
 
 **Proof of exactness.** Let Z = (Z_C, Z_R) be the full mechanism's i.i.d. N(0, 1) noise.
 C and the buckets do not depend on Z, so Z_C may be drawn first. Induction over rounds:
@@ -102,6 +106,10 @@ _Z_CAP = 60.0  # |Z| > 60 has probability < 1e-780: used only to keep the values
 _LEVELS = 16  # grid of levels tried when choosing an intermediate level
 _REFINE = 3  # refinements of that grid (resolution: span / 16³)
 _MAX_ROUNDS = 64
+# Fall back at once when L = τ would reveal more than this fraction of the unrevealed
+# documents: the bounds are then too loose for the rounds to help (small σ), and the
+# rounds before the fallback would only add their cost to the full scan's.
+_FALLBACK_AT = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +243,14 @@ def lazy_noisy_topk(
     while rounds < _MAX_ROUNDS:
         rounds += 1
         a, final, fell_back = groups.choose_level(tau, sigma, target, budget, stalled)
+        if fell_back:
+            revealed += int(groups.unrevealed.sum())
+            positions = np.concatenate(pool_pos)
+            noisy = _fallback_noisy(
+                groups, positions, np.concatenate(pool_val), score_of, n, sigma, buckets, gen
+            )
+            idx = top_k_indices(noisy, k)
+            return LazySelection(idx, noisy[idx], revealed, rounds, True, event)
         tau_before = tau
         pos, z = groups.reveal(a, gen)
         if pos.size:
@@ -243,7 +259,7 @@ def lazy_noisy_topk(
             pool_val.append(_scores(score_of, pos) + sigma * z)
             vals = np.concatenate(pool_val)
             tau = float(np.partition(vals, vals.size - k)[vals.size - k])
-        if final or fell_back or groups.done():
+        if final or groups.done():
             break
         stalled = tau == tau_before
         target *= 4.0
@@ -328,6 +344,57 @@ def lazy_index_topk(
     )
 
 
+def _fallback_noisy(
+    groups: _Groups,
+    pool_positions: np.ndarray,
+    pool_values: np.ndarray,
+    score_of: Callable[[IntArray], FloatArray] | FloatArray,
+    n: int,
+    sigma: float,
+    buckets: BucketBounds | None,
+    gen: np.random.Generator,
+) -> np.ndarray:
+    """The fallback (L = −∞): the full noisy score vector, keeping what was drawn.
+
+    Every unrevealed member j of bucket b has Z_j ~ N(0, 1) truncated to Z ≤ h_b (the
+    module proof's invariant). It is drawn with the plain sampler — one N(0, 1) draw for
+    every position, in bulk, as the full mechanism draws it — and a draw above its h_b is
+    replaced by a draw from N(0, 1) truncated to (−∞, h_b] (by inversion,
+    :func:`_redraw_above`). That is exact: Z' = Z on {Z ≤ h}, T on {Z > h}, with T
+    independent of Z and distributed as Z | Z ≤ h, gives P(Z' ∈ A) = Φ(h)·P(T ∈ A) +
+    (1 − Φ(h))·P(T ∈ A) = P(T ∈ A). The revealed positions (the candidates and the
+    earlier rounds' draws) keep their noisy values: nothing already drawn is redrawn.
+    The exact scores of all n documents come from one ``score_of(arange(n))`` call (a
+    full scan), so a fallback costs about what the full mechanism does.
+    """
+    z = gen.standard_normal(n)
+    if bool(np.isfinite(groups.h).any()):
+        _redraw_above(z, groups.h, buckets, gen)
+    z *= sigma
+    z += _scores(score_of, np.arange(n))
+    z[pool_positions] = pool_values
+    return z
+
+
+def _redraw_above(
+    z: np.ndarray, h: np.ndarray, buckets: BucketBounds | None, gen: np.random.Generator
+) -> None:
+    """Replace (in place) every z_j above its bucket's h_b by N(0, 1) truncated to ≤ h_b.
+
+    Positions that were revealed are redrawn too when above h_b; their values are
+    overwritten by the caller, so this changes nothing for them.
+    """
+    over = np.flatnonzero(z > float(h.min()))
+    if over.size == 0:
+        return
+    h_over = np.full(over.size, float(h[0])) if buckets is None else h[buckets.bucket_of(over)]
+    over_h = z[over] > h_over
+    over, h_over = over[over_h], h_over[over_h]
+    if over.size:
+        low = np.full(over.size, -np.inf)
+        z[over] = _truncated_between(low, h_over, gen.random(over.size))
+
+
 class _Groups:
     """The buckets' state during one selection: unrevealed counts U_b, truncation points
     h_b, and the revealed members (as ranks among the non-candidates).
@@ -395,7 +462,8 @@ class _Groups:
         """The per-bucket thresholds a_b of this round's level; whether it is final; and
         whether it is the fallback (L = −∞): when the rounds would exceed the budget, or
         when the last round did not raise τ while L = τ would exceed it (small σ with
-        loose bounds: the revealed documents score far below their bound)."""
+        loose bounds: the revealed documents score far below their bound), or when L = τ
+        would reveal more than half of the unrevealed documents."""
         a_tau = (tau - self.u) / sigma
         mask = (self.unrevealed > 0) & (a_tau < np.minimum(self.h, 9.0))
         if not mask.any():
@@ -403,7 +471,11 @@ class _Groups:
         at_tau = float(_prob_above(a_tau[mask], self.h[mask]) @ self.unrevealed[mask])
         if at_tau <= target:
             return a_tau, True, False
-        if target > budget or (stalled and at_tau > budget):
+        if (
+            target > budget
+            or (stalled and at_tau > budget)
+            or at_tau > _FALLBACK_AT * float(self.unrevealed.sum())
+        ):
             return np.full(self.u.size, -np.inf), True, True
         top = self.u + sigma * np.minimum(self.h, 9.0)
         lo, hi = tau, float(top[mask].max())

@@ -217,10 +217,10 @@ class NoisyTopKRetriever(Retriever):
             return [self._lazy_one(v, token) for v in vectors]
         scores = self.kb.index.scores(vectors)
         sel = self.mechanism.select(scores, rng=self._rng)
-        ids = self.kb.index.ids
+        id_at = self.kb.index.id_at  # K lookups, no copy of the n ids
         return [
             Retrieval(
-                ids=tuple(ids[int(p)] for p in sel.indices[row]),
+                ids=tuple(id_at(int(p)) for p in sel.indices[row]),
                 indices=tuple(int(p) for p in sel.indices[row]),
                 scores=tuple(float(s) for s in sel.noisy_scores[row]),
                 event=self.mechanism.event,
@@ -253,9 +253,9 @@ class NoisyTopKRetriever(Retriever):
             sensitivity=self.sensitivity,
             rng=self._rng,
         )
-        ids = self.kb.index.ids
+        id_at = self.kb.index.id_at
         return Retrieval(
-            ids=tuple(ids[int(p)] for p in sel.indices),
+            ids=tuple(id_at(int(p)) for p in sel.indices),
             indices=tuple(int(p) for p in sel.indices),
             scores=tuple(float(s) for s in sel.noisy_scores),
             event=self.mechanism.event,
