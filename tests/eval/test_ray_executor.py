@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -202,7 +203,10 @@ def test_a_generation_cache_snapshot_round_trips(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_cancels_the_tasks_and_keeps_finished_cells(tmp_path: Path) -> None:
-    cfg = parse_config(_on_ray(GRID))
+    # cells of a few seconds each: after the first two, two more rounds of cells are
+    # left, time enough for the signal to land while the run is still running them
+    slow = {**GRID["experiments"][0], "trials": 1_500_000}
+    cfg = parse_config(_on_ray({**GRID, "experiments": [slow]}))
     cells = tmp_path / "cells"
 
     def interrupt_after_two_cells() -> None:
@@ -211,14 +215,36 @@ def test_ctrl_c_cancels_the_tasks_and_keeps_finished_cells(tmp_path: Path) -> No
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGINT)
 
+    # The SIGINT must land while run_config runs: one landing after it returned would
+    # raise KeyboardInterrupt in pytest itself and end the whole session. So the test's
+    # handler raises only while the run is in progress, and records a late signal.
+    inside, late = threading.Event(), []
+
+    def handler(signum: int, frame: Any) -> None:
+        if inside.is_set():
+            raise KeyboardInterrupt
+        late.append(signum)
+
+    previous = signal.signal(signal.SIGINT, handler)
     stopper = threading.Thread(target=interrupt_after_two_cells, daemon=True)
-    stopper.start()
-    with pytest.raises(RunInterruptedError, match=r"Interrupted by SIGINT: \d of 6 cells") as err:
-        run_config(cfg, tmp_path, progress=False)
-    stopper.join()
-    assert "\n" not in str(err.value)
+    caught: BaseException | None = None
+    try:
+        inside.set()
+        stopper.start()
+        try:
+            run_config(cfg, tmp_path, progress=False)
+        except (RunInterruptedError, KeyboardInterrupt) as exc:
+            caught = exc
+        finally:
+            inside.clear()
+        stopper.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert isinstance(caught, RunInterruptedError), f"not stopped by the runner: {caught!r}"
+    assert re.match(r"Interrupted by SIGINT: \d of 6 cells", str(caught)), caught
+    assert "\n" not in str(caught)
     kept = {p.name: p.stat().st_mtime_ns for p in cells.glob("*.json")}
-    assert 2 <= len(kept) < 6 and err.value.finished == len(kept)
+    assert 2 <= len(kept) < 6 and caught.finished == len(kept)
     # Ray is still usable (the test's connection stays open) and resuming finishes
     # the run without redoing the kept cells
     resumed = run_config(cfg, tmp_path, progress=False)
