@@ -22,7 +22,6 @@ from ragprivacy.dp import DocumentBudgetExhaustedError, SqliteBudgetStore
 from ragprivacy.errors import ConfigError
 
 _DEADLINE_S = 60.0  # a hang guard only
-_ENTERED: dict[int, threading.Event] = {}  # per store: its first commit is being held
 
 
 def _wait_until(cond: Callable[[], bool]) -> None:
@@ -33,8 +32,11 @@ def _wait_until(cond: Callable[[], bool]) -> None:
         time.sleep(0.001)
 
 
-def _held(store: SqliteBudgetStore, others: int, fail_second: bool = False) -> list[int]:
-    """Hold the first commit until ``others`` charges queue; count commits."""
+def _held(
+    store: SqliteBudgetStore, others: int, fail_second: bool = False
+) -> tuple[list[int], threading.Event]:
+    """Hold the first commit until ``others`` charges queue; return the commits counted
+    and an event set once the first commit is being held."""
     calls: list[int] = []
     group = store._group
     assert group is not None
@@ -42,17 +44,19 @@ def _held(store: SqliteBudgetStore, others: int, fail_second: bool = False) -> l
     def hook() -> None:
         calls.append(1)
         if len(calls) == 1:
-            _ENTERED[id(store)].set()
+            entered.set()
             _wait_until(lambda: group.queued >= others)
         elif len(calls) == 2 and fail_second:
             raise OSError("disk full")
 
-    _ENTERED[id(store)] = threading.Event()
+    entered = threading.Event()
     store._before_commit = hook
-    return calls
+    return calls, entered
 
 
-def _charge_all(store: SqliteBudgetStore, jobs: list[dict[str, Any]]) -> list[Any]:
+def _charge_all(
+    store: SqliteBudgetStore, jobs: list[dict[str, Any]], entered: threading.Event
+) -> list[Any]:
     """Run one charge per thread: the first alone; the rest queue behind its held commit
     one at a time, in the order given (queue order is commit order)."""
     out: list[Any] = [None] * len(jobs)
@@ -67,7 +71,6 @@ def _charge_all(store: SqliteBudgetStore, jobs: list[dict[str, Any]]) -> list[An
     first.start()
     group = store._group
     assert group is not None
-    entered = _ENTERED[id(store)]
     _wait_until(lambda: entered.is_set() or not first.is_alive())
     assert entered.is_set(), f"the first charge ended before its commit: {out[0]!r}"
     rest = [threading.Thread(target=run, args=(i,)) for i in range(1, len(jobs))]
@@ -84,10 +87,10 @@ def _charge_all(store: SqliteBudgetStore, jobs: list[dict[str, Any]]) -> list[An
 def test_queued_charges_share_one_commit_and_never_overspend(tmp_path: Path) -> None:
     store = SqliteBudgetStore(tmp_path / "b.sqlite", capacity=[1.0, 2.0])
     n = 24
-    calls = _held(store, n - 1)
+    calls, entered = _held(store, n - 1)
     # every charge asks document "d" for 0.1 in both orders: 10 fit (capacity 1.0)
     jobs = [{"doc_ids": ["d", f"own{i}"], "amount": [0.1, 0.1]} for i in range(n)]
-    out = _charge_all(store, jobs)
+    out = _charge_all(store, jobs, entered)
 
     assert len(calls) == 2  # the held commit, then one for all 23 that queued
     ok = [r for r in out if not isinstance(r, BaseException)]
@@ -105,14 +108,14 @@ def test_a_retry_in_the_same_batch_is_a_replay_and_a_changed_retry_is_refused(
     tmp_path: Path,
 ) -> None:
     store = SqliteBudgetStore(tmp_path / "b.sqlite", capacity=1.0)
-    _held(store, 3)
+    _, entered = _held(store, 3)
     jobs = [
         {"doc_ids": ["x"], "amount": 0.1},
         {"doc_ids": ["a", "b"], "amount": 0.5, "charge_id": "c1"},
         {"doc_ids": ["a", "b"], "amount": 0.5, "charge_id": "c1"},
         {"doc_ids": ["a"], "amount": 0.5, "charge_id": "c1"},
     ]
-    out = _charge_all(store, jobs)
+    out = _charge_all(store, jobs, entered)
     assert out[1].replayed is False and out[2].replayed is True
     assert out[2].charge_id == out[1].charge_id == "c1"
     assert isinstance(out[3], ConfigError)  # the same id for a different request
@@ -121,9 +124,9 @@ def test_a_retry_in_the_same_batch_is_a_replay_and_a_changed_retry_is_refused(
 
 def test_a_failed_shared_commit_charges_none_of_its_batch(tmp_path: Path) -> None:
     store = SqliteBudgetStore(tmp_path / "b.sqlite", capacity=1.0)
-    _held(store, 5, fail_second=True)
+    _, entered = _held(store, 5, fail_second=True)
     jobs = [{"doc_ids": [f"d{i}"], "amount": 0.25} for i in range(6)]
-    out = _charge_all(store, jobs)
+    out = _charge_all(store, jobs, entered)
     assert not isinstance(out[0], BaseException)  # the held commit went through
     assert all(isinstance(r, OSError) for r in out[1:])
     reopened = SqliteBudgetStore(tmp_path / "b.sqlite")
