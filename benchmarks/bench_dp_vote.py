@@ -33,7 +33,8 @@ than two, see benchmarks/README.md).
 Usage::
 
     python benchmarks/bench_dp_vote.py [--n 2000] [--questions 6] [--voters 50]
-        [--repeats 1] [--unbatched-questions 1] [--threads 1] [--quick] [--json OUT]
+        [--repeats 1] [--unbatched-questions 1] [--threads 1] [--device cpu|cuda]
+        [--quick] [--json OUT]
 
 Timings vary ±30 % on shared machines: compare ratios within one run.
 """
@@ -215,6 +216,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--unbatched-questions", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument(
+        "--device", default="cpu", help="torch device of the hf reader (cpu, cuda, auto)"
+    )
+    p.add_argument(
         "--quick", action="store_true", help="seconds: 300 documents, a tiny random GPT-2"
     )
     p.add_argument("--json", default=None)
@@ -224,7 +228,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     kb = KnowledgeBase.build(corpus, embedder="lsa")
     bg = background_texts("knowledge", 1000, seed=2)
     qs = [q.question for q in corpus.questions[:nq]]
-    result: dict[str, Any] = {"voters": voters, "threads": a.threads, "readers": []}
+    result: dict[str, Any] = {
+        "voters": voters,
+        "threads": a.threads,
+        "device": a.device,
+        "readers": [],
+    }
 
     ref = create_generator("reference", background=bg)
     words = {w for d in corpus for w in tokenize(d.text)}
@@ -235,7 +244,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         texts = [d.text for d in corpus] + list(bg)
         path = _build_hf(Path(tmp), texts, small=not a.quick)
-        hf = create_generator(f"hf:{path}", max_tokens=16, threads=a.threads)
+        hf = create_generator(f"hf:{path}", max_tokens=16, threads=a.threads, device=a.device)
         hf_vocab = tuple(hf.next_token_distribution(Prompt(Task.ANSWER, qs[0])).tokens)
         label = "hf-tiny-random" if a.quick else "hf-gpt2-small-random"
         row = _reader(
