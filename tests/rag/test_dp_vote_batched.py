@@ -179,3 +179,24 @@ def test_dp_vote_paths_agree_through_discoveries_and_non_rag_tokens(gen: HFGener
         asked += slow_gen.asked
     assert 0 < sum(discoveries) < 10 * 6
     assert asked > 0  # the unbatched path asked voters that left their own answers
+
+
+class Joined(Unbatched):
+    """A generator whose own token join is recognisable."""
+
+    def tokens_to_text(self, tokens: Sequence[str]) -> str:
+        return "|".join(tokens)
+
+
+def test_dp_vote_text_is_the_generator_s_own_detokenisation(gen: HFGenerator) -> None:
+    """Released sub-word pieces read as the model's text (byte-level "Ġthe" is " the"),
+    not as words joined by spaces: the answer a user reads and a QA match scores."""
+    prompt = Prompt(Task.ANSWER, "Where was Marta Olsen born?")
+    voters = [(d,) for d in DOCS] * 2
+    config = DPVoteConfig(epsilon_token=1.0, max_tokens=8, simulation=True)
+    out = dp_vote_generate(gen, prompt, voters, 6.0, config, rng=0).completion
+    assert out.text == gen.tokens_to_text(out.tokens)
+    joined = dp_vote_generate(Joined(gen), prompt, voters, 6.0, config, rng=0).completion
+    assert len(joined.tokens) >= 2 and joined.text == "|".join(joined.tokens)
+    piece = next(t for t in gen.next_token_distribution(prompt).tokens if t.startswith("Ġ"))
+    assert gen.tokens_to_text([piece, piece]) == (" " + piece[1:]) * 2

@@ -215,6 +215,9 @@ class CachedGenerator(Generator):
         self.cache.put_many({key: token})
         return token
 
+    def tokens_to_text(self, tokens: Sequence[str]) -> str:
+        return self.inner.tokens_to_text(tokens)
+
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         key = self._key("score", prompt, continuation)
         found = self.cache.get_many([key])

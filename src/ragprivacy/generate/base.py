@@ -10,6 +10,7 @@ from typing import Any
 
 from ragprivacy._registry import Registry
 from ragprivacy.generate.prompt import Prompt
+from ragprivacy.generate.tokens import detokenize
 from ragprivacy.types import Completion
 
 __all__ = [
@@ -93,6 +94,13 @@ class Generator(ABC):
         answer every prompt in one forward pass and keep their key/value cache across
         steps (``hf:``) override it."""
         return GreedySteps(self, prompts)
+
+    def tokens_to_text(self, tokens: Sequence[str]) -> str:
+        """The text of a sequence of this generator's own tokens, as :meth:`next_token`
+        returns them (what token voting releases one at a time). The default joins
+        word-level tokens the way the reference reader emits them; backends whose tokens
+        are sub-word pieces (``hf:``, ``openai:``) override it."""
+        return detokenize(tuple(tokens))
 
     @abstractmethod
     def score(self, prompt: Prompt, continuation: str) -> Completion:

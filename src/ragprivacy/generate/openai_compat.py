@@ -440,6 +440,10 @@ class OpenAIGenerator(Generator):
         total = sum(merged.values())
         return TokenDistribution(tuple(merged), tuple(v / total for v in merged.values()))
 
+    def tokens_to_text(self, tokens: Sequence[str]) -> str:
+        """The server's tokens are pieces of text: they join as they are."""
+        return "".join(tokens)
+
     def score(self, prompt: Prompt, continuation: str | Sequence[str]) -> Completion:
         """Log-probabilities of ``continuation`` via ``/completions`` with ``echo``."""
         cont = continuation if isinstance(continuation, str) else "".join(continuation)

@@ -95,6 +95,9 @@ class DefendedGenerator(Generator):
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         return self.inner.score(self.defend(prompt), continuation)
 
+    def tokens_to_text(self, tokens: Sequence[str]) -> str:
+        return self.inner.tokens_to_text(tokens)
+
     @property
     def exposes_logprobs(self) -> bool:
         return self.inner.exposes_logprobs

@@ -69,7 +69,6 @@ from ragprivacy.generate import (
     Generator,
     GreedySteps,
     Prompt,
-    detokenize,
     normalize,
     tokenize,
 )
@@ -306,7 +305,8 @@ def dp_vote_generate(
             out.append(token)
             if sv.halted:  # c = 0 (line 16)
                 break
-    completion = Completion(text=detokenize(out), tokens=tuple(out))
+    # the generator's own detokenisation: sub-word pieces (``hf:``) are not words
+    completion = Completion(text=generator.tokens_to_text(out), tokens=tuple(out))
     return VoteResult(completion, sv.discoveries, c, PureDpEvent(c * config.epsilon_token), calls)
 
 

@@ -218,6 +218,9 @@ class GenerationsOnlyCache(Generator):
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         return self.cached.score(prompt, continuation)
 
+    def tokens_to_text(self, tokens: Sequence[str]) -> str:
+        return self.inner.tokens_to_text(tokens)
+
     @property
     def exposes_logprobs(self) -> bool:
         return self.inner.exposes_logprobs
