@@ -174,3 +174,52 @@ def test_the_two_score_routes_of_the_in_process_indices(backend: str) -> None:
     index.add(dy, [str(i) for i in range(500)])
     q = _dyadic(rng, 1)[0]
     np.testing.assert_array_equal(index.scores_at(q, np.arange(500)), index.scores(q)[0])
+
+
+def test_noise_first_over_pgvector(postgres_url: str) -> None:
+    """The database scores the candidates (primary-key look-ups); the output is the full
+    path's over the database's own scan, and the retriever's is unchanged by the switch."""
+    from ragprivacy.dp import ChaCha20Bits, GaussianNoisyTopK
+    from ragprivacy.index import PgvectorIndex
+
+    rng = np.random.default_rng(6)
+    n = 400
+    index = PgvectorIndex(postgres_url, dim=DIM, m=4, ef_construction=8)
+    try:
+        index.add(_unit(rng, n), [f"d{i}" for i in range(n)])
+        q = _unit(rng, 1)[0]
+        for simulation in (True, False):
+            for sigma in (0.05, 3.0, 500.0):
+                mech = GaussianNoisyTopK(sigma=sigma, k=3, simulation=simulation)
+                for seed in range(3):
+
+                    def noise(seed: int = seed, sim: bool = simulation) -> dict[str, Any]:
+                        if sim:
+                            return {"rng": seed}
+                        return {"bits": ChaCha20Bits.derived(bytes(32), ("pg", seed))}
+
+                    asked: list[int] = []
+
+                    def at(_: int, p: Any, asked: list[int] = asked) -> Any:
+                        asked.append(len(p))
+                        return index.scores_at(q, p)
+
+                    full = mech.select(index.scores(q)[0], **noise())
+                    lazy = mech.select_noise_first(
+                        n, at, score_all=lambda: index.scores(q)[0], **noise()
+                    )
+                    np.testing.assert_array_equal(lazy.indices, full.indices)
+                    np.testing.assert_array_equal(lazy.noisy_scores, full.noisy_scores)
+                    assert bool(asked) == (sigma >= 3.0)  # σ = 0.05: one scan instead
+                    assert sum(asked) <= n / 8
+        ids = [f"d{i}" for i in range(n)]
+        kb = KnowledgeBase(
+            Corpus([Document(i, f"text {i}") for i in ids]), HashingEmbedder(dim=DIM), index
+        )
+        fast = NoisyTopKRetriever(kb, k=3, simulation=True, rng=1)
+        full_r = NoisyTopKRetriever(kb, k=3, simulation=True, rng=1, noise_first=False)
+        assert fast.retrieve_batch(QUERIES[:2], account="u") == full_r.retrieve_batch(
+            QUERIES[:2], account="u"
+        )
+    finally:
+        index.drop()
