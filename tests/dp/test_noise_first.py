@@ -187,6 +187,28 @@ def test_float32_rounded_range_ends_are_covered() -> None:
         assert _same(full, lazy)
 
 
+def test_float_candidates_are_exactly_the_rule_near_the_cut() -> None:
+    """C = {i : fl(z_i + hi) >= T}, T the K-th largest of fl(z + lo), computed naively,
+    against noise_first_positions (a cut on z alone, then the exact test), with noise
+    values planted within a few ulps of the cut. Rounding makes z_i < fl(T - hi) with
+    fl(z_i + hi) >= T happen (a few % of cuts): a cut on z without slack fails here."""
+    rng = np.random.default_rng(8)
+    below_cut = 0
+    for score_range in ((-1.0, 1.0), (0.0, 1.0), (-0.7, 0.1), (-0.3, 0.7), (0.0, 1 / 3)):
+        mech = GaussianNoisyTopK(sigma=1.0, k=3, simulation=True, score_range=score_range)
+        lo, hi = mech.noise_bounds()
+        for _ in range(40):
+            z = rng.standard_normal(1000) * 10.0 ** rng.uniform(-3, 8)
+            t = np.partition(z + lo, 1000 - 3)[1000 - 3]
+            cut = t - hi
+            z[:40] = cut + np.arange(-20, 20) * np.spacing(cut)
+            t = np.partition(z + lo, 1000 - 3)[1000 - 3]
+            naive = np.flatnonzero(z + hi >= t)
+            np.testing.assert_array_equal(mech.noise_first_positions(z), naive)
+            below_cut += int((z[naive] < t - hi).sum())
+    assert below_cut > 0  # the case the slack is for occurred
+
+
 def test_candidates_depend_on_the_noise_only() -> None:
     rng = np.random.default_rng(3)
     for simulation in (True, False):

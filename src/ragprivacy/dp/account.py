@@ -343,7 +343,12 @@ class GaussianNoisyTopK:
             # fl(z_(K) + lo), z_(K) the K-th largest noise value.
             z_k = np.partition(z, n - k)[n - k]
             t = np.float64(z_k) + np.float64(lo)
-            return np.flatnonzero(z + np.float64(hi) >= t).astype(np.int64)
+            # fl(z_i + hi) >= t needs z_i + hi >= t - |t|·2^-53 (round to nearest), so a
+            # looser cut on z alone keeps every candidate (2^-50 covers the rounding of
+            # t - hi too); the exact test then runs on those few only.
+            slack = (abs(float(t)) + abs(float(hi)) + abs(float(t) - float(hi))) * 2.0**-50
+            near = np.flatnonzero(z >= (float(t) - float(hi)) - slack)
+            return near[z[near] + np.float64(hi) >= t].astype(np.int64)
         # Integers: T = z_(K) + lo exactly, and z_i + hi >= T  <=>  z_i >= z_(K) - (hi - lo).
         z_k = int(np.partition(z, n - k)[n - k])
         cut = z_k - (int(hi) - int(lo))
