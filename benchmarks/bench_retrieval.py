@@ -143,7 +143,9 @@ def bench_floor(n: int, dim: int, k: int, repeats: int, rng: np.random.Generator
     base = min(med["faiss_flat_1t"], med["faiss_flat_2t"])
     base_name = "faiss_flat_1t" if med["faiss_flat_1t"] <= med["faiss_flat_2t"] else "faiss_flat_2t"
     noise_float = min(med["noise_float_1t"], med["noise_float_2t"])
-    checks = _noise_first_checks(kb, vectors, float_nf.mechanism, secure_nf.mechanism)
+    checks = _noise_first_checks(
+        kb, vectors, float_nf.mechanism, secure_nf.mechanism, float_nf.candidates
+    )
     out = []
     for path, key, noise in (
         ("float", "retrieve_float", noise_float),
@@ -189,9 +191,14 @@ def bench_floor(n: int, dim: int, k: int, repeats: int, rng: np.random.Generator
 
 
 def _noise_first_checks(
-    kb: KnowledgeBase, vectors: np.ndarray, float_m: GaussianNoisyTopK, secure_m: GaussianNoisyTopK
+    kb: KnowledgeBase,
+    vectors: np.ndarray,
+    float_m: GaussianNoisyTopK,
+    secure_m: GaussianNoisyTopK,
+    pad: int,
 ) -> dict[str, dict[str, float]]:
-    """Per path: the mean fraction of documents noise first scores, and how often its
+    """Per path: the mean fraction of documents noise first scores as the retriever runs
+    it (at least ``pad``), the candidates alone (mean and max |C|), and how often its
     output equals the full path's over a one-query scan (same noise). Also how often
     ``scores_at`` differs in the last bit from a one-query and from a batch ``scores``."""
     index = kb.index
@@ -209,21 +216,28 @@ def _noise_first_checks(
     }
     out: dict[str, dict[str, float]] = {}
     for path, mech in (("float", float_m), ("secure", secure_m)):
-        fractions, same = [], []
+        fractions, cands, same = [], [], []
         for r in range(len(vectors)):
-            noise: dict[str, Any] = (
-                {"rng": r} if mech.simulation else {"bits": ChaCha20Bits.derived(bytes(32), r)}
-            )
+
+            def noise(r: int = r, mech: GaussianNoisyTopK = mech) -> dict[str, Any]:
+                if mech.simulation:
+                    return {"rng": r}
+                return {"bits": ChaCha20Bits.derived(bytes(32), ("bench", r))}
+
             asked = [0]
 
             def at(_: int, p: np.ndarray, r: int = r, asked: list[int] = asked) -> np.ndarray:
                 asked[0] += p.size
                 return np.asarray(index.scores_at(vectors[r], p))
 
-            lazy = mech.select_noise_first(n, at, **noise)
-            noise = {"rng": r} if mech.simulation else {"bits": ChaCha20Bits.derived(bytes(32), r)}
-            full = mech.select(index.scores(vectors[r])[0], **noise)
+            # As the retriever runs it (padded to its max(64, 8K)), then the candidates
+            # alone (no padding), then the full path over a one-query scan.
+            lazy = mech.select_noise_first(n, at, min_scored=pad, **noise())
             fractions.append(asked[0] / n)
+            asked[0] = 0
+            mech.select_noise_first(n, at, **noise())
+            cands.append(asked[0])
+            full = mech.select(index.scores(vectors[r])[0], **noise())
             same.append(
                 np.array_equal(lazy.indices, full.indices)
                 and np.array_equal(lazy.noisy_scores, full.noisy_scores)
@@ -231,6 +245,8 @@ def _noise_first_checks(
         out[path] = {
             "scored_fraction": float(np.mean(fractions)),
             "scored_docs_mean": float(np.mean(fractions)) * n,
+            "candidates_mean": float(np.mean(cands)),
+            "candidates_max": int(np.max(cands)),
             "identical_rate": float(np.mean(same)),
             **routes,
         }

@@ -209,6 +209,33 @@ def test_float_candidates_are_exactly_the_rule_near_the_cut() -> None:
     assert below_cut > 0  # the case the slack is for occurred
 
 
+@pytest.mark.parametrize("simulation", [True, False], ids=["float", "secure"])
+def test_padding_to_a_constant_count_changes_nothing(simulation: bool) -> None:
+    rng = np.random.default_rng(9)
+    for sigma in (0.5, 30.0, 3584.0):
+        mech = GaussianNoisyTopK(sigma=sigma, k=5, simulation=simulation)
+        for seed in range(5):
+            scores = rng.uniform(-1, 1, (2, 4000))
+            full = mech.select(scores, **_noise(mech, seed))
+            rec = Recorder(scores)
+            got = mech.select_noise_first(
+                scores.shape, rec.at, score_all=rec.all, min_scored=64, **_noise(mech, seed)
+            )
+            assert _same(full, got)
+            sizes = [p.size for _, p in rec.positions]
+            if sigma > 1:  # |C| < 64: exactly 64 scored per row, sorted, a superset of C
+                assert sizes == [64, 64]
+                assert all(np.all(np.diff(p) > 0) for _, p in rec.positions)
+    # Padding past n scores every position (still through score_at, still exact).
+    scores = rng.uniform(-1, 1, 30)
+    full = mech.select(scores, **_noise(mech, 1))
+    rec = Recorder(scores)
+    assert _same(full, mech.select_noise_first(30, rec.at, min_scored=64, **_noise(mech, 1)))
+    assert [p.size for _, p in rec.positions] == [30]
+    with pytest.raises(ConfigError, match="min_scored"):
+        mech.select_noise_first(30, rec.at, min_scored=-1, **_noise(mech, 1))
+
+
 def test_candidates_depend_on_the_noise_only() -> None:
     rng = np.random.default_rng(3)
     for simulation in (True, False):

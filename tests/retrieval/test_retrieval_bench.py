@@ -30,7 +30,9 @@ def test_bench_retrieval_quick(tmp_path: Path) -> None:
         assert round(row["sigma"]) == 3584  # the default calibration, Δ = 1
     for path in ("float", "secure"):
         row = floor[f"noise-first noisy top-K, {path}"]
-        assert 0 < row["scored_fraction"] < 0.01  # about K of 20,000 documents
+        assert 0 < row["scored_fraction"] < 0.01  # 64 of 20,000 documents (K = 5, padded)
+        assert 5 <= row["candidates_mean"] <= 64
+        assert round(row["scored_docs_mean"], 6) == 64
         assert 0 <= row["identical_rate"] <= 1 and row["ratio_to_full_path"] > 0
     assert [row["sigma"] for row in result["fallback"]] == [0.1, 0.3]
     assert all(row["fallback_rate"] == 1.0 for row in result["fallback"])

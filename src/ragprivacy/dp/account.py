@@ -365,6 +365,7 @@ class GaussianNoisyTopK:
         rng: RngLike = None,
         bits: ChaCha20Bits | None = None,
         max_fraction: float = NOISE_FIRST_MAX_FRACTION,
+        min_scored: int = 0,
     ) -> NoisySelection:
         """:meth:`select` that scores only the documents the noise leaves in the race.
 
@@ -398,12 +399,23 @@ class GaussianNoisyTopK:
 
         **Privacy.** The output law is the full mechanism's (it *is* the full
         mechanism's output), so the guarantee of eq. (2.1) is unchanged. C depends on
-        the noise and the public bounds alone, never on the scores, so which documents
-        are scored, how many, and the work done reveal nothing about the data (unlike
-        :mod:`ragprivacy.retrieval.lazy_noisy`, whose run time depends on the scores).
-        This is an exact rearrangement of the collusion paper's eq. (2.1), not a new
-        mechanism; footnote 1's warning is respected: every slot is noised (z drawn for
-        all n), only scoring is skipped where no score could change the result.
+        the noise and the public bounds alone, never on the scores, so the work done on
+        its own (which documents are scored, how many, whether the fallback ran) reveals
+        nothing about the data (unlike :mod:`ragprivacy.retrieval.lazy_noisy`, whose run
+        time depends on the scores). **But C is a function of the noise, and must stay
+        as secret as the noise**: together with the output it tells more than the output
+        alone. With K = 1 and C = {a, b}, say, the two noises are within Δ of each other,
+        so the winner is decided by s_a − s_b against a noise gap of at most Δ, not σ.
+        The guarantee covers the output only; a deployment that lets an observer see
+        which rows were read (a database's query log) or time the work to the
+        microsecond (|C|), or the fallback (a full scan against a few look-ups), must
+        hide it or account for it. ``min_scored`` = m makes the number scored constant
+        (m) except when |C| > m: at σ = 3,584, Δ = 1, K = 5, n = 10⁶ the noise puts about
+        n·φ(z_(K)/σ)/σ·Δ ≈ 0.006 extra slots within Δ of z_(K), so |C| > 64 essentially
+        never happens; m does not hide *which* rows were read. The full path has no such
+        channel. This is an exact rearrangement of the collusion paper's eq. (2.1), not a
+        new mechanism; footnote 1's warning is respected: every slot is noised (z drawn
+        for all n), only scoring is skipped where no score could change the result.
 
         **Fallback.** When a row's C holds more than ``max_fraction`` of its n slots
         (σ small against Δ), scoring everything at once is cheaper: ``score_all()`` (or,
@@ -419,12 +431,17 @@ class GaussianNoisyTopK:
             score_all: the full score array (shape ``shape``), for the fallback.
             rng: simulation mode only.
             bits: secure mode only (``None`` = fresh OS entropy; :func:`derived_bits`).
+            min_scored: score at least this many documents per row: C padded with the
+                next largest noises (a superset of C changes nothing in the output), so
+                the number scored is the constant ``min_scored`` unless |C| exceeds it.
             max_fraction: the candidate fraction of a row above which everything is
                 scored (default 1/8: a gathered score costs a few times a scanned one).
         """
         simulation_rng(rng, simulation=self.simulation, bits=bits)
         if not 0.0 < float(max_fraction) <= 1.0:
             raise ConfigError(f"The 'max_fraction' must be in (0, 1]; got {max_fraction!r}.")
+        if isinstance(min_scored, bool) or not isinstance(min_scored, int) or min_scored < 0:
+            raise ConfigError(f"The 'min_scored' must be an integer >= 0; got {min_scored!r}.")
         dims = (int(shape),) if isinstance(shape, int | np.integer) else tuple(shape)
         if len(dims) not in (1, 2) or min(dims) < 1:
             raise ConfigError(f"The 'shape' must be N or (Q, N) with Q, N >= 1; got {shape!r}.")
@@ -444,6 +461,8 @@ class GaussianNoisyTopK:
         idx = np.empty((rows.shape[0], min(self.k, n)), dtype=np.int64)
         picked = np.empty(idx.shape, dtype=np.float64)
         for r, cand in enumerate(cands):
+            if cand.size < min_scored:
+                cand = _padded(rows[r], cand, min_scored)
             got = _score_array(score_at(r, cand))
             if got.shape != cand.shape:
                 raise ConfigError(
@@ -477,6 +496,16 @@ class GaussianNoisyTopK:
         if got.shape != cand.shape:
             raise ConfigError(f"units_at returned {got.shape} scores for {cand.size} positions.")
         return cand[top_k_indices(self.clip_units(got) + z[cand], self.k)]
+
+
+def _padded(noise: np.ndarray, cand: IntArray, m: int) -> IntArray:
+    """C together with the positions of the m largest noise values (sorted; all of them
+    when m >= n): a superset of C chosen from the noise alone."""
+    n = noise.size
+    if m >= n:
+        return np.arange(n, dtype=np.int64)
+    top = np.argpartition(noise, n - m)[n - m :]
+    return np.union1d(cand, top).astype(np.int64)
 
 
 def _score_array(scores: FloatArray) -> np.ndarray:

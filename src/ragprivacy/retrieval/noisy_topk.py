@@ -31,7 +31,10 @@ whose noise leaves them a chance of the top K are scored
 (:meth:`~ragprivacy.dp.GaussianNoisyTopK.select_noise_first`, through the index's
 :meth:`~ragprivacy.index.VectorIndex.scores_at`); the output is the full path's, and
 which documents are scored depends on the noise alone. At the default calibration that
-is a handful of documents instead of n. ``lazy=True`` (simulation only) — the exact lazy variant of
+is a handful of documents instead of n. The documents scored are a function of the noise:
+like the noise, they must not be observable next to the output (a database's query log,
+a timing of the fallback's full scan); ``noise_first=False`` has no such channel.
+``lazy=True`` (simulation only) — the exact lazy variant of
 :mod:`ragprivacy.retrieval.lazy_noisy` over the index's (possibly approximate) top-C
 (:func:`~ragprivacy.retrieval.lazy_index_topk`; any index backend, ``pgvector``
 included: its HNSW search gives the candidates and the database scores the rest).
@@ -88,7 +91,10 @@ class NoisyTopKRetriever(Retriever):
             output as scoring all n, from the index's ``scores_at``); needs a
             ``score_range`` (ignored without one). ``False`` scores every document.
         lazy: the exact lazy variant over the index's top ``candidates`` (simulation only).
-        candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``).
+        candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``); with
+            ``noise_first``, the fewest documents scored per query (the candidates padded
+            with the next largest noises, so the count is constant unless more are
+            candidates).
         score_bound: certified upper bound on every score for ``lazy`` (1 for unit
             vectors; a small margin covers float rounding; a tenant may certify a
             tighter bound of its own index); clipped to ``score_range``.
@@ -234,6 +240,7 @@ class NoisyTopKRetriever(Retriever):
                 lambda row, positions: index.scores_at(vectors[row], positions),
                 score_all=lambda: index.scores(vectors),
                 rng=self._rng,
+                min_scored=self.candidates,
             )
         else:
             sel = self.mechanism.select(index.scores(vectors), rng=self._rng)

@@ -99,7 +99,9 @@ class TenantRetriever(Retriever):
         noise_first: score only the documents each query's noise leaves in the race
             (:meth:`~ragprivacy.dp.GaussianNoisyTopK.select_noise_first`, through the
             index's ``scores_at``): the same output as scoring every document, and which
-            documents are scored depends on the noise alone. Used for accounts whose
+            documents are scored depends on the noise alone (so, like the noise, it must
+            not be observable next to the output); at least ``max(64, 8k)`` per query,
+            so the count is constant unless more are candidates. Used for accounts whose
             policy has a score range; ``False`` scores every document.
         rng: the simulation stream.
 
@@ -289,6 +291,7 @@ class TenantRetriever(Retriever):
     ) -> TenantSelection:
         index = self._tenants[target].index
         mech = acc.mechanism
+        pad = max(64, 8 * self.k)  # the fewest documents noise first scores per query
         cache: list[FloatArray] = []
 
         def scores() -> FloatArray:  # every score of the batch, computed at most once
@@ -307,12 +310,14 @@ class TenantRetriever(Retriever):
                     score_all=scores,
                     rng=rng,
                     bits=bits,
+                    min_scored=pad,
                 )
             return mech.select_noise_first(
                 len(index),
                 lambda _, positions: index.scores_at(q[row], positions),
                 score_all=lambda: scores()[row],
                 bits=bits,
+                min_scored=pad,
             )
 
         if self.simulation:
