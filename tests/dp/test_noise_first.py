@@ -137,7 +137,7 @@ def test_fallback_without_score_all_and_the_fraction_knob(simulation: bool) -> N
         scores.shape, rec.at, score_all=rec.all, max_fraction=1.0, **_noise(mech, 5)
     )
     assert _same(full, got) and rec.full_calls == 0
-    assert NOISE_FIRST_MAX_FRACTION == 0.125
+    assert NOISE_FIRST_MAX_FRACTION == 0.0625
 
 
 @pytest.mark.parametrize("bits", [0, 2])

@@ -211,7 +211,7 @@ def test_noise_first_over_pgvector(postgres_url: str) -> None:
                     np.testing.assert_array_equal(lazy.indices, full.indices)
                     np.testing.assert_array_equal(lazy.noisy_scores, full.noisy_scores)
                     assert bool(asked) == (sigma >= 3.0)  # σ = 0.05: one scan instead
-                    assert sum(asked) <= n / 8
+                    assert sum(asked) <= n / 16
         ids = [f"d{i}" for i in range(n)]
         kb = KnowledgeBase(
             Corpus([Document(i, f"text {i}") for i in ids]), HashingEmbedder(dim=DIM), index

@@ -75,9 +75,9 @@ PAPER_SCORE_RANGE: Final[tuple[float, float]] = (0.0, 1.0)
 _REC_LABEL = "rec_q"
 
 #: :meth:`GaussianNoisyTopK.select_noise_first` scores everything at once when more than
-#: this fraction of a row's documents are candidates (a gathered score costs a few
-#: scanned ones; ``benchmarks/bench_retrieval.py`` measures the crossover).
-NOISE_FIRST_MAX_FRACTION: Final[float] = 0.125
+#: this fraction of a row's documents are candidates: gathered scores of n/16 documents
+#: cost 0.80x one scan, of n/8 1.33x (10^6 x 384, ``benchmarks/bench_retrieval.py``).
+NOISE_FIRST_MAX_FRACTION: Final[float] = 0.0625
 
 
 def query_input(
@@ -435,7 +435,8 @@ class GaussianNoisyTopK:
                 next largest noises (a superset of C changes nothing in the output), so
                 the number scored is the constant ``min_scored`` unless |C| exceeds it.
             max_fraction: the candidate fraction of a row above which everything is
-                scored (default 1/8: a gathered score costs a few times a scanned one).
+                scored (default 1/16, :data:`NOISE_FIRST_MAX_FRACTION`: a gathered score
+                costs about ten scanned ones).
         """
         simulation_rng(rng, simulation=self.simulation, bits=bits)
         if not 0.0 < float(max_fraction) <= 1.0:
