@@ -1,7 +1,10 @@
 """Private retrieval at the scan floor: each path as a ratio to its named baseline, one run.
 
 1. **Exact noisy top-K** (collusion paper eq. 2.1: score every document, noise every
-   score, take the top K), timed through the public ``NoisyTopKRetriever.retrieve`` over a
+   score, take the top K), timed through the public ``NoisyTopKRetriever.retrieve``
+   (``noise_first=False``: every document scored, and the default noise-first path,
+   which draws the same noise for every document but scores only those the noise leaves
+   in the race: ``GaussianNoisyTopK.select_noise_first``, the same output) over a
    ``faiss-flat`` knowledge base of n random 384-d unit vectors, at the default
    calibration (ε_acc = 1, δ_acc = 1e-6, n = 10^4 queries, ``calibration="paper"``,
    Δ = 1 with ``PAPER_SCORE_RANGE``: σ ≈ 3,584, where the secure sampler is slowest),
@@ -9,8 +12,12 @@
    a FAISS flat search (``IndexFlatIP.search``, top-K) of the same query vectors at its
    faster OpenMP setting (1 or 2 threads, both measured; on a busy machine 2 threads can
    be several times slower). Also reported: numpy's GEMV over the same vectors, the
-   noise's share of the query time (the noise drawn alone, same size), and whether
-   splitting the float noise over two threads pays.
+   noise's share of the query time (the noise drawn alone, same size), whether
+   splitting the float noise over two threads pays; for noise first, the fraction of
+   documents scored, whether its output equals the full path's over a one-query scan
+   (``identical_rate``), how often the index's two score routes differ in the last bit
+   (``scores_at`` against a one-query and a batch ``scores``), and the cost of gathered
+   scores of a fraction f of the documents against one scan (the fallback threshold).
 2. **Lazy noise-then-select when it falls back** (σ ≤ 0.3; ``lazy_noisy_topk`` over
    FAISS HNSW top-C candidates with one global bound u = 1, the retriever's score
    callback), against the plain full-noise path over the same vectors (the same one-scan
@@ -94,11 +101,15 @@ def bench_floor(n: int, dim: int, k: int, repeats: int, rng: np.random.Generator
     flat = faiss.IndexFlatIP(dim)
     flat.add(kb.index.vectors())
     rows = np.asarray(kb.index.vectors())
-    common = dict(k=k, epsilon_acc=1.0, delta_acc=1e-6, queries_per_account=10_000)
+    common: dict[str, Any] = dict(k=k, epsilon_acc=1.0, delta_acc=1e-6, queries_per_account=10_000)
     float_r = NoisyTopKRetriever(
+        kb, **common, score_range=PAPER_SCORE_RANGE, simulation=True, rng=0, noise_first=False
+    )
+    secure_r = NoisyTopKRetriever(kb, **common, score_range=PAPER_SCORE_RANGE, noise_first=False)
+    float_nf = NoisyTopKRetriever(
         kb, **common, score_range=PAPER_SCORE_RANGE, simulation=True, rng=0
     )
-    secure_r = NoisyTopKRetriever(kb, **common, score_range=PAPER_SCORE_RANGE)
+    secure_nf = NoisyTopKRetriever(kb, **common, score_range=PAPER_SCORE_RANGE)
     sigma = float_r.sigma
     mech = secure_r.mechanism
     gen = np.random.default_rng(1)
@@ -118,6 +129,8 @@ def bench_floor(n: int, dim: int, k: int, repeats: int, rng: np.random.Generator
         "numpy_gemv": lambda r: rows @ vectors[r],
         "retrieve_float": lambda r: float_r.retrieve(texts[r], account="bench"),
         "retrieve_secure": lambda r: secure_r.retrieve(texts[r], account="bench"),
+        "retrieve_float_nf": lambda r: float_nf.retrieve(texts[r], account="bench"),
+        "retrieve_secure_nf": lambda r: secure_nf.retrieve(texts[r], account="bench"),
         "noise_float_1t": lambda r: standard_normal_float(gen, n, threads=1) * sigma,
         "noise_float_2t": lambda r: standard_normal_float(gen, n, threads=2) * sigma,
         "noise_secure": lambda r: mech.noise_units(n, bits=bits),
@@ -130,32 +143,138 @@ def bench_floor(n: int, dim: int, k: int, repeats: int, rng: np.random.Generator
     base = min(med["faiss_flat_1t"], med["faiss_flat_2t"])
     base_name = "faiss_flat_1t" if med["faiss_flat_1t"] <= med["faiss_flat_2t"] else "faiss_flat_2t"
     noise_float = min(med["noise_float_1t"], med["noise_float_2t"])
+    checks = _noise_first_checks(
+        kb, vectors, float_nf.mechanism, secure_nf.mechanism, float_nf.candidates
+    )
     out = []
     for path, key, noise in (
         ("float", "retrieve_float", noise_float),
         ("secure", "retrieve_secure", med["noise_secure"]),
     ):
+        common_row = {
+            "n": n,
+            "dim": dim,
+            "sigma": sigma,
+            "baseline": f"FAISS flat search ({base_name})",
+            "baseline_ms": base * 1e3,
+            "noise_ms": noise * 1e3,
+            "embed_ms": med["embed"] * 1e3,
+            "faiss_flat_1t_ms": med["faiss_flat_1t"] * 1e3,
+            "faiss_flat_2t_ms": med["faiss_flat_2t"] * 1e3,
+            "numpy_gemv_ms": med["numpy_gemv"] * 1e3,
+        }
         out.append(
             {
                 "row": f"exact noisy top-K, {path}",
-                "n": n,
-                "dim": dim,
-                "sigma": sigma,
-                "baseline": f"FAISS flat search ({base_name})",
+                **common_row,
                 "retrieve_ms": med[key] * 1e3,
-                "baseline_ms": base * 1e3,
                 "ratio_to_faiss_flat": med[key] / base,
                 "ratio_to_numpy_gemv": med[key] / med["numpy_gemv"],
-                "noise_ms": noise * 1e3,
                 "noise_share": noise / med[key],
-                "embed_ms": med["embed"] * 1e3,
-                "faiss_flat_1t_ms": med["faiss_flat_1t"] * 1e3,
-                "faiss_flat_2t_ms": med["faiss_flat_2t"] * 1e3,
-                "numpy_gemv_ms": med["numpy_gemv"] * 1e3,
                 "noise_float_2t_over_1t": med["noise_float_2t"] / med["noise_float_1t"],
             }
         )
+        nf = med[key + "_nf"]
+        out.append(
+            {
+                "row": f"noise-first noisy top-K, {path}",
+                **common_row,
+                "retrieve_ms": nf * 1e3,
+                "ratio_to_faiss_flat": nf / base,
+                "ratio_to_full_path": nf / med[key],
+                "noise_share": noise / nf,
+                **checks[path],
+            }
+        )
+    out.append(_gather_crossover(kb, vectors, repeats))
     return out
+
+
+def _noise_first_checks(
+    kb: KnowledgeBase,
+    vectors: np.ndarray,
+    float_m: GaussianNoisyTopK,
+    secure_m: GaussianNoisyTopK,
+    pad: int,
+) -> dict[str, dict[str, float]]:
+    """Per path: the mean fraction of documents noise first scores as the retriever runs
+    it (at least ``pad``), the candidates alone (mean and max |C|), and how often its
+    output equals the full path's over a one-query scan (same noise). Also how often
+    ``scores_at`` differs in the last bit from a one-query and from a batch ``scores``."""
+    index = kb.index
+    n = len(index)
+    pos = np.random.default_rng(9).choice(n, min(n, 20_000), replace=False)
+    batch = index.scores(vectors[:4])
+    diff_one = diff_batch = 0
+    for r in range(4):
+        gathered = index.scores_at(vectors[r], pos)
+        diff_one += int((gathered != index.scores(vectors[r])[0][pos]).sum())
+        diff_batch += int((gathered != batch[r][pos]).sum())
+    routes = {
+        "scores_at_vs_one_query_scan_differ": diff_one / (4 * pos.size),
+        "scores_at_vs_batch_scan_differ": diff_batch / (4 * pos.size),
+    }
+    out: dict[str, dict[str, float]] = {}
+    for path, mech in (("float", float_m), ("secure", secure_m)):
+        fractions, cands, same = [], [], []
+        for r in range(len(vectors)):
+
+            def noise(r: int = r, mech: GaussianNoisyTopK = mech) -> dict[str, Any]:
+                if mech.simulation:
+                    return {"rng": r}
+                return {"bits": ChaCha20Bits.derived(bytes(32), ("bench", r))}
+
+            asked = [0]
+
+            def at(_: int, p: np.ndarray, r: int = r, asked: list[int] = asked) -> np.ndarray:
+                asked[0] += p.size
+                return np.asarray(index.scores_at(vectors[r], p))
+
+            # As the retriever runs it (padded to its max(64, 8K)), then the candidates
+            # alone (no padding), then the full path over a one-query scan.
+            lazy = mech.select_noise_first(n, at, min_scored=pad, **noise())
+            fractions.append(asked[0] / n)
+            asked[0] = 0
+            mech.select_noise_first(n, at, **noise())
+            cands.append(asked[0])
+            full = mech.select(index.scores(vectors[r])[0], **noise())
+            same.append(
+                np.array_equal(lazy.indices, full.indices)
+                and np.array_equal(lazy.noisy_scores, full.noisy_scores)
+            )
+        out[path] = {
+            "scored_fraction": float(np.mean(fractions)),
+            "scored_docs_mean": float(np.mean(fractions)) * n,
+            "candidates_mean": float(np.mean(cands)),
+            "candidates_max": int(np.max(cands)),
+            "identical_rate": float(np.mean(same)),
+            **routes,
+        }
+    return out
+
+
+def _gather_crossover(kb: KnowledgeBase, vectors: np.ndarray, repeats: int) -> dict[str, Any]:
+    """Gathered scores (``scores_at``) of a fraction f of the documents against one scan
+    (``scores``): where noise first should stop gathering and scan."""
+    index = kb.index
+    n = len(index)
+    gen = np.random.default_rng(4)
+    fractions = (1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
+    picks = {f: np.sort(gen.choice(n, max(1, int(f * n)), replace=False)) for f in fractions}
+    fns: dict[str, Callable[[int], object]] = {"scan": lambda r: index.scores(vectors[r])}
+
+    def gather(p: np.ndarray) -> Callable[[int], object]:
+        return lambda r: index.scores_at(vectors[r], p)
+
+    for f in fractions:
+        fns[f"gather_{f:g}"] = gather(picks[f])
+    med = _interleaved(fns, max(3, repeats // 3))
+    return {
+        "row": "gathered scores of a fraction f against one scan",
+        "n": n,
+        "scan_ms": med["scan"] * 1e3,
+        **{f"ratio_f_{f:g}": med[f"gather_{f:g}"] / med["scan"] for f in fractions},
+    }
 
 
 def _clustered(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ragprivacy.dp.account import (
     DEFAULT_SCORE_RANGE,
+    NOISE_FIRST_MAX_FRACTION,
     PAPER_SCORE_RANGE,
     AccountCounter,
     AccountPolicy,
@@ -169,6 +170,7 @@ __all__ = [
     "MemoryBudgetStore",
     "MiaPrediction",
     "NNHistogram",
+    "NOISE_FIRST_MAX_FRACTION",
     "NoOpEvent",
     "NoisyCounts",
     "NoisySelection",

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Final
@@ -55,6 +55,7 @@ from ragprivacy.errors import BudgetExhaustedError, ConfigError
 
 __all__ = [
     "DEFAULT_SCORE_RANGE",
+    "NOISE_FIRST_MAX_FRACTION",
     "PAPER_SCORE_RANGE",
     "AccountCounter",
     "AccountPolicy",
@@ -72,6 +73,11 @@ DEFAULT_SCORE_RANGE: Final[tuple[float, float]] = (-1.0, 1.0)
 PAPER_SCORE_RANGE: Final[tuple[float, float]] = (0.0, 1.0)
 
 _REC_LABEL = "rec_q"
+
+#: :meth:`GaussianNoisyTopK.select_noise_first` scores everything at once when more than
+#: this fraction of a row's documents are candidates: gathered scores of n/16 documents
+#: cost 0.80x one scan, of n/8 1.33x (10^6 x 384, ``benchmarks/bench_retrieval.py``).
+NOISE_FIRST_MAX_FRACTION: Final[float] = 0.0625
 
 
 def query_input(
@@ -253,36 +259,269 @@ class GaussianNoisyTopK:
                 :func:`derived_bits` for audited noise).
         """
         simulation_rng(rng, simulation=self.simulation, bits=bits)
-        arr = np.asarray(scores)
-        if arr.dtype not in (np.float32, np.float64):  # float32 scores stay float32 (no copy)
-            arr = arr.astype(np.float64)
-        if arr.ndim not in (1, 2) or arr.shape[-1] == 0:
-            raise ConfigError(
-                f"Scores must be a non-empty 1-D or 2-D array; got shape {arr.shape}."
-            )
-        if not np.isfinite(arr).all():
-            bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-            raise ConfigError(f"Scores must be finite; got {bad} NaN or infinite value(s).")
+        arr = _score_array(scores)
         # One buffer per call, written in place: the noise, then the (clipped) scores added
         # to it; the top K are read from it without a negated copy.
+        noisy = self._draw(arr.shape, rng, bits)
+        return self._finish(noisy, arr)
+
+    def _draw(self, shape: tuple[int, ...], rng: RngLike, bits: ChaCha20Bits | None) -> np.ndarray:
+        """The noise of every slot, as :meth:`select` draws it: σ·N(0, 1) floats from
+        ``rng`` (simulation) or discrete Gaussian grid units from ``bits`` (secure)."""
         if self.simulation:
-            noisy = standard_normal_float(make_rng(rng), arr.shape)
-            noisy *= self.sigma
-            noisy += arr if self.score_range is None else self._clipped(arr)
-            idx = top_k_indices(noisy, self.k)
-            picked = np.take_along_axis(noisy, idx, axis=-1)
+            noise = standard_normal_float(make_rng(rng), shape)
+            noise *= self.sigma
+            return noise
+        return self.noise_units(shape, bits=bits)
+
+    def _add_scores(self, noise: np.ndarray, arr: np.ndarray) -> None:
+        """noise += clip(arr) (simulation) or noise += units of clip(arr) (secure), in
+        place, element by element: a subset of slots gets the same values as the whole."""
+        if self.simulation:
+            noise += arr if self.score_range is None else self._clipped(arr)
         else:
-            z = self.noise_units(arr.shape, bits=bits)
-            z += self._units(arr)  # the noisy integer scores clip(s) + z, in place
-            idx = top_k_indices(z, self.k)  # = select_units(units, noise): ties to lower
-            picked = np.asarray(self.grid.from_units(np.take_along_axis(z, idx, axis=-1)))
+            noise += self._units(arr)  # the noisy integer scores clip(s) + z
+
+    def _picked(self, noisy: np.ndarray, idx: IntArray) -> FloatArray:
+        picked = np.take_along_axis(noisy, idx, axis=-1)
+        return picked if self.simulation else np.asarray(self.grid.from_units(picked))
+
+    def _finish(self, noisy: np.ndarray, arr: np.ndarray) -> NoisySelection:
+        """The rest of the full path: add every score to its noise, take the top K (ties
+        to the lower position; for secure units this is :meth:`select_units`)."""
+        if noisy.shape != arr.shape:
+            raise ConfigError(f"The scores have shape {arr.shape}; {noisy.shape} were expected.")
+        self._add_scores(noisy, arr)
+        idx = top_k_indices(noisy, self.k)
+        return self._selection(idx, self._picked(noisy, idx), arr.ndim == 1, arr.shape[0])
+
+    def _selection(
+        self, idx: IntArray, picked: FloatArray, one_row: bool, rows: int
+    ) -> NoisySelection:
         one = self.event
         return NoisySelection(
             indices=idx,
             noisy_scores=picked,
-            event=one if arr.ndim == 1 else SelfComposedEvent(one, arr.shape[0]),
+            event=one if one_row else SelfComposedEvent(one, rows),
             event_per_query=one,
         )
+
+    # -------------------------------------------------------------- noise first
+    def noise_bounds(self) -> tuple[float, float] | tuple[int, int]:
+        """Certified bounds [lo, hi] of every clipped score *as the noise is added to it*:
+        :meth:`bounds_units` in secure mode; in simulation mode the range widened to cover
+        a float32 clip (``np.clip`` of float32 scores rounds the range's ends to
+        float32), so that lo ≤ c ≤ hi holds for every clipped score c of either dtype."""
+        bounds = self.bounds_units()
+        if bounds is None:
+            raise ConfigError(
+                "The noise-first selection needs the public score_range that certifies "
+                "every clipped score; this mechanism takes Δ on trust (score_range=None)."
+            )
+        if not self.simulation:
+            return bounds
+        lo, hi = self.score_range  # type: ignore[misc]  # not None: bounds exist
+        return (min(float(lo), float(np.float32(lo))), max(float(hi), float(np.float32(hi))))
+
+    def noise_first_positions(self, noise: np.ndarray) -> IntArray:
+        """The candidates C of one query: the sorted positions whose noise alone leaves
+        them a chance of the top K (:meth:`select_noise_first` has the rule and proof).
+
+        ``noise`` is one row of noise exactly as :meth:`select` adds it: σ-scaled float64
+        values (simulation) or integer grid units (secure). C depends on the noise and
+        the public bounds only, never on a score.
+        """
+        z = np.asarray(noise)
+        if z.ndim != 1:
+            raise ConfigError(f"One row of noise is required; got shape {z.shape}.")
+        n, k = z.size, self.k
+        lo, hi = self.noise_bounds()
+        if n <= k:
+            return np.arange(n, dtype=np.int64)
+        if self.simulation:
+            # fl(· + lo) is non-decreasing, so the K-th largest of fl(z + lo) is
+            # fl(z_(K) + lo), z_(K) the K-th largest noise value.
+            z_k = np.partition(z, n - k)[n - k]
+            t = np.float64(z_k) + np.float64(lo)
+            # fl(z_i + hi) >= t needs z_i + hi >= t - |t|·2^-53 (round to nearest), so a
+            # looser cut on z alone keeps every candidate (2^-50 covers the rounding of
+            # t - hi too); the exact test then runs on those few only.
+            slack = (abs(float(t)) + abs(float(hi)) + abs(float(t) - float(hi))) * 2.0**-50
+            near = np.flatnonzero(z >= (float(t) - float(hi)) - slack)
+            return near[z[near] + np.float64(hi) >= t].astype(np.int64)
+        # Integers: T = z_(K) + lo exactly, and z_i + hi >= T  <=>  z_i >= z_(K) - (hi - lo).
+        z_k = int(np.partition(z, n - k)[n - k])
+        cut = z_k - (int(hi) - int(lo))
+        if cut <= np.iinfo(np.int64).min:
+            return np.arange(n, dtype=np.int64)
+        return np.flatnonzero(z >= cut).astype(np.int64)
+
+    def select_noise_first(
+        self,
+        shape: int | tuple[int, int],
+        score_at: Callable[[int, IntArray], FloatArray],
+        *,
+        score_all: Callable[[], FloatArray] | None = None,
+        rng: RngLike = None,
+        bits: ChaCha20Bits | None = None,
+        max_fraction: float = NOISE_FIRST_MAX_FRACTION,
+        min_scored: int = 0,
+    ) -> NoisySelection:
+        """:meth:`select` that scores only the documents the noise leaves in the race.
+
+        Returns exactly what ``select(scores, rng=rng, bits=bits)`` returns — the same
+        indices and the same noisy scores, bit for bit — when ``score_at(row, p)`` gives
+        ``scores[row, p]`` (``scores[p]`` for one query, ``row = 0``) and ``score_all()``
+        the whole ``scores`` array.
+
+        **Rule.** Draw the noise z of *all* ``shape`` slots exactly as :meth:`select`
+        does (the same generator calls in the same order, so the same values). Every
+        clipped score c_i lies in the public [lo, hi] (:meth:`noise_bounds`), so each
+        noisy score v_i = c_i + z_i lies in [z_i + lo, z_i + hi]. Let T be the K-th
+        largest of z + lo. A slot with z_i + hi < T cannot be in the top K, so only the
+        candidates C = {i : z_i + hi ≥ T} are scored (``score_at(row, C)``, C sorted by
+        position), their noisy scores formed with the full path's arithmetic, and the
+        top K of C taken with ties to the lower position.
+
+        **Proof of exactness.** Let S be K slots with the K largest values of z + lo
+        (so z_j + lo ≥ T and v_j ≥ z_j + lo ≥ T for j ∈ S). For i ∉ C, v_i ≤ z_i + hi <
+        T ≤ v_j for every j ∈ S, and i ∉ S (z_i + lo ≤ z_i + hi < T): K slots beat i
+        strictly, so i is not in the top K whatever the tie rule. S ⊆ C (z_j + hi ≥
+        z_j + lo ≥ T), so |C| ≥ K, and the top K of the total order (v descending,
+        position ascending) lies in C; restricted to C (kept in position order, so the
+        lower index is the lower position) that order is unchanged, hence the same K
+        slots in the same order. The values are bit-identical: each v_i is the same
+        element-wise operation on the same z_i and score. In secure mode everything is
+        in integer grid units (exact). In simulation mode v_i = fl(z_i + c_i), and
+        fl(z_i + lo) ≤ fl(z_i + c_i) ≤ fl(z_i + hi) because rounding is monotone, so the
+        argument holds with fl(z + lo) and fl(z + hi), which is what is computed (the
+        K-th largest of fl(z + lo) is fl(z_(K) + lo), fl(· + lo) being non-decreasing). ∎
+
+        **Privacy.** The output law is the full mechanism's (it *is* the full
+        mechanism's output), so the guarantee of eq. (2.1) is unchanged. C depends on
+        the noise and the public bounds alone, never on the scores, so the work done on
+        its own (which documents are scored, how many, whether the fallback ran) reveals
+        nothing about the data (unlike :mod:`ragprivacy.retrieval.lazy_noisy`, whose run
+        time depends on the scores). **But C is a function of the noise, and must stay
+        as secret as the noise**: together with the output it tells more than the output
+        alone. With K = 1 and C = {a, b}, say, the two noises are within Δ of each other,
+        so the winner is decided by s_a − s_b against a noise gap of at most Δ, not σ.
+        The guarantee covers the output only; a deployment that lets an observer see
+        which rows were read (a database's query log) or time the work to the
+        microsecond (|C|), or the fallback (a full scan against a few look-ups), must
+        hide it or account for it. ``min_scored`` = m makes the number scored constant
+        (m) except when |C| > m: at σ = 3,584, Δ = 1, K = 5, n = 10⁶ the noise puts about
+        n·φ(z_(K)/σ)/σ·Δ ≈ 0.006 extra slots within Δ of z_(K), so |C| > 64 essentially
+        never happens; m does not hide *which* rows were read. The full path has no such
+        channel. This is an exact rearrangement of the collusion paper's eq. (2.1), not a
+        new mechanism; footnote 1's warning is respected: every slot is noised (z drawn
+        for all n), only scoring is skipped where no score could change the result.
+
+        **Fallback.** When a row's C holds more than ``max_fraction`` of its n slots
+        (σ small against Δ), scoring everything at once is cheaper: ``score_all()`` (or,
+        without it, ``score_at(row, all positions)`` per row) is scored for the whole
+        call and the full path finishes with the noise already drawn. The choice depends
+        on the noise only. Scores outside C are never read, so a NaN there goes
+        unnoticed (:meth:`select` refuses it).
+
+        Args:
+            shape: N for one query, (Q, N) for Q queries (one row of noise each).
+            score_at: ``(row, positions) -> scores`` of those positions for query row
+                ``row``, in the given order.
+            score_all: the full score array (shape ``shape``), for the fallback.
+            rng: simulation mode only.
+            bits: secure mode only (``None`` = fresh OS entropy; :func:`derived_bits`).
+            min_scored: score at least this many documents per row: C padded with the
+                next largest noises (a superset of C changes nothing in the output), so
+                the number scored is the constant ``min_scored`` unless |C| exceeds it.
+            max_fraction: the candidate fraction of a row above which everything is
+                scored (default 1/16, :data:`NOISE_FIRST_MAX_FRACTION`: a gathered score
+                costs about ten scanned ones).
+        """
+        simulation_rng(rng, simulation=self.simulation, bits=bits)
+        if not 0.0 < float(max_fraction) <= 1.0:
+            raise ConfigError(f"The 'max_fraction' must be in (0, 1]; got {max_fraction!r}.")
+        if isinstance(min_scored, bool) or not isinstance(min_scored, int) or min_scored < 0:
+            raise ConfigError(f"The 'min_scored' must be an integer >= 0; got {min_scored!r}.")
+        dims = (int(shape),) if isinstance(shape, int | np.integer) else tuple(shape)
+        if len(dims) not in (1, 2) or min(dims) < 1:
+            raise ConfigError(f"The 'shape' must be N or (Q, N) with Q, N >= 1; got {shape!r}.")
+        self.noise_bounds()  # refuse before drawing anything when there are no bounds
+        noisy = self._draw(dims, rng, bits)
+        rows = np.atleast_2d(noisy)
+        n = rows.shape[1]
+        cands = [self.noise_first_positions(rows[r]) for r in range(rows.shape[0])]
+        if max(c.size for c in cands) > float(max_fraction) * n:
+            if score_all is not None:
+                arr = _score_array(score_all())
+            else:
+                every = np.arange(n, dtype=np.int64)
+                per_row = [_score_array(score_at(r, every)) for r in range(rows.shape[0])]
+                arr = per_row[0] if len(dims) == 1 else np.stack(per_row)
+            return self._finish(noisy, arr)
+        idx = np.empty((rows.shape[0], min(self.k, n)), dtype=np.int64)
+        picked = np.empty(idx.shape, dtype=np.float64)
+        for r, cand in enumerate(cands):
+            if cand.size < min_scored:
+                cand = _padded(rows[r], cand, min_scored)
+            got = _score_array(score_at(r, cand))
+            if got.shape != cand.shape:
+                raise ConfigError(
+                    f"score_at returned {got.shape} scores for {cand.size} positions."
+                )
+            part = rows[r][cand]  # a copy: the noise of the candidates
+            self._add_scores(part, got)
+            best = top_k_indices(part, self.k)
+            idx[r] = cand[best]
+            picked[r] = self._picked(part, best)
+        if len(dims) == 1:
+            return self._selection(idx[0], picked[0], True, 1)
+        return self._selection(idx, picked, False, dims[0])
+
+    def select_units_noise_first(
+        self, noise_units: IntArray, units_at: Callable[[IntArray], IntArray]
+    ) -> IntArray:
+        """:meth:`select_units` of one query from the scores of its candidates only.
+
+        Returns ``select_units(scores_units, noise_units)`` exactly when
+        ``units_at(p)`` gives ``scores_units[p]`` (the rule and proof are
+        :meth:`select_noise_first`'s, in integer units); ``units_at`` is called once,
+        with :meth:`noise_first_positions` of the noise. For a re-execution that
+        derives z_q from :func:`derived_bits` and scores only what z_q leaves in the race.
+        """
+        z = np.asarray(noise_units, dtype=np.int64)
+        if self.simulation:
+            raise ConfigError("Integer noise is the secure path; this mechanism simulates.")
+        cand = self.noise_first_positions(z)
+        got = np.asarray(units_at(cand), dtype=np.int64)
+        if got.shape != cand.shape:
+            raise ConfigError(f"units_at returned {got.shape} scores for {cand.size} positions.")
+        return cand[top_k_indices(self.clip_units(got) + z[cand], self.k)]
+
+
+def _padded(noise: np.ndarray, cand: IntArray, m: int) -> IntArray:
+    """C together with the positions of the m largest noise values (sorted; all of them
+    when m >= n): a superset of C chosen from the noise alone."""
+    n = noise.size
+    if m >= n:
+        return np.arange(n, dtype=np.int64)
+    top = np.argpartition(noise, n - m)[n - m :]
+    return np.union1d(cand, top).astype(np.int64)
+
+
+def _score_array(scores: FloatArray) -> np.ndarray:
+    """Scores as :meth:`GaussianNoisyTopK.select` reads them: float32 stays float32
+    (no copy), anything else becomes float64; a non-empty 1-D or 2-D array of finite
+    values, or a :class:`ConfigError`."""
+    arr = np.asarray(scores)
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float64)
+    if arr.ndim not in (1, 2) or arr.shape[-1] == 0:
+        raise ConfigError(f"Scores must be a non-empty 1-D or 2-D array; got shape {arr.shape}.")
+    if not np.isfinite(arr).all():
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ConfigError(f"Scores must be finite; got {bad} NaN or infinite value(s).")
+    return arr
 
 
 # --------------------------------------------------------------------------- policy

@@ -22,6 +22,7 @@ __all__ = [
     "check_num_threads",
     "exact_topk",
     "finish_result",
+    "gathered_scores",
     "query_chunk_rows",
 ]
 
@@ -176,3 +177,29 @@ def blas_threads(num_threads: int | None) -> Iterator[None]:
 
     with threadpool_limits(limits=num_threads, user_api="blas"):
         yield
+
+
+#: A gathered score block is padded with zero rows to a multiple of this many rows, so
+#: that BLAS's main GEMV kernel computes every product, as it does for all but the last
+#: few rows of a scan (OpenBLAS's tail kernel sums in another order: measured 1-ulp
+#: differences on ~0.4 % of unpadded gathered scores, none on padded ones).
+GATHER_PAD = 16
+
+
+def gathered_scores(stored: np.ndarray, query: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Inner products of one query (``[dim]``) with ``stored[positions]``, float32.
+
+    The same product as a one-query scan, ``query[None, :] @ stored.T``, over a gathered
+    (and padded, :data:`GATHER_PAD`) block, so each value is the scan's value bit for bit
+    except where the scan's BLAS used its tail kernel or another thread split (measured
+    in ``benchmarks/bench_retrieval.py``). A batch scan of several queries (a GEMM) sums
+    in another order and differs from both in the last bit for most scores.
+    """
+    m = positions.size
+    if m == 0:
+        return np.empty(0, dtype=np.float32)
+    block = np.empty((-(-m // GATHER_PAD) * GATHER_PAD, stored.shape[1]), dtype=np.float32)
+    np.take(stored, positions, axis=0, out=block[:m])
+    block[m:] = 0.0
+    q = np.ascontiguousarray(query, dtype=np.float32)[None, :]
+    return np.asarray(q @ block.T, dtype=np.float32)[0, :m]

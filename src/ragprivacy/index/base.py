@@ -75,8 +75,19 @@ class VectorIndex(ABC):
 
     def scores_at(self, query: FloatArray, positions: IntArray) -> FloatArray:
         """Exact inner products of one query (``[dim]`` or ``[1, dim]``) with the stored
-        vectors at ``positions``, in that order, float32. Default: from :meth:`vectors`;
-        a database backend scores them where they are stored."""
+        vectors at ``positions``, in that order, float32. Default: from :meth:`vectors`,
+        the one-query scan's product over the gathered rows
+        (:func:`~ragprivacy.index._checks.gathered_scores`); a database backend scores
+        them where they are stored."""
+        from ragprivacy.index._checks import gathered_scores
+
+        q, pos = self._scores_at_args(query, positions)
+        return gathered_scores(np.asarray(self.vectors()), q[0], pos)
+
+    def _scores_at_args(
+        self, query: FloatArray, positions: IntArray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One query as ``[1, dim]`` float32 and the positions as int64, both checked."""
         from ragprivacy.index._checks import as_queries
 
         q = as_queries(query, self.dim)
@@ -87,7 +98,7 @@ class VectorIndex(ABC):
             raise ConfigError(
                 f"Positions must lie in [0, {len(self)}); got {pos.min()}..{pos.max()}."
             )
-        return np.asarray(self.vectors()[pos] @ q[0], dtype=np.float32)
+        return q, pos
 
     @abstractmethod
     def vectors(self) -> FloatArray:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._typing import FloatArray
+from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_positive_int
 from ragprivacy.index._checks import (
     CHUNK_BYTES,
@@ -21,6 +21,7 @@ from ragprivacy.index._checks import (
     check_num_threads,
     exact_topk,
     finish_result,
+    gathered_scores,
     query_chunk_rows,
 )
 from ragprivacy.index.base import SearchResult, VectorIndex
@@ -94,6 +95,14 @@ class ExactIndex(VectorIndex):
         q = as_queries(queries, self.dim)
         with blas_threads(self.num_threads):
             return np.asarray(q @ self._buffer[: len(self)].T, dtype=np.float32)
+
+    def scores_at(self, query: FloatArray, positions: IntArray) -> FloatArray:
+        """The scores of ``positions`` for one query: :meth:`scores`'s product over the
+        gathered rows, under the same BLAS thread setting (bit-identical to a one-query
+        :meth:`scores` except where BLAS used its tail kernel, :func:`gathered_scores`)."""
+        q, pos = self._scores_at_args(query, positions)
+        with blas_threads(self.num_threads):
+            return gathered_scores(self._buffer[: len(self)], q[0], pos)
 
     def search(self, queries: FloatArray, k: int) -> SearchResult:
         q = as_queries(queries, self.dim)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._typing import FloatArray
+from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy._validation import check_positive_int
 from ragprivacy.errors import BackendError, DataError
 from ragprivacy.index._checks import (
@@ -32,6 +32,7 @@ from ragprivacy.index._checks import (
     check_new_ids,
     check_num_threads,
     finish_result,
+    gathered_scores,
 )
 from ragprivacy.index.base import SearchResult, VectorIndex
 
@@ -128,6 +129,15 @@ class _FaissIndex(VectorIndex):
         q = as_queries(queries, self.dim)
         with blas_threads(self.num_threads):
             return np.asarray(q @ self._stored().T, dtype=np.float32)
+
+    def scores_at(self, query: FloatArray, positions: IntArray) -> FloatArray:
+        """The scores of ``positions`` for one query: :meth:`scores`'s BLAS product over
+        the gathered rows of FAISS's storage, under the same thread setting (bit-identical
+        to a one-query :meth:`scores` except where BLAS used its tail kernel,
+        :func:`~ragprivacy.index._checks.gathered_scores`)."""
+        q, pos = self._scores_at_args(query, positions)
+        with blas_threads(self.num_threads):
+            return gathered_scores(self._stored(), q[0], pos)
 
     def search(self, queries: FloatArray, k: int) -> SearchResult:
         q = as_queries(queries, self.dim)

@@ -81,7 +81,11 @@ the fallback); a deployment must pad the response time or treat timing as out of
 :func:`ragprivacy.dp.gaussian_noise_float`, the binomial counts, the uniform subsets and
 the truncated normals from the same ``rng``): this is the float fast path, not the secure
 integer sampler. An integer-exact lazy variant needs a truncated discrete Gaussian
-sampler, which ``ragprivacy.dp`` does not provide.
+sampler, which ``ragprivacy.dp`` does not provide. The other way round —
+:meth:`ragprivacy.dp.GaussianNoisyTopK.select_noise_first`, the retrievers' default — draws
+the noise of every document with the secure sampler (or the float one) and skips only the
+*scoring* of documents whose noise leaves them no chance; its run time depends on the
+noise, not on the scores, and its output is the full path's bit for bit.
 """
 
 from __future__ import annotations

@@ -25,7 +25,16 @@ calibration; the top-K indices are post-processing.
 
 Modes: secure (default) — exact discrete Gaussian on a fixed-point grid
 (:class:`~ragprivacy.dp.GaussianNoisyTopK`); ``simulation=True`` — numpy float noise from
-``rng``; ``lazy=True`` (simulation only) — the exact lazy variant of
+``rng``. Both score **noise first** by default (``noise_first=True``, with a score range):
+the noise of every document is drawn as the full path draws it, and only the documents
+whose noise leaves them a chance of the top K are scored
+(:meth:`~ragprivacy.dp.GaussianNoisyTopK.select_noise_first`, through the index's
+:meth:`~ragprivacy.index.VectorIndex.scores_at`); the output is the full path's, and
+which documents are scored depends on the noise alone. At the default calibration that
+is a handful of documents instead of n. The documents scored are a function of the noise:
+like the noise, they must not be observable next to the output (a database's query log,
+a timing of the fallback's full scan); ``noise_first=False`` has no such channel.
+``lazy=True`` (simulation only) — the exact lazy variant of
 :mod:`ragprivacy.retrieval.lazy_noisy` over the index's (possibly approximate) top-C
 (:func:`~ragprivacy.retrieval.lazy_index_topk`; any index backend, ``pgvector``
 included: its HNSW search gives the candidates and the database scores the rest).
@@ -77,8 +86,15 @@ class NoisyTopKRetriever(Retriever):
         sensitivity: L2 sensitivity Δ; with ``score_range`` it must be at least the
             range's width (default: the width); without it, Δ is the caller's claim.
         simulation: float noise from ``rng`` instead of the secure sampler.
+        noise_first: score only the documents the noise leaves in the race
+            (:meth:`~ragprivacy.dp.GaussianNoisyTopK.select_noise_first`; the same
+            output as scoring all n, from the index's ``scores_at``); needs a
+            ``score_range`` (ignored without one). ``False`` scores every document.
         lazy: the exact lazy variant over the index's top ``candidates`` (simulation only).
-        candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``).
+        candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``); with
+            ``noise_first``, the fewest documents scored per query (the candidates padded
+            with the next largest noises, so the count is constant unless more are
+            candidates).
         score_bound: certified upper bound on every score for ``lazy`` (1 for unit
             vectors; a small margin covers float rounding; a tenant may certify a
             tighter bound of its own index); clipped to ``score_range``.
@@ -113,6 +129,7 @@ class NoisyTopKRetriever(Retriever):
         score_range: tuple[float, float] | None = DEFAULT_SCORE_RANGE,
         sensitivity: float | None = None,
         simulation: bool = False,
+        noise_first: bool = True,
         lazy: bool = False,
         candidates: int | None = None,
         score_bound: float = 1.0 + 1e-5,
@@ -133,6 +150,7 @@ class NoisyTopKRetriever(Retriever):
         self.simulation = bool(simulation)
         self.mechanism = self.policy.mechanism(self.k, simulation=self.simulation)
         self.sigma = self.mechanism.sigma
+        self.noise_first = bool(noise_first) and self.score_range is not None
         self.lazy = bool(lazy)
         if self.lazy and not self.simulation:
             raise ConfigError(
@@ -215,8 +233,17 @@ class NoisyTopKRetriever(Retriever):
         vectors = self.kb.embedder.encode(list(queries))
         if self.lazy:
             return [self._lazy_one(v, token) for v in vectors]
-        scores = self.kb.index.scores(vectors)
-        sel = self.mechanism.select(scores, rng=self._rng)
+        index = self.kb.index
+        if self.noise_first:
+            sel = self.mechanism.select_noise_first(
+                (len(queries), len(index)),
+                lambda row, positions: index.scores_at(vectors[row], positions),
+                score_all=lambda: index.scores(vectors),
+                rng=self._rng,
+                min_scored=self.candidates,
+            )
+        else:
+            sel = self.mechanism.select(index.scores(vectors), rng=self._rng)
         id_at = self.kb.index.id_at  # K lookups, no copy of the n ids
         return [
             Retrieval(
@@ -275,6 +302,7 @@ class NoisyTopKRetriever(Retriever):
             "sensitivity": self.sensitivity,
             "sensitivity_source": self.sensitivity_source,
             "simulation": self.simulation,
+            "noise_first": self.noise_first,
             "lazy": self.lazy,
             "buckets": None if self.buckets is None else self.buckets.count,
         }

@@ -40,6 +40,7 @@ from ragprivacy.dp import (
     ChaCha20Bits,
     GaussianEvent,
     GaussianNoisyTopK,
+    NoisySelection,
     Reservation,
     derived_bits,
     query_input,
@@ -95,6 +96,13 @@ class TenantRetriever(Retriever):
             :func:`ragprivacy.dp.query_input`; j is the account's query number in the
             window) instead of OS entropy. At least 32 bytes.
         window_id: the name W of the current window (``open_window`` starts the next).
+        noise_first: score only the documents each query's noise leaves in the race
+            (:meth:`~ragprivacy.dp.GaussianNoisyTopK.select_noise_first`, through the
+            index's ``scores_at``): the same output as scoring every document, and which
+            documents are scored depends on the noise alone (so, like the noise, it must
+            not be observable next to the output); at least ``max(64, 8k)`` per query,
+            so the count is constant unless more are candidates. Used for accounts whose
+            policy has a score range; ``False`` scores every document.
         rng: the simulation stream.
 
     >>> from ragprivacy.corpus import Corpus
@@ -118,6 +126,7 @@ class TenantRetriever(Retriever):
         simulation: bool = False,
         window_seed: bytes | None = None,
         window_id: str = "W0",
+        noise_first: bool = True,
         rng: RngLike = None,
     ) -> None:
         # No super().__init__: a tenant router has one knowledge base per tenant, not one.
@@ -133,6 +142,7 @@ class TenantRetriever(Retriever):
                     "§5.2); use os.urandom(32)."
                 )
         self.window_seed = window_seed
+        self.noise_first = bool(noise_first)
         self._rng = simulation_rng(rng, simulation=self.simulation)
         self._tenants: dict[str, KnowledgeBase] = {}
         self._accounts: dict[str, _Account] = {}
@@ -279,13 +289,42 @@ class TenantRetriever(Retriever):
         hashes: tuple[str, ...],
         reservation: Reservation,
     ) -> TenantSelection:
-        scores = self._tenants[target].index.scores(q)
+        index = self._tenants[target].index
         mech = acc.mechanism
+        pad = max(64, 8 * self.k)  # the fewest documents noise first scores per query
+        cache: list[FloatArray] = []
+
+        def scores() -> FloatArray:  # every score of the batch, computed at most once
+            if not cache:
+                cache.append(index.scores(q))
+            return cache[0]
+
+        def run(row: int | None, rng: RngLike, bits: ChaCha20Bits | None) -> NoisySelection:
+            """The whole batch (``row=None``) or query ``row`` alone (its own noise)."""
+            if not (self.noise_first and mech.score_range is not None):
+                return mech.select(scores() if row is None else scores()[row], rng=rng, bits=bits)
+            if row is None:
+                return mech.select_noise_first(
+                    (q.shape[0], len(index)),
+                    lambda r, positions: index.scores_at(q[r], positions),
+                    score_all=scores,
+                    rng=rng,
+                    bits=bits,
+                    min_scored=pad,
+                )
+            return mech.select_noise_first(
+                len(index),
+                lambda _, positions: index.scores_at(q[row], positions),
+                score_all=lambda: scores()[row],
+                bits=bits,
+                min_scored=pad,
+            )
+
         if self.simulation:
-            sel = mech.select(scores, rng=self._rng)
+            sel = run(None, self._rng, None)
             idx, noisy = sel.indices, sel.noisy_scores
         elif self.window_seed is None:
-            sel = mech.select(scores, bits=ChaCha20Bits.from_entropy())
+            sel = run(None, None, ChaCha20Bits.from_entropy())
             idx, noisy = sel.indices, sel.noisy_scores
         else:  # one derived key per query record rec_q = (W, a, t(a), H(q), j)
             rows_i, rows_s = [], []
@@ -293,7 +332,7 @@ class TenantRetriever(Retriever):
                 hq = hashes[r] if hashes else hashlib.sha256(q[r].tobytes()).hexdigest()
                 seq = reservation.first + r
                 rec = query_input(self.window_id, acc.id, acc.tenant, hq, seq)
-                one = mech.select(scores[r], bits=derived_bits(self.window_seed, rec))
+                one = run(r, None, derived_bits(self.window_seed, rec))
                 rows_i.append(one.indices)
                 rows_s.append(one.noisy_scores)
             idx, noisy = np.stack(rows_i), np.stack(rows_s)
@@ -349,6 +388,7 @@ class TenantRetriever(Retriever):
             "shared_backend": self.shared_backend,
             "simulation": self.simulation,
             "derived_noise": self.window_seed is not None,
+            "noise_first": self.noise_first,
             "tenants": {t: len(kb) for t, kb in sorted(self._tenants.items())},
             "accounts": {
                 a.id: {
