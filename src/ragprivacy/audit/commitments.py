@@ -210,14 +210,22 @@ class TenantCommitment:
         return rows
 
     def opening(self, position: int) -> tuple[bytes, list[bytes]]:
-        row = self.fixed_at([position])[0]
-        proof = self._log.inclusion_proof(int(position))
-        if hashlib.sha256(row.tobytes()).digest() != self._log.leaf(int(position)):
-            raise DataError(
-                f"Tenant {self.tenant!r}: the stored embedding at position {position} is not "
-                "the committed one; its store changed since the window opened."
-            )
-        return row.tobytes(), proof
+        return self.openings([position])[0]
+
+    def openings(self, positions: Sequence[int]) -> list[tuple[bytes, list[bytes]]]:
+        """:meth:`opening` of each position, the rows read in one fetch from a source
+        (each checked against its committed leaf: a store changed since the window
+        opened is refused, never opened)."""
+        rows = self.fixed_at(positions)
+        out = []
+        for p, row in zip(positions, rows):
+            if hashlib.sha256(row.tobytes()).digest() != self._log.leaf(int(p)):
+                raise DataError(
+                    f"Tenant {self.tenant!r}: the stored embedding at position {p} is not "
+                    "the committed one; its store changed since the window opened."
+                )
+            out.append((row.tobytes(), self._log.inclusion_proof(int(p))))
+        return out
 
     @cached_property
     def scoring(self) -> np.ndarray:

@@ -314,10 +314,10 @@ def answer_query(
         positions = exact_selection(mechanism, z, score_at)
     chosen = tuple(int(p) for p in positions)
     chosen_ids = tuple(ids[p] for p in chosen)
-    openings = []
-    for p in chosen:
-        vector, proof = index.opening(p)
-        openings.append((p, vector.hex(), tuple(h.hex() for h in proof)))
+    openings = [
+        (p, vector.hex(), tuple(h.hex() for h in proof))
+        for p, (vector, proof) in zip(chosen, index.openings(chosen))
+    ]
     witness = RecordWitness(
         query_text=query_text,
         query_fixed=np.asarray(query_fixed).astype("<i4").tobytes().hex(),
