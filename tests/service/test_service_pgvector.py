@@ -38,6 +38,7 @@ from ragprivacy.audit import (
 )
 from ragprivacy.cli import main
 from ragprivacy.corpus import read_jsonl
+from ragprivacy.errors import ConfigError
 from ragprivacy.index import PgvectorIndex
 from ragprivacy.service import (
     PgvectorTenantVectors,
@@ -121,6 +122,13 @@ def test_pgvector_tenants_answer_like_sqlite_and_the_window_verifies(
         assert np.array_equal(source.vectors_at(picked), v_lite[picked])
         assert [len(b) for b in source.chunks(64)] == [64] * (n // 64) + [n % 64]
     assert lite.backend.vector_table("clinic") is None  # SQLite keeps its blobs
+    with pytest.raises(ConfigError, match="PostgreSQL state"):
+        lite.create_tenant("other", vector_table=True)
+    pg.create_tenant("inline", vector_table=False)  # --inline-vectors: the rows, as before
+    pg.add_documents("inline", read_jsonl(corpus_file(tmp_path / "i.jsonl", "inline", 5)))
+    assert backend.vector_table("inline") is None
+    _, inline = pg.embeddings("inline")
+    assert isinstance(inline, np.ndarray) and inline.shape == (5, 384)
 
     # the pgvector table is an ordinary pgvector index: its HNSW graph searches it, and
     # its float32 inner products are close to (not always equal to) the exact scores

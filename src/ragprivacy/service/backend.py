@@ -163,9 +163,15 @@ class StateBackend(ABC):
     def budget_store(self, tenant: str, capacity: float) -> BudgetStore:
         """The lifetime per-document budgets of a MURAG/-ADA tenant (they outlive windows)."""
 
-    def create_vector_table(self, conn: Any, tenant: str, dim: int) -> None:
+    def create_vector_table(self, conn: Any, tenant: str, dim: int, *, required: bool) -> None:
         """Inside ``conn``'s write transaction: the table a new tenant's embeddings go to,
-        where this backend keeps them apart from ``documents`` (none here)."""
+        where this backend keeps them apart from ``documents``; ``required``: refuse
+        (``ConfigError``) where it cannot."""
+        if required:
+            raise ConfigError(
+                f"A state directory keeps embeddings in its documents' rows; a pgvector "
+                f"table needs a PostgreSQL state (state {self.name})."
+            )
 
     def vector_table(self, tenant: str) -> str | None:
         """The table that holds ``tenant``'s embeddings, or ``None`` when they are the
@@ -311,8 +317,13 @@ class PostgresBackend(StateBackend):
         """``tenant_vectors_<h>``, h = the first 20 hex digits of SHA-256(tenant)."""
         return "tenant_vectors_" + hashlib.sha256(tenant.encode()).hexdigest()[:20]
 
-    def create_vector_table(self, conn: Any, tenant: str, dim: int) -> None:
+    def create_vector_table(self, conn: Any, tenant: str, dim: int, *, required: bool) -> None:
         if not self._has_pgvector():
+            if required:
+                raise ConfigError(
+                    f"The database {self.name} has no pgvector extension (and this role may "
+                    "not create it); install pgvector, or keep the embeddings in the rows."
+                )
             return
         table = self.table_name(tenant)
         conn.execute(

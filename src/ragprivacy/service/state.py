@@ -217,8 +217,16 @@ class ServiceState:
         max_retrievals: int | None = None,
         tau: float | None = None,
         logprobs: bool = False,
+        vector_table: bool | None = None,
     ) -> None:
-        """A new tenant. ``noisy_topk`` tenants may allow log-probabilities on their
+        """A new tenant.
+
+        ``vector_table``: where a PostgreSQL state keeps the tenant's embeddings — its
+        own pgvector table, streamed by the replicas for every query (``None``, the
+        default: where the database has pgvector; ``True``: refuse without it), or the
+        documents' rows (``False``: each replica loads them into memory when a window
+        opens; faster per query, memory per replica). A SQLite state always keeps them
+        in the rows. ``noisy_topk`` tenants may allow log-probabilities on their
         answers (``logprobs``; they are post-processing of the released documents).
         Voting tenants (``murag``, ``murag_ada``, ``dp_vote``) take ``epsilon_q``, each
         answer's ε (default 1); MURAG/-ADA also ``max_retrievals`` M (each document's
@@ -276,8 +284,10 @@ class ServiceState:
                 raise ConfigError(f"Tenant {tenant!r} already exists.")
             conn.execute("INSERT INTO tenants VALUES (?, ?, ?, ?)", (tenant, mode, k, time.time()))
             conn.execute("INSERT INTO tenant_options VALUES (?, ?)", (tenant, json.dumps(options)))
-            # a PostgreSQL state with pgvector: the tenant's own embeddings table
-            self._db.create_vector_table(conn, tenant, self.embedder().dim)
+            if vector_table is not False:  # PostgreSQL: the tenant's own pgvector table
+                self._db.create_vector_table(
+                    conn, tenant, self.embedder().dim, required=bool(vector_table)
+                )
 
     def tenants(self) -> dict[str, dict[str, Any]]:
         """Each tenant's mode, K, document count and options."""
