@@ -27,7 +27,10 @@ import numpy as np
 import pytest
 from tests._postgres import fresh_database
 
+from ragprivacy._postgres import PgPool
 from ragprivacy.audit import (
+    MerkleLog,
+    PostgresLedgerStorage,
     QueryRecord,
     Receipt,
     TenantCommitment,
@@ -38,7 +41,7 @@ from ragprivacy.audit import (
 )
 from ragprivacy.cli import main
 from ragprivacy.corpus import read_jsonl
-from ragprivacy.errors import ConfigError
+from ragprivacy.errors import BackendError, ConfigError
 from ragprivacy.index import PgvectorIndex
 from ragprivacy.service import (
     PgvectorTenantVectors,
@@ -220,6 +223,35 @@ def _terminate_backends(db: str) -> int:
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchall()
     return sum(bool(r[0]) for r in rows)
+
+
+def test_the_pool_and_the_ledger_reconnect_after_their_backends_end(db: str) -> None:
+    """Every backend ended: the pool's next read and the ledger's next append succeed on
+    new connections; a transaction that loses its connection half-way is a one-line
+    BackendError and leaves nothing behind."""
+    pool = PgPool(db, max_size=3)
+    log = MerkleLog(storage=PostgresLedgerStorage(db, "W1"))
+    assert log.append(b"before") == 0 and pool.read("SELECT 1") == [(1,)]
+    assert _terminate_backends(db) >= 2
+    assert pool.read("SELECT 2") == [(2,)]
+    assert log.append(b"after") == 1 and log.size == 2
+    with (
+        pytest.raises(BackendError, match="Lost the connection") as err,
+        pool.transaction() as tx,
+    ):
+        tx.execute("CREATE TABLE lost_half_way (x int)")
+        _terminate_backends(db)
+        tx.execute("INSERT INTO lost_half_way VALUES (1)")
+    assert "\n" not in str(err.value)
+    assert pool.read("SELECT to_regclass('lost_half_way')") == [(None,)]
+    assert _terminate_backends(db) >= 1  # the log's connection, idle: replaced on reading
+    other = MerkleLog(storage=PostgresLedgerStorage(db, "W1"))
+    assert other.size == 2 and other.root() == log.root()
+    log.refresh()
+    assert log.size == 2
+    for m in (log, other):
+        m.close()
+    pool.close()
 
 
 def test_replicas_reconnect_after_their_backends_are_terminated_under_load(
