@@ -251,6 +251,13 @@ def exact_selection(mechanism: GaussianNoisyTopK, noise: IntArray, score_at: Sco
     tenant's rows sit in memory or in a pgvector table (fetched by position) is then
     already the caller's ``score_at``'s business, so nothing else changes. It must return
     the same positions bit for bit: the verifier's re-execution stays the full rule.
+
+    Switching over touches two places: this body, and :meth:`AuditedProvider.query`,
+    which today computes every score *before* it takes the account's lock (they depend
+    on neither the seed nor the record, so requests score in parallel) and hands them to
+    :func:`answer_query`; without them, ``answer_query``'s ``score_at`` reads only the
+    positions asked (``TenantCommitment.scores_at``: rows fetched by position from a
+    pgvector table).
     """
     everything = np.arange(np.asarray(noise).shape[0], dtype=np.int64)
     return mechanism.select_units(score_at(everything), noise)
@@ -575,6 +582,8 @@ class AuditedProvider:
         scored = bad.cross_tenant.get(account, tenant)
         if text is not None and account in bad.decoy_vectors:
             q = fixed_point(np.asarray(bad.decoy_vectors[account], dtype=np.float64))[0]
+        # (every slot: the full selection needs them; a noise-first selection would
+        # pass scores=None and let answer_query fetch the slots it asks for)
         scores = self._index[scored].scores(q, self.policy.grid_bits)
         # One query of an account at a time in this process (its record number j is the
         # count of its records before it); queries of different accounts derive their
