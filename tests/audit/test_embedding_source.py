@@ -18,11 +18,13 @@ import pytest
 from ragprivacy._typing import FloatArray
 from ragprivacy.audit import (
     AuditedProvider,
+    AuditorReexecution,
     AuditPolicy,
     EmbeddingSource,
     ProviderKey,
     TenantCommitment,
     Verifier,
+    answer_query,
     derived_noise,
     exact_selection,
     fixed_point,
@@ -134,3 +136,33 @@ def test_exact_selection_scores_every_slot_through_score_at() -> None:
     commitment = TenantCommitment("t", ArraySource(rows))
     assert np.array_equal(commitment.scores(q, POLICY.grid_bits), scores)
     assert np.array_equal(commitment.scores_at(q, [5, 0, 5], POLICY.grid_bits), scores[[5, 0, 5]])
+
+
+def test_answer_query_reads_the_scores_itself_when_none_are_given() -> None:
+    rows = _vectors(300, 16, 8)
+    source = ArraySource(rows)
+    index = TenantCommitment("t0", source)
+    q = fixed_point(_vectors(1, 16, 9))[0]
+    common = dict(
+        window_id="W1",
+        mechanism=POLICY.mechanism(),
+        grid_bits=POLICY.grid_bits,
+        index=index,
+        ids=[f"d{i}" for i in range(300)],
+        seed=bytes(range(32)),
+        account="a",
+        tenant="t0",
+        query_fixed=q,
+        query_hash="h",
+        query_text=None,
+        seq=1,
+        ts=5,
+        proof_system=AuditorReexecution(),
+    )
+    blocks = source.blocks
+    read, witness = answer_query(**common)  # type: ignore[arg-type]
+    assert source.blocks > blocks  # it streamed the rows to score every slot
+    given, same = answer_query(**common, scores=index.scores(q, POLICY.grid_bits))  # type: ignore[arg-type]
+    assert read == given and witness == same
+    in_memory, _ = answer_query(**{**common, "index": TenantCommitment("t0", rows)})  # type: ignore[arg-type]
+    assert in_memory == read
