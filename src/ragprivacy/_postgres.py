@@ -111,7 +111,19 @@ def connection_lost(exc: BaseException) -> bool:
         import psycopg
     except ImportError:
         return False
+    if type(exc).__name__ == "PoolTimeout":  # every connection busy: none was lost
+        return False
     return isinstance(exc, psycopg.OperationalError)
+
+
+def _busy(url: str, exc: BaseException) -> BackendError | None:
+    """A one-line error for a pool that had no free connection in time, or ``None``."""
+    if type(exc).__name__ != "PoolTimeout":
+        return None
+    return BackendError(
+        f"Every pooled connection to the PostgreSQL database {redact_url(url)} stayed busy "
+        "past the wait; nothing was done. Retry, or lower the load on this replica."
+    )
 
 
 def _lost_error(url: str, exc: BaseException) -> BackendError:
@@ -201,6 +213,9 @@ class PgPool:
                 with self._pool.connection() as conn:
                     return list(conn.execute(qmark(sql), tuple(params)).fetchall())
             except Exception as exc:
+                busy = _busy(self.url, exc)
+                if busy is not None:
+                    raise busy from None
                 if not connection_lost(exc):
                     raise
                 self._replace_lost()
@@ -227,6 +242,9 @@ class PgPool:
                     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,))
                 yield PgTransaction(conn)
         except Exception as exc:
+            busy = _busy(self.url, exc)
+            if busy is not None:
+                raise busy from None
             if connection_lost(exc):
                 self._replace_lost()
                 raise _lost_error(self.url, exc) from None

@@ -252,6 +252,12 @@ def test_the_pool_and_the_ledger_reconnect_after_their_backends_end(db: str) -> 
     for m in (log, other):
         m.close()
     pool.close()
+    # no free connection in time is "busy", not a lost connection (and not retried)
+    small = PgPool(db, max_size=1)
+    small._pool.timeout = 0.3
+    with small.connection(), pytest.raises(BackendError, match="stayed busy"):
+        small.read("SELECT 1")
+    small.close()
 
 
 def test_replicas_reconnect_after_their_backends_are_terminated_under_load(
