@@ -9,11 +9,19 @@ in alternating blocks (so a change of machine load hits each), medians over ``--
 * ``sqlite-1``: the state directory (SQLite), one replica — the baseline;
 * ``pg-1``: the state in PostgreSQL, one replica;
 * ``pg-2``: the same database, two replicas (the window's ledger appends are ordered by
-  its head row's lock, so they take turns; embedding, scoring and noise run in parallel).
+  its head row's lock, so they take turns; embedding, scoring and noise run in parallel);
+* ``pg-1-inline``: the first replica again, for a second tenant of the same documents
+  created with ``--inline-vectors`` (its embeddings in the documents' rows, held in the
+  replica's memory as before pgvector tables). The other PostgreSQL set-ups query the
+  tenant whose embeddings are in its pgvector table, streamed for every query.
 
-Reported: requests/s and p50 latency of each, and the ratios pg-2 / pg-1 and pg-1 /
-sqlite-1. The PostgreSQL server is pgserver's (the tests' fixture, started here), on a
-Unix socket on the same machine; ``--postgres URL`` uses another server instead.
+Reported: requests/s and p50 latency of each, the ratios pg-2 / pg-1, pg-1 / sqlite-1
+and pg-1 / pg-1-inline (what streaming a tenant's rows from its pgvector table costs
+against holding them), and the bytes a replica holds for the tenant's embeddings either
+way (inline: the int32 fixed-point rows and their float64 scoring copy; pgvector: the
+Merkle tree of their hashes, about 2 × 32 bytes a document). The PostgreSQL server is
+pgserver's (the tests' fixture, started here), on a Unix socket on the same machine;
+``--postgres URL`` uses another server instead.
 
 Usage::
 
@@ -56,23 +64,41 @@ from bench_service import (  # noqa: E402  (the service benchmark's data and ser
     make_queries,
 )
 
+INLINE = f"{TENANT}-inline"
 
-def build(location: str, identity_key: Path | None, docs: int, clients: int) -> dict[str, str]:
+
+def build(
+    location: str, identity_key: Path | None, docs: int, clients: int, *, inline: bool = False
+) -> dict[str, str]:
     """One tenant of ``docs`` documents, ``clients`` accounts with a key each (rate
-    limits high enough for the run), an open window. Returns account → key token."""
+    limits high enough for the run), an open window. ``inline``: a second tenant of the
+    same documents with its embeddings in the rows (accounts ``n<i>``). Returns account →
+    key token."""
     from ragprivacy.service import ServiceState, open_window
 
     state = ServiceState(location, embedder=EMBEDDER, identity_key=identity_key)
+    tenants = {TENANT: "c"}
     state.create_tenant(TENANT, k=K)
-    state.add_documents(TENANT, make_documents(docs), batch=1024)
+    if inline:
+        state.create_tenant(INLINE, k=K, vector_table=False)
+        tenants[INLINE] = "n"
     keys = {}
-    for i in range(clients):
-        name = f"c{i}"
-        state.create_account(TENANT, name, epsilon=4.0, delta=1e-6, rate_limit=10**6)
-        keys[name] = state.create_key(name).token
+    for tenant, prefix in tenants.items():
+        state.add_documents(tenant, make_documents(docs), batch=1024)
+        for i in range(clients):
+            name = f"{prefix}{i}"
+            state.create_account(tenant, name, epsilon=4.0, delta=1e-6, rate_limit=10**6)
+            keys[name] = state.create_key(name).token
     open_window(state)
     state.close()
     return keys
+
+
+def held_bytes(docs: int, dim: int) -> dict[str, int]:
+    """Bytes a replica holds for one tenant's embeddings: inline, the int32 fixed-point
+    rows and their float64 scoring matrix; in a pgvector table, the Merkle tree of the
+    rows' hashes (its leaves and interior nodes, 32 bytes each)."""
+    return {"inline": docs * dim * (4 + 8), "pgvector": (2 * docs - 1) * 32}
 
 
 def serve(location: str, identity_key: Path | None) -> Server:
@@ -102,6 +128,8 @@ async def _spread(
 
 
 def main() -> None:
+    from ragprivacy.embed import create_embedder
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--docs", type=int, default=20000)
     p.add_argument("--queries", type=int, default=400, help="per set-up and round")
@@ -126,7 +154,7 @@ def main() -> None:
         key_file = tmp / "identity.key"
         t = time.perf_counter()
         keys_sqlite = build(str(tmp / "state"), None, a.docs, a.concurrency)
-        keys_pg = build(url, key_file, a.docs, a.concurrency)
+        keys_pg = build(url, key_file, a.docs, a.concurrency, inline=True)
         build_s = time.perf_counter() - t
         sqlite1 = serve(str(tmp / "state"), None)
         servers.append(sqlite1)
@@ -136,8 +164,9 @@ def main() -> None:
             "sqlite-1": ([sqlite1.url], [keys_sqlite[f"c{i}"] for i in range(a.concurrency)]),
             "pg-1": ([pg[0].url], [keys_pg[f"c{i}"] for i in range(a.concurrency)]),
             "pg-2": ([s.url for s in pg], [keys_pg[f"c{i}"] for i in range(a.concurrency)]),
+            "pg-1-inline": ([pg[0].url], [keys_pg[f"n{i}"] for i in range(a.concurrency)]),
         }
-        qs = make_queries(a.queries * a.rounds * 3 + 3 * a.concurrency, seed=2)
+        qs = make_queries((a.queries * a.rounds + 2 * a.concurrency) * len(setups), seed=2)
         for urls, tokens in setups.values():  # each replica loads the window first
             asyncio.run(_spread(urls, tokens, qs[: 2 * a.concurrency], a.concurrency))
         rates: dict[str, list[float]] = {n: [] for n in setups}
@@ -162,6 +191,8 @@ def main() -> None:
             "p50_ms": {n: statistics.median(v) for n, v in p50.items()},
             "ratio_pg2_over_pg1": med["pg-2"] / med["pg-1"],
             "ratio_pg1_over_sqlite1": med["pg-1"] / med["sqlite-1"],
+            "ratio_pgvector_over_inline": med["pg-1"] / med["pg-1-inline"],
+            "held_bytes_per_replica": held_bytes(a.docs, create_embedder(EMBEDDER).dim),
             "cpu_count": os.cpu_count(),
             "machine": platform.platform(),
             "commit": subprocess.run(

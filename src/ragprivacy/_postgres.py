@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,6 +27,7 @@ __all__ = [
     "PgPool",
     "PgTransaction",
     "connect",
+    "connection_lost",
     "create_schema",
     "is_postgres_url",
     "qmark",
@@ -102,6 +103,38 @@ def connect(url: str, *, autocommit: bool = True) -> Any:
         raise _unreachable(url, exc) from None
 
 
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection to the server is gone (psycopg's
+    ``OperationalError``: the server restarted, failed over, or ended the backend with
+    ``pg_terminate_backend``), so that a fresh connection may succeed."""
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    if type(exc).__name__ == "PoolTimeout":  # every connection busy: none was lost
+        return False
+    return isinstance(exc, psycopg.OperationalError)
+
+
+def _busy(url: str, exc: BaseException) -> BackendError | None:
+    """A one-line error for a pool that had no free connection in time, or ``None``."""
+    if type(exc).__name__ != "PoolTimeout":
+        return None
+    return BackendError(
+        f"Every pooled connection to the PostgreSQL database {redact_url(url)} stayed busy "
+        "past the wait; nothing was done. Retry, or lower the load on this replica."
+    )
+
+
+def _lost_error(url: str, exc: BaseException) -> BackendError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    first = re.sub(r"(?i)password\S*", "password=***", first)
+    return BackendError(
+        f"Lost the connection to the PostgreSQL database {redact_url(url)} ({first}); the "
+        "statement was rolled back. Retry: the next request reconnects."
+    )
+
+
 def create_schema(conn: Any, schema: str, name: str) -> None:
     """Run the ``CREATE ... IF NOT EXISTS`` statements of ``schema`` once, in one
     transaction under an advisory lock named ``name``, in the schema ``ragprivacy``:
@@ -120,6 +153,13 @@ class PgPool:
 
     ``read`` runs one statement and returns its rows; ``transaction`` yields a
     :class:`PgTransaction` inside ``BEGIN ... COMMIT`` (rolled back on an error).
+
+    Reconnects: a statement that finds its connection lost has every idle connection of
+    the pool tested and the dropped ones replaced (``ConnectionPool.check``: a restart
+    or ``pg_terminate_backend`` ends them all at once); a ``read`` then runs once more
+    on a fresh connection, and a transaction raises
+    :class:`~ragprivacy.errors.BackendError` (the server rolled it back, unless the loss
+    hit the ``COMMIT`` itself). The broken connection leaves the pool.
 
     Args:
         url: the database URL (its password is never printed).
@@ -166,19 +206,49 @@ class PgPool:
             yield conn
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """The rows of one ``?``-placeholder query."""
-        with self._pool.connection() as conn:
-            return list(conn.execute(qmark(sql), tuple(params)).fetchall())
+        """The rows of one ``?``-placeholder query (run once more on a fresh connection
+        if the first one was lost: a read changes nothing)."""
+        for attempt in (0, 1):
+            try:
+                with self._pool.connection() as conn:
+                    return list(conn.execute(qmark(sql), tuple(params)).fetchall())
+            except Exception as exc:
+                busy = _busy(self.url, exc)
+                if busy is not None:
+                    raise busy from None
+                if not connection_lost(exc):
+                    raise
+                self._replace_lost()
+                if attempt:
+                    raise _lost_error(self.url, exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _replace_lost(self) -> None:
+        """One connection was lost: test every idle one and replace those the server
+        dropped too (a restart or ``pg_terminate_backend`` ends them all at once), so the
+        next statements do not each find a dead connection first."""
+        with suppress(Exception):
+            self._pool.check()
 
     @contextmanager
     def transaction(self, lock: str | None = None) -> Iterator[PgTransaction]:
         """One transaction on one pooled connection; with ``lock``, first take the
         transaction-scoped advisory lock of that name (writers of one lock name then run
-        one at a time, across every process and machine that shares the database)."""
-        with self._pool.connection() as conn, conn.transaction():
-            if lock is not None:
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,))
-            yield PgTransaction(conn)
+        one at a time, across every process and machine that shares the database). A
+        lost connection is a :class:`~ragprivacy.errors.BackendError`."""
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                if lock is not None:
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,))
+                yield PgTransaction(conn)
+        except Exception as exc:
+            busy = _busy(self.url, exc)
+            if busy is not None:
+                raise busy from None
+            if connection_lost(exc):
+                self._replace_lost()
+                raise _lost_error(self.url, exc) from None
+            raise
 
     def close(self) -> None:
         with self._lock:

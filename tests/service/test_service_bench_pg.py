@@ -26,6 +26,9 @@ def test_the_postgres_service_benchmark_runs(tmp_path, postgres_url) -> None:  #
     )
     assert done.returncode == 0, done.stderr[-2000:]
     res = json.loads((out / "results.json").read_text())
-    assert set(res["req_per_s"]) == {"sqlite-1", "pg-1", "pg-2"}
+    assert set(res["req_per_s"]) == {"sqlite-1", "pg-1", "pg-2", "pg-1-inline"}
     assert all(v > 0 for v in res["req_per_s"].values())
     assert res["ratio_pg2_over_pg1"] > 0 and res["ratio_pg1_over_sqlite1"] > 0
+    assert res["ratio_pgvector_over_inline"] > 0
+    held = res["held_bytes_per_replica"]
+    assert held["pgvector"] < held["inline"]

@@ -15,7 +15,9 @@ from ragprivacy.audit.coalition import (
 )
 from ragprivacy.audit.commitments import (
     FIXED_BITS,
+    SOURCE_CHUNK,
     AuditPolicy,
+    EmbeddingSource,
     TenantCommitment,
     canonical_json,
     check_score_range,
@@ -64,6 +66,7 @@ from ragprivacy.audit.provider import (
     WitnessStore,
     account_policy,
     answer_query,
+    exact_selection,
     load_window,
     save_window,
 )
@@ -94,6 +97,7 @@ __all__ = [
     "Commitments",
     "DemoWindow",
     "EMPTY_ROOT",
+    "EmbeddingSource",
     "FIXED_BITS",
     "LedgerStorage",
     "LogSealedError",
@@ -108,6 +112,7 @@ __all__ = [
     "QueryRecord",
     "Receipt",
     "RecordWitness",
+    "SOURCE_CHUNK",
     "SignedTreeHead",
     "SqliteLedgerStorage",
     "TAMPER_CASES",
@@ -130,6 +135,7 @@ __all__ = [
     "epsilon_audit",
     "epsilon_audit_table",
     "estimate_coalition",
+    "exact_selection",
     "fixed_point",
     "integer_scores",
     "leaf_hash",

@@ -22,7 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from typing import Any
@@ -40,11 +41,13 @@ from ragprivacy.dp import (
     encode_record,
     score_sensitivity,
 )
-from ragprivacy.errors import ConfigError
+from ragprivacy.errors import ConfigError, DataError
 
 __all__ = [
     "FIXED_BITS",
+    "SOURCE_CHUNK",
     "AuditPolicy",
+    "EmbeddingSource",
     "TenantCommitment",
     "canonical_json",
     "check_score_range",
@@ -107,18 +110,71 @@ def scoring_matrix(fixed_vectors: np.ndarray) -> np.ndarray:
     return out
 
 
+class EmbeddingSource(ABC):
+    """A tenant's committed embeddings read where they are stored, not held in memory.
+
+    The provider keeps only the Merkle tree of their hashes (32 bytes a document) and
+    reads vectors when it needs them: every row, in position order, for the exact scores
+    of a query and for the commitment (:meth:`chunks`), and single positions for the
+    openings of the selected slots (:meth:`vectors_at`). The vectors must be the same
+    float32 values the in-memory path would hold (bit for bit): they are turned into the
+    committed fixed point by :func:`fixed_point`, so the verifier's re-execution, which
+    scores the auditor's copy of the fixed-point rows in numpy, computes the same integer
+    scores. A service keeps them in a pgvector table
+    (:class:`ragprivacy.service.PgvectorTenantVectors`).
+    """
+
+    #: number of rows (positions 0 .. size - 1)
+    size: int
+    #: vector width
+    dim: int
+
+    @abstractmethod
+    def vectors_at(self, positions: Sequence[int]) -> FloatArray:
+        """float32 rows ``[len(positions), dim]`` in the order asked."""
+
+    @abstractmethod
+    def chunks(self, rows: int) -> Iterator[FloatArray]:
+        """Every row ``0 .. size - 1`` in order, as float32 blocks of at most ``rows``."""
+
+
+#: rows per block when a source's vectors are streamed (about 1.5 MB at d = 384)
+SOURCE_CHUNK = 1024
+
+
 class TenantCommitment:
     """C_{D_t}: an RFC 9162 Merkle root over H(fixed-point Emb(d)) in index order.
 
+    ``vectors`` are the tenant's embeddings ``[N_t, d]`` held in memory, or an
+    :class:`EmbeddingSource` they are read from (only the tree of their hashes is kept).
     ``opening(i)`` returns the vector bytes and its inclusion proof; anyone holding the
-    root checks it with :func:`verify_opening`.
+    root checks it with :func:`verify_opening`. :meth:`scores` and :meth:`scores_at` are
+    the exact integer scores (:func:`~ragprivacy.audit.integer_scores`) of a fixed-point
+    query against every committed row or chosen positions, the same numbers from either
+    storage.
     """
 
-    def __init__(self, tenant: str, vectors: FloatArray) -> None:
+    def __init__(self, tenant: str, vectors: FloatArray | EmbeddingSource) -> None:
         self.tenant = tenant
-        self.fixed = fixed_point(vectors)
         self._log = MerkleLog()
-        self._log.append_many(hashlib.sha256(row.tobytes()).digest() for row in self.fixed)
+        self._source: EmbeddingSource | None = None
+        self._fixed: np.ndarray | None = None
+        if isinstance(vectors, EmbeddingSource):
+            self._source = vectors
+            self.dim = int(vectors.dim)
+            for block in vectors.chunks(SOURCE_CHUNK):
+                self._log.append_many(
+                    hashlib.sha256(row.tobytes()).digest() for row in fixed_point(block)
+                )
+            if self._log.size != vectors.size:
+                raise DataError(
+                    f"Tenant {tenant!r}: its store returned {self._log.size} embeddings, "
+                    f"not {vectors.size}; another writer changed it."
+                )
+        else:
+            self._fixed = fixed_point(vectors)
+            self.dim = int(self._fixed.shape[1])
+            self._log.append_many(hashlib.sha256(row.tobytes()).digest() for row in self._fixed)
 
     @property
     def size(self) -> int:
@@ -128,13 +184,83 @@ class TenantCommitment:
     def root(self) -> bytes:
         return self._log.root()
 
+    @property
+    def fixed(self) -> np.ndarray:
+        """Every committed row in fixed point ``[N_t, d]`` (read in full from a source:
+        the auditor's export)."""
+        if self._fixed is not None:
+            return self._fixed
+        assert self._source is not None
+        blocks = [fixed_point(b) for b in self._source.chunks(SOURCE_CHUNK)]
+        return np.concatenate(blocks) if blocks else np.zeros((0, self.dim), dtype="<i4")
+
+    def fixed_at(self, positions: Sequence[int]) -> np.ndarray:
+        """The fixed-point rows at ``positions`` (in the order asked)."""
+        pos = [int(p) for p in positions]
+        if any(not 0 <= p < self.size for p in pos):
+            raise ConfigError(f"Positions must lie in [0, {self.size}); got {pos}.")
+        if self._fixed is not None:
+            return self._fixed[pos]
+        assert self._source is not None
+        if not pos:
+            return np.zeros((0, self.dim), dtype="<i4")
+        rows = fixed_point(self._source.vectors_at(pos))
+        if rows.shape != (len(pos), self.dim):
+            raise DataError(f"Tenant {self.tenant!r}: its store returned rows of another shape.")
+        return rows
+
     def opening(self, position: int) -> tuple[bytes, list[bytes]]:
-        return self.fixed[position].tobytes(), self._log.inclusion_proof(int(position))
+        return self.openings([position])[0]
+
+    def openings(self, positions: Sequence[int]) -> list[tuple[bytes, list[bytes]]]:
+        """:meth:`opening` of each position, the rows read in one fetch from a source
+        (each checked against its committed leaf: a store changed since the window
+        opened is refused, never opened)."""
+        rows = self.fixed_at(positions)
+        out = []
+        for p, row in zip(positions, rows):
+            if hashlib.sha256(row.tobytes()).digest() != self._log.leaf(int(p)):
+                raise DataError(
+                    f"Tenant {self.tenant!r}: the stored embedding at position {p} is not "
+                    "the committed one; its store changed since the window opened."
+                )
+            out.append((row.tobytes(), self._log.inclusion_proof(int(p))))
+        return out
 
     @cached_property
     def scoring(self) -> np.ndarray:
-        """``fixed`` as float64, made once (:func:`scoring_matrix`)."""
+        """``fixed`` as float64, made once (:func:`scoring_matrix`; in-memory rows only —
+        a source's rows are streamed by :meth:`scores` instead)."""
         return scoring_matrix(self.fixed)
+
+    def scores(self, fixed_query: np.ndarray, grid_bits: int) -> np.ndarray:
+        """Exact integer scores (grid units, int64) of ``fixed_query`` against every
+        committed row: the float64 matrix in memory, or the source's rows streamed block
+        by block (no more than :data:`SOURCE_CHUNK` rows held at once)."""
+        from ragprivacy.audit.noise import integer_scores
+
+        if self._source is None:
+            return integer_scores(self.scoring, fixed_query, grid_bits)
+        parts = [
+            integer_scores(fixed_point(b), fixed_query, grid_bits)
+            for b in self._source.chunks(SOURCE_CHUNK)
+        ]
+        out = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if out.shape[0] != self.size:
+            raise DataError(
+                f"Tenant {self.tenant!r}: its store returned {out.shape[0]} embeddings, not "
+                f"the {self.size} committed; another writer changed it."
+            )
+        return out
+
+    def scores_at(
+        self, fixed_query: np.ndarray, positions: Sequence[int], grid_bits: int
+    ) -> np.ndarray:
+        """Exact integer scores of ``fixed_query`` at ``positions`` only (rows fetched by
+        position from a source): what a selection that needs only some slots asks."""
+        from ragprivacy.audit.noise import integer_scores
+
+        return integer_scores(self.fixed_at(positions), fixed_query, grid_bits)
 
 
 def verify_opening(

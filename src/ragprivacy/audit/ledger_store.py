@@ -14,7 +14,12 @@ order per window). An append is visible to readers only once its transaction com
   lock is ``SELECT ... FOR UPDATE`` on the window's row in ``ledger_heads`` (which also
   holds the seal), so two replicas appending to one window take turns while other
   windows' appends do not wait. PostgreSQL's commit is durable (``fsync``,
-  ``synchronous_commit=on`` by default).
+  ``synchronous_commit=on`` by default). A connection the server dropped (a restart, a
+  failover, ``pg_terminate_backend``) is replaced: a read runs once more on a new
+  connection, and an append that lost its connection fails with ``BackendError`` (the
+  server rolled it back, or — a loss during ``COMMIT`` — committed it; the log catches
+  up from the rows either way, so nothing is counted twice or lost) and the next append
+  reconnects.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from ragprivacy._postgres import connect, create_schema, redact_url
+from ragprivacy._postgres import connect, connection_lost, create_schema, redact_url
 from ragprivacy._sqlite import connect_wal
 from ragprivacy.errors import BackendError, ConfigError
 
@@ -192,10 +197,41 @@ class PostgresLedgerStorage(LedgerStorage):
     def _conn(self) -> Any:
         if self._db is None:
             raise ConfigError(f"The Merkle log {self.name} is closed; reopen it.")
+        if self._db.closed or self._db.broken:
+            with suppress(Exception):
+                self._db.close()
+            if self._in_tx:  # never carry a transaction's statements to a new connection
+                self._in_tx = False
+                raise BackendError(
+                    f"The Merkle log {self.name} lost its database connection inside an "
+                    "append; the server rolled it back. Retry: the next one reconnects."
+                )
+            self._db = connect(self.url)  # BackendError naming the database if it is down
         return self._db
 
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The rows of one read; outside a transaction, a lost connection is replaced
+        and the read runs once more (inside one, the caller's transaction is gone)."""
+        for attempt in (0, 1):
+            try:
+                return list(self._conn().execute(sql, params).fetchall())
+            except Exception as exc:
+                if not connection_lost(exc):
+                    raise
+                if attempt or self._in_tx:
+                    raise self._lost(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _lost(self, exc: BaseException) -> BackendError:
+        self._in_tx = False
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return BackendError(
+            f"The Merkle log {self.name} lost its database connection ({first}); nothing "
+            "of the append was kept unless it had committed. Retry: the next one reconnects."
+        )
+
     def leaves_from(self, start: int) -> list[LeafRow]:
-        rows = self._conn().execute(
+        rows = self._read(
             "SELECT idx, data, hash FROM ledger_leaves WHERE ledger = %s AND idx >= %s "
             "ORDER BY idx",
             (self.ledger, start),
@@ -203,15 +239,21 @@ class PostgresLedgerStorage(LedgerStorage):
         return [(int(i), bytes(d), bytes(h)) for i, d, h in rows]
 
     def nodes(self) -> list[NodeRow]:
-        rows = self._conn().execute(
+        rows = self._read(
             "SELECT level, idx, hash FROM ledger_nodes WHERE ledger = %s ORDER BY level, idx",
             (self.ledger,),
         )
         return [(int(lv), int(i), bytes(h)) for lv, i, h in rows]
 
     def begin(self) -> None:
-        db = self._conn()
-        db.execute("BEGIN")
+        for attempt in (0, 1):  # a connection found dead at BEGIN is replaced once
+            db = self._conn()
+            try:
+                db.execute("BEGIN")
+                break
+            except Exception as exc:
+                if attempt or not connection_lost(exc):
+                    raise self._lost(exc) if connection_lost(exc) else exc from None
         self._in_tx = True
         try:
             # the window's head row is the log's write lock, held until COMMIT/ROLLBACK;
@@ -227,40 +269,55 @@ class PostgresLedgerStorage(LedgerStorage):
                     f"The Merkle log {self.name} stayed locked by another writer for "
                     f"{_WAIT_S:g} s; nothing was written. Retry later."
                 ) from None
+            if connection_lost(exc):
+                raise self._lost(exc) from None
             raise
         self._sealed = None if row is None or row[0] is None else int(row[0])
 
     def sealed_size(self) -> int | None:
         if self._in_tx:
             return self._sealed
-        row = (
-            self._conn()
-            .execute("SELECT sealed FROM ledger_heads WHERE ledger = %s", (self.ledger,))
-            .fetchone()
-        )
-        return None if row is None or row[0] is None else int(row[0])
+        rows = self._read("SELECT sealed FROM ledger_heads WHERE ledger = %s", (self.ledger,))
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
 
     def insert(self, leaves: list[LeafRow], nodes: list[NodeRow]) -> None:
-        with self._conn().cursor() as cur:
-            if leaves:
-                cur.executemany(
-                    "INSERT INTO ledger_leaves (ledger, idx, data, hash) VALUES (%s, %s, %s, %s)",
-                    [(self.ledger, i, d, h) for i, d, h in leaves],
-                )
-            if nodes:
-                cur.executemany(
-                    "INSERT INTO ledger_nodes (ledger, level, idx, hash) VALUES (%s, %s, %s, %s)",
-                    [(self.ledger, lv, i, h) for lv, i, h in nodes],
-                )
+        try:
+            with self._conn().cursor() as cur:
+                if leaves:
+                    cur.executemany(
+                        "INSERT INTO ledger_leaves (ledger, idx, data, hash) "
+                        "VALUES (%s, %s, %s, %s)",
+                        [(self.ledger, i, d, h) for i, d, h in leaves],
+                    )
+                if nodes:
+                    cur.executemany(
+                        "INSERT INTO ledger_nodes (ledger, level, idx, hash) "
+                        "VALUES (%s, %s, %s, %s)",
+                        [(self.ledger, lv, i, h) for lv, i, h in nodes],
+                    )
+        except Exception as exc:
+            if connection_lost(exc):
+                raise self._lost(exc) from None
+            raise
 
     def set_sealed(self, size: int) -> None:
-        self._conn().execute(
-            "UPDATE ledger_heads SET sealed = %s WHERE ledger = %s", (size, self.ledger)
-        )
+        try:
+            self._conn().execute(
+                "UPDATE ledger_heads SET sealed = %s WHERE ledger = %s", (size, self.ledger)
+            )
+        except Exception as exc:
+            if connection_lost(exc):
+                raise self._lost(exc) from None
+            raise
         self._sealed = size
 
     def commit(self) -> None:
-        self._conn().execute("COMMIT")
+        try:
+            self._conn().execute("COMMIT")
+        except Exception as exc:
+            if connection_lost(exc):
+                raise self._lost(exc) from None
+            raise
         self._in_tx = False
 
     def rollback(self) -> None:

@@ -28,11 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._typing import FloatArray
+from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy.audit.coalition import CoalitionEstimate, estimate_coalition
 from ragprivacy.audit.commitments import (
     EMPTY_LEDGER,
     AuditPolicy,
+    EmbeddingSource,
     TenantCommitment,
     canonical_json,
     embedding_commitment,
@@ -40,7 +41,7 @@ from ragprivacy.audit.commitments import (
     seed_commitment,
 )
 from ragprivacy.audit.merkle import MerkleLog
-from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
+from ragprivacy.audit.noise import derived_noise, noise_digest
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, RecordWitness
 from ragprivacy.audit.records import (
     ProviderKey,
@@ -67,6 +68,7 @@ __all__ = [
     "WitnessStore",
     "account_policy",
     "answer_query",
+    "exact_selection",
     "load_window",
     "save_window",
 ]
@@ -233,6 +235,34 @@ class AuditorPackage:
         )
 
 
+#: exact integer scores (grid units) of one query at the given positions of its index
+ScoreAt = Callable[[IntArray], IntArray]
+
+
+def exact_selection(mechanism: GaussianNoisyTopK, noise: IntArray, score_at: ScoreAt) -> IntArray:
+    """The account's noise-then-select over *every* slot of the index: the selection seam.
+
+    ``noise`` holds z_q for every slot (derived before any score is read); ``score_at``
+    gives exact integer scores for the positions it is asked. Today every position is
+    asked — ``select_units(score_at(0..N−1), z)``, collusion paper eq. 2.1 over the
+    whole index — which is what the verifier re-executes. A noise-first exact selection
+    (draw every slot's noise first, then score only the slots whose noise could still
+    win) replaces this body and asks ``score_at`` for those slots alone; whether the
+    tenant's rows sit in memory or in a pgvector table (fetched by position) is then
+    already the caller's ``score_at``'s business, so nothing else changes. It must return
+    the same positions bit for bit: the verifier's re-execution stays the full rule.
+
+    Switching over touches two places: this body, and :meth:`AuditedProvider.query`,
+    which today computes every score *before* it takes the account's lock (they depend
+    on neither the seed nor the record, so requests score in parallel) and hands them to
+    :func:`answer_query`; without them, ``answer_query``'s ``score_at`` reads only the
+    positions asked (``TenantCommitment.scores_at``: rows fetched by position from a
+    pgvector table).
+    """
+    everything = np.arange(np.asarray(noise).shape[0], dtype=np.int64)
+    return mechanism.select_units(score_at(everything), noise)
+
+
 def answer_query(
     *,
     window_id: str,
@@ -270,20 +300,31 @@ def answer_query(
     """
     rec = query_input(window_id, account, tenant, query_hash, seq)
     z = derived_noise(seed, rec, mechanism, index.size)
-    if scores is None:
-        scores = integer_scores(index.scoring, query_fixed, grid_bits)
+    given = scores
+
+    def score_at(positions: IntArray) -> IntArray:
+        """Exact scores at ``positions``: from ``scores`` when given, else read from the
+        index (in memory, or rows fetched by position from its store)."""
+        pos = np.asarray(positions, dtype=np.int64)
+        if given is not None:
+            return np.asarray(given)[pos]
+        if pos.shape[0] == index.size and np.array_equal(pos, np.arange(index.size)):
+            return index.scores(query_fixed, grid_bits)
+        return index.scores_at(query_fixed, pos.tolist(), grid_bits)
+
     if select_before_noise:  # footnote 1's bug
-        positions = top_k_indices(mechanism.clip_units(scores), mechanism.k)
-    elif skip_clipping:
-        positions = top_k_indices(scores + z, mechanism.k)  # Δ no longer bounded
+        everything = score_at(np.arange(index.size, dtype=np.int64))
+        positions = top_k_indices(mechanism.clip_units(everything), mechanism.k)
+    elif skip_clipping:  # Δ no longer bounded
+        positions = top_k_indices(score_at(np.arange(index.size, dtype=np.int64)) + z, mechanism.k)
     else:  # the account's noise-then-select, the rule the verifier re-executes
-        positions = mechanism.select_units(scores, z)
+        positions = exact_selection(mechanism, z, score_at)
     chosen = tuple(int(p) for p in positions)
     chosen_ids = tuple(ids[p] for p in chosen)
-    openings = []
-    for p in chosen:
-        vector, proof = index.opening(p)
-        openings.append((p, vector.hex(), tuple(h.hex() for h in proof)))
+    openings = [
+        (p, vector.hex(), tuple(h.hex() for h in proof))
+        for p, (vector, proof) in zip(chosen, index.openings(chosen))
+    ]
     witness = RecordWitness(
         query_text=query_text,
         query_fixed=np.asarray(query_fixed).astype("<i4").tobytes().hex(),
@@ -360,7 +401,9 @@ class AuditedProvider:
 
     Args:
         policy: the window's :class:`AuditPolicy`.
-        tenants: tenant id → (document ids, unit-norm embeddings ``[N_t, d]``).
+        tenants: tenant id → (document ids, unit-norm embeddings ``[N_t, d]`` held in
+            memory, or an :class:`EmbeddingSource` they are read from when needed — a
+            service's pgvector table; only the Merkle tree of their hashes is kept then).
         accounts: account id → tenant id.
         embedder: embeds query texts (its fingerprint enters C_emb); optional when every
             query is given as a vector.
@@ -387,7 +430,7 @@ class AuditedProvider:
         self,
         *,
         policy: AuditPolicy,
-        tenants: Mapping[str, tuple[Sequence[str], FloatArray]],
+        tenants: Mapping[str, tuple[Sequence[str], FloatArray | EmbeddingSource]],
         accounts: Mapping[str, str],
         embedder: Embedder | None = None,
         key: ProviderKey | None = None,
@@ -417,7 +460,12 @@ class AuditedProvider:
         self._ids: dict[str, list[str]] = {}
         self._index: dict[str, TenantCommitment] = {}
         for t, (ids, vectors) in tenants.items():
-            if len(ids) != np.asarray(vectors).shape[0]:
+            rows = (
+                vectors.size
+                if isinstance(vectors, EmbeddingSource)
+                else np.asarray(vectors).shape[0]
+            )
+            if len(ids) != rows:
                 raise ConfigError(f"Tenant {t!r}: give one id per embedding.")
             self._ids[t] = list(ids)
             self._index[t] = TenantCommitment(t, vectors)
@@ -454,7 +502,7 @@ class AuditedProvider:
 
     # ------------------------------------------------------------------ phase A
     def schema(self) -> dict[str, Any]:
-        dims = {int(c.fixed.shape[1]) for c in self._index.values()}
+        dims = {c.dim for c in self._index.values()}
         return {"tenants": {t: c.size for t, c in sorted(self._index.items())}, "dim": sorted(dims)}
 
     def commit(self, published_at: int) -> Commitments:
@@ -534,7 +582,9 @@ class AuditedProvider:
         scored = bad.cross_tenant.get(account, tenant)
         if text is not None and account in bad.decoy_vectors:
             q = fixed_point(np.asarray(bad.decoy_vectors[account], dtype=np.float64))[0]
-        scores = integer_scores(self._index[scored].scoring, q, self.policy.grid_bits)
+        # (every slot: the full selection needs them; a noise-first selection would
+        # pass scores=None and let answer_query fetch the slots it asks for)
+        scores = self._index[scored].scores(q, self.policy.grid_bits)
         # One query of an account at a time in this process (its record number j is the
         # count of its records before it); queries of different accounts derive their
         # noise in parallel and share the ledger's group commit. Other processes: the

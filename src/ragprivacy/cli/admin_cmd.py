@@ -91,6 +91,12 @@ def tenant_create(
     logprobs: bool = typer.Option(
         False, "--logprobs", help="noisy_topk: answers may carry log-probabilities."
     ),
+    inline_vectors: bool = typer.Option(
+        False,
+        "--inline-vectors",
+        help="PostgreSQL state: keep the embeddings in the documents' rows, loaded into "
+        "each replica's memory, instead of the tenant's own pgvector table.",
+    ),
 ) -> None:
     """Create a tenant."""
     state = _state(ctx)
@@ -102,6 +108,7 @@ def tenant_create(
         max_retrievals=max_retrievals,
         tau=tau,
         logprobs=logprobs,
+        vector_table=False if inline_vectors else None,
     )
     typer.echo(f"tenant {tenant}: {_describe(state.tenants()[tenant])}")
 

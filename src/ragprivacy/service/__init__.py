@@ -13,7 +13,12 @@ docs/service.md.
 
 from __future__ import annotations
 
-from ragprivacy.service.backend import PostgresBackend, SqliteBackend, StateBackend
+from ragprivacy.service.backend import (
+    PgvectorTenantVectors,
+    PostgresBackend,
+    SqliteBackend,
+    StateBackend,
+)
 from ragprivacy.service.client import Client, load_receipts
 from ragprivacy.service.demo import run_service_demo
 from ragprivacy.service.keys import ApiKey, new_key, parse_key
@@ -41,6 +46,7 @@ __all__ = [
     "AuthError",
     "Client",
     "MODES",
+    "PgvectorTenantVectors",
     "PostgresBackend",
     "ServedAnswer",
     "ServiceProvider",

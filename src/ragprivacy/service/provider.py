@@ -11,6 +11,16 @@ noise-then-select, the witness stored, the record appended to the window's durab
 nothing is charged for a query without a record — and the receipt signed. Closing the
 window (:func:`close_window`) certifies the coalition claim (phase C).
 
+Where the tenants' embeddings live decides only how the exact scores are read: from
+memory (a SQLite state), or — a PostgreSQL state with pgvector — from each tenant's
+pgvector table, streamed through the state's pool for every query and fetched by
+position for the openings (:class:`ragprivacy.service.PgvectorTenantVectors`); a replica
+then holds each tenant's Merkle tree of hashes (32 bytes a document), not its vectors.
+The scores are computed in numpy from the stored float32 rows either way, so the
+selection is the one the verifier re-executes bit for bit. The selection itself goes
+through :func:`ragprivacy.audit.exact_selection`, which takes a ``score_at(positions)``
+function: the seam where a noise-first selection will ask for the few slots it needs.
+
 Several server workers (processes) — and, with the state on PostgreSQL, several replicas
 on several machines — may serve one window: each holds an :class:`AuditedProvider` over
 the same ledger, witness table and stored commitments; the ledger's write lock (the
@@ -143,8 +153,7 @@ def _provider(state: ServiceState, window: Window) -> AuditedProvider:
     snap = window.snapshot
     tenants = {}
     for t, count in snap["tenants"].items():
-        ids, _texts, vectors = state.documents(t, count)
-        tenants[t] = (ids, vectors)
+        tenants[t] = state.embeddings(t, count)  # a pgvector table is read, not loaded
     com = Commitments.from_dict(window.commitments)
     return AuditedProvider(
         policy=AuditPolicy.from_dict(com.policy),
@@ -170,8 +179,7 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     policy, accounts, overrides, sizes = _window_policy(state, window_id, start)
     tenants = {}
     for t, count in sizes.items():
-        ids, _texts, vectors = state.documents(t, count)
-        tenants[t] = (ids, vectors)
+        tenants[t] = state.embeddings(t, count)
     tenant_modes = state.tenants()
     voting = {n: a["tenant"] for n, a in state.accounts().items()
               if tenant_modes[a["tenant"]]["mode"] in VOTING_MODES}  # fmt: skip
@@ -259,7 +267,7 @@ class ServiceProvider:
                 self._window_id = window.window_id
                 self._texts = {}
                 for t, count in window.snapshot["tenants"].items():
-                    ids, texts, _ = self.state.documents(t, count)
+                    ids, texts = self.state.texts(t, count)
                     self._texts[t] = dict(zip(ids, texts))
                 self._voting = VotingTenants(
                     self.state,
@@ -269,6 +277,16 @@ class ServiceProvider:
                     self.state.embedder(),
                 )
             return window, self._provider
+
+    def close(self) -> None:
+        """Close the ledgers this object opened (the open window's and closed ones')."""
+        with self._lock:
+            if self._provider is not None:
+                self._provider.ledger.close()
+                self._provider, self._window_id = None, None
+            for log in self._closed.values():
+                log.close()
+            self._closed.clear()
 
     def window_id(self) -> str:
         """The open window's id."""

@@ -33,8 +33,16 @@ from typing import Any
 import numpy as np
 
 from ragprivacy._sqlite import GroupCommit
+from ragprivacy._typing import FloatArray
 from ragprivacy._validation import check_choice, check_in_range, check_positive, check_positive_int
-from ragprivacy.audit import MerkleLog, ProviderKey, RecordWitness, WitnessStore
+from ragprivacy.audit import (
+    SOURCE_CHUNK,
+    EmbeddingSource,
+    MerkleLog,
+    ProviderKey,
+    RecordWitness,
+    WitnessStore,
+)
 from ragprivacy.dp import BudgetStore
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import BudgetExhaustedError, ConfigError, DataError
@@ -209,8 +217,16 @@ class ServiceState:
         max_retrievals: int | None = None,
         tau: float | None = None,
         logprobs: bool = False,
+        vector_table: bool | None = None,
     ) -> None:
-        """A new tenant. ``noisy_topk`` tenants may allow log-probabilities on their
+        """A new tenant.
+
+        ``vector_table``: where a PostgreSQL state keeps the tenant's embeddings — its
+        own pgvector table, streamed by the replicas for every query (``None``, the
+        default: where the database has pgvector; ``True``: refuse without it), or the
+        documents' rows (``False``: each replica loads them into memory when a window
+        opens; faster per query, memory per replica). A SQLite state always keeps them
+        in the rows. ``noisy_topk`` tenants may allow log-probabilities on their
         answers (``logprobs``; they are post-processing of the released documents).
         Voting tenants (``murag``, ``murag_ada``, ``dp_vote``) take ``epsilon_q``, each
         answer's ε (default 1); MURAG/-ADA also ``max_retrievals`` M (each document's
@@ -268,6 +284,10 @@ class ServiceState:
                 raise ConfigError(f"Tenant {tenant!r} already exists.")
             conn.execute("INSERT INTO tenants VALUES (?, ?, ?, ?)", (tenant, mode, k, time.time()))
             conn.execute("INSERT INTO tenant_options VALUES (?, ?)", (tenant, json.dumps(options)))
+            if vector_table is not False:  # PostgreSQL: the tenant's own pgvector table
+                self._db.create_vector_table(
+                    conn, tenant, self.embedder().dim, required=bool(vector_table)
+                )
 
     def tenants(self) -> dict[str, dict[str, Any]]:
         """Each tenant's mode, K, document count and options."""
@@ -341,9 +361,15 @@ class ServiceState:
     ) -> tuple[int, int]:
         """Embed and store new documents of ``tenant``; ids already stored are skipped
         (idempotent by id). Returns (added, skipped). A window open now serves the
-        documents it committed; new ones join at the next window."""
+        documents it committed; new ones join at the next window.
+
+        In a PostgreSQL state with pgvector the embeddings go to the tenant's pgvector
+        table (in the same transaction as the documents' rows, whose ``vector`` is then
+        empty), and its HNSW index is built after the upload (the first upload builds
+        the graph in one pass; later ones insert into it)."""
         self._tenant(tenant)
         embedder = self.embedder()
+        table = self._db.vector_table(tenant)
         added = skipped = 0
         pending: list[Document] = []
 
@@ -364,17 +390,26 @@ class ServiceState:
                 pos = conn.execute(
                     "SELECT COALESCE(MAX(pos) + 1, 0) FROM documents WHERE tenant = ?", (tenant,)
                 ).fetchone()[0]
+                rows: list[tuple[Any, ...]] = []
+                embedded: list[tuple[Any, ...]] = []
                 for d, v in zip(pending, vectors):
                     if d.id in have:
                         skipped += 1
                         continue
-                    conn.execute(
-                        "INSERT INTO documents VALUES (?, ?, ?, ?, ?)",
-                        (tenant, pos, d.id, d.text, v.astype("<f4").tobytes()),
-                    )
+                    if table is None:
+                        rows.append((tenant, pos, d.id, d.text, v.astype("<f4").tobytes()))
+                    else:
+                        rows.append((tenant, pos, d.id, d.text, b""))
+                        embedded.append((pos, d.id, _vector_text(v)))
                     have.add(d.id)
                     pos += 1
                     added += 1
+                conn.executemany("INSERT INTO documents VALUES (?, ?, ?, ?, ?)", rows)
+                if embedded:
+                    conn.executemany(
+                        f"INSERT INTO {table} (pos, id, embedding) VALUES (?, ?, ?::vector)",
+                        embedded,
+                    )
             if progress is not None:
                 progress(len(pending))
             pending.clear()
@@ -384,22 +419,54 @@ class ServiceState:
             if len(pending) >= batch:
                 flush()
         flush()
+        if added:
+            self._db.index_vectors(tenant)
         return added, skipped
 
     def documents(self, tenant: str, count: int | None = None) -> tuple[list[str], list[str], Any]:
-        """(ids, texts, vectors [n, d]) of the first ``count`` documents of ``tenant``."""
+        """(ids, texts, vectors [n, d]) of the first ``count`` documents of ``tenant``
+        (every vector in memory; the audited provider reads :meth:`embeddings` instead)."""
+        ids, texts = self.texts(tenant, count)
+        _, source = self.embeddings(tenant, len(ids))
+        if isinstance(source, EmbeddingSource):
+            blocks = list(source.chunks(SOURCE_CHUNK))
+            vectors = np.concatenate(blocks) if blocks else np.zeros((0, 0), dtype=np.float32)
+            return ids, texts, vectors
+        return ids, texts, source
+
+    def texts(self, tenant: str, count: int | None = None) -> tuple[list[str], list[str]]:
+        """(ids, texts) of the first ``count`` documents of ``tenant``."""
         rows = self._rows(
-            "SELECT doc_id, text, vector FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
+            "SELECT doc_id, text FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
             (tenant, 2**62 if count is None else int(count)),
         )
-        ids = [r[0] for r in rows]
-        texts = [r[1] for r in rows]
+        return [r[0] for r in rows], [r[1] for r in rows]
+
+    def embeddings(
+        self, tenant: str, count: int | None = None
+    ) -> tuple[list[str], FloatArray | EmbeddingSource]:
+        """(ids, embeddings) of the first ``count`` documents of ``tenant``: a source read
+        from the tenant's pgvector table (nothing loaded yet) in a PostgreSQL state with
+        pgvector, the stored float32 rows ``[n, d]`` otherwise."""
+        table = self._db.vector_table(tenant)
+        if table is not None:
+            rows = self._rows(
+                "SELECT doc_id FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
+                (tenant, 2**62 if count is None else int(count)),
+            )
+            source = self._db.embeddings(tenant, len(rows), self.embedder().dim)
+            assert source is not None  # the table exists
+            return [r[0] for r in rows], source
+        rows = self._rows(
+            "SELECT doc_id, vector FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
+            (tenant, 2**62 if count is None else int(count)),
+        )
         vectors = (
-            np.stack([np.frombuffer(r[2], dtype="<f4") for r in rows])
+            np.stack([np.frombuffer(r[1], dtype="<f4") for r in rows])
             if rows
             else np.zeros((0, 0), dtype=np.float32)
         )
-        return ids, texts, vectors
+        return [r[0] for r in rows], vectors
 
     # ------------------------------------------------------------------ accounts
     def create_account(
@@ -550,6 +617,14 @@ class ServiceState:
     def ledger(self, window_id: str) -> MerkleLog:
         """The durable Merkle ledger of ``window_id`` (a new handle; close it)."""
         return self._db.ledger(window_id)
+
+
+def _vector_text(v: np.ndarray) -> str:
+    """pgvector's text form of a float32 row: ``repr`` of each value (as a double)
+    is the shortest decimal that parses back, through the server's ``strtof``, to the
+    same float32 (a float32 is exactly a double, and the decimal lies within half a
+    double's ulp of it), so the table holds the embedder's values bit for bit."""
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(v, dtype=np.float32)) + "]"
 
 
 def _window(row: tuple[Any, ...]) -> Window:
