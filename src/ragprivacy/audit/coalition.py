@@ -419,12 +419,12 @@ def _probe_matrix(
     cell = np.argmax(sims, axis=1)
     if how.kind == "ivf":
         k = min(how.nprobe, nlist)
-        top = np.argpartition(-sims, k - 1, axis=1)[:, :k] if k < nlist else None
         probe = np.zeros((nlist, n), dtype=bool)
-        if top is None:
+        if k >= nlist:
             probe[:] = True
-        else:
-            probe[top, np.arange(n)[:, None]] = True
+        for r0 in range(0, n, _COLS) if k < nlist else ():  # by rows: bounded memory
+            top = np.argpartition(-sims[r0 : r0 + _COLS], k - 1, axis=1)[:, :k]
+            probe[top, np.arange(r0, r0 + top.shape[0])[:, None]] = True
     else:
         own = np.einsum("ij,ij->i", x, mu[cell])  # float64 cos(q, μ of its cell)
         cos_min = np.ones(nlist)
