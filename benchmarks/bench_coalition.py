@@ -7,7 +7,7 @@ named baseline.
   (a float32 pruning bound, float64 verification) and a maximum spanning forest of the
   linked pairs (``search="exact"``, the default);
 - ``ivf``: the same with IVF candidates (``search="ivf"``: each query probes its
-  ``nprobe`` = 16 nearest of ⌈√N⌉ spherical k-means cells; every candidate verified in
+  ``nprobe`` = 32 nearest of ⌈√N⌉ spherical k-means cells; every candidate verified in
   float64), approximate: its pair recall at θ* against the exact search is measured
   (:func:`ragprivacy.audit.coalition_pairs`, :func:`ragprivacy.audit.pair_recall`);
 - ``ivf-bound``: the IVF search that probes every cell the angle bound cannot rule out
@@ -31,7 +31,7 @@ threads at N = 10⁴.
 
 Usage::
 
-    python benchmarks/bench_coalition.py [--repeats 3] [--nprobe 16] [--quick] [--json OUT]
+    python benchmarks/bench_coalition.py [--repeats 3] [--nprobe 32] [--quick] [--json OUT]
 
 Timings vary ±30 % on shared machines: compare the ratio within one run.
 """
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--nprobe", type=int, default=16, help="cells each query probes (ivf)")
+    parser.add_argument("--nprobe", type=int, default=32, help="cells each query probes (ivf)")
     parser.add_argument("--quick", action="store_true", help="seconds: N = 2,000 and 10,000")
     parser.add_argument("--json", default=None, help="write the result here")
     args = parser.parse_args(argv)

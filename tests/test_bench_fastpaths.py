@@ -79,8 +79,8 @@ def test_quick_runs_every_script_and_prints_one_table(
         "exact noisy top-K, secure",
         "lazy noise-then-select, fallback",
         "DP voting per token, hf-tiny-random reader",
-        "coalition ĉ, 10,000 × 64, ivf, nprobe 16: time",
-        "coalition ĉ, 10,000 × 64, ivf, nprobe 16: ĉ and pair recall at θ*",
+        "coalition ĉ, 10,000 × 64, ivf, nprobe 32: time",
+        "coalition ĉ, 10,000 × 64, ivf, nprobe 32: ĉ and pair recall at θ*",
         "group commit, ledger store, 8 writers",
         "group commit, budget store, 8 writers",
     ):
