@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         (20, 100, 1, 64) if args.quick else (100, 1000, args.repeats, args.dim)
     )
     nprobe = args.nprobe
+    load_start = list(os.getloadavg())
 
     v, names = _window(small, dim, seed=1)
     base_t: list[float] = []
@@ -196,7 +197,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),
-            "load_average": list(os.getloadavg()),
+            "load_average_start": load_start,
+            "load_average_end": list(os.getloadavg()),
         },
         "small": {
             "queries": v.shape[0],
