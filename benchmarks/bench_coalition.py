@@ -5,12 +5,21 @@ named baseline.
   maximum spanning tree over it, cut at θ (written out here): O(N²) time and memory;
 - ``current``: :func:`ragprivacy.audit.coalition_sizes` — an exact blocked range search
   (a float32 pruning bound, float64 verification) and a maximum spanning forest of the
-  linked pairs.
+  linked pairs (``search="exact"``, the default);
+- ``ivf``: the same with IVF candidates (``search="ivf"``: each query probes its
+  ``nprobe`` = 32 nearest of ⌈√N⌉ spherical k-means cells; every candidate verified in
+  float64), approximate: its pair recall at θ* against the exact search is measured
+  (:func:`ragprivacy.audit.coalition_pairs`, :func:`ragprivacy.audit.pair_recall`);
+- ``ivf-bound``: the IVF search that probes every cell the angle bound cannot rule out
+  (exact); at N = 10⁴ it runs in full, at N = 10⁵ only the share of cells it would probe
+  is computed (on i.i.d. queries it probes nearly all of them).
 
-Both must give the same ĉ (checked, not assumed); the figure at N = 10⁴ is the ratio of
-their times (interleaved repeats, medians). At N = 10⁵ only the current estimator runs
-(the baseline would need a 40 GB matrix): its time, its peak of traced memory
-(tracemalloc) and the growth of the process's maximum resident set, and ĉ.
+All must give the same ĉ (checked, not assumed); the figures at N = 10⁴ are ratios of
+times (interleaved repeats, medians). At N = 10⁵ the baseline does not run (it would
+need a 40 GB matrix); ``ivf`` and the exact search run once each, ``ivf`` first: their
+times, peaks of traced memory (tracemalloc) and ĉ, and the growth of the process's
+maximum resident set during the ``ivf`` run; then the pair recall at θ* (one more pass of
+each, holding every pair).
 
 Windows: :func:`ragprivacy.audit.simulate_window` with 384-d queries (the dimension of
 all-MiniLM-L6-v2), 100 queries per account, and a coalition of 10 accounts following P-C
@@ -22,7 +31,7 @@ threads at N = 10⁴.
 
 Usage::
 
-    python benchmarks/bench_coalition.py [--repeats 3] [--quick] [--json OUT]
+    python benchmarks/bench_coalition.py [--repeats 3] [--nprobe 32] [--quick] [--json OUT]
 
 Timings vary ±30 % on shared machines: compare the ratio within one run.
 """
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import statistics
@@ -44,7 +54,8 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from threadpoolctl import threadpool_limits
 
-from ragprivacy.audit import coalition_sizes, simulate_window
+import ragprivacy.audit.coalition as coalition
+from ragprivacy.audit import coalition_pairs, coalition_sizes, pair_recall, simulate_window
 
 THETA = 0.80
 TAU = 2000
@@ -95,22 +106,57 @@ def _window(accounts: int, dim: int, seed: int) -> tuple[np.ndarray, list[str]]:
     )
 
 
+def _traced(run: Callable[[], int]) -> tuple[float, int, int, int]:
+    """Time, result, peak of traced memory, growth of the maximum resident set (bytes)."""
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    t, out = _timed(run)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rss_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024
+    return t, out, int(peak), int(rss_growth)
+
+
+def _recall(v: np.ndarray, names: Sequence[str], search: str, nprobe: int) -> dict[str, Any]:
+    """Pair recall at θ* of ``search`` against the exact search (one pass of each)."""
+    exact = coalition_pairs(v, names, theta=THETA)
+    found = coalition_pairs(v, names, theta=THETA, search=search, nprobe=nprobe)
+    return {
+        "linked_pairs": int(exact.shape[0]),
+        "found_pairs": int(found.shape[0]),
+        "pair_recall": pair_recall(found, exact),
+    }
+
+
+def _bound_share(v: np.ndarray) -> float:
+    """The mean share of the IVF cells ``ivf-bound`` would probe at θ* (no search run)."""
+    x = coalition._unit_rows(v)
+    _, probe, _ = coalition._probe_matrix(
+        x, x.astype(np.float32), THETA, coalition._Search("ivf-bound")
+    )
+    return float(probe.mean())
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--nprobe", type=int, default=32, help="cells each query probes (ivf)")
     parser.add_argument("--quick", action="store_true", help="seconds: N = 2,000 and 10,000")
     parser.add_argument("--json", default=None, help="write the result here")
     args = parser.parse_args(argv)
     small, large, repeats, dim = (
         (20, 100, 1, 64) if args.quick else (100, 1000, args.repeats, args.dim)
     )
+    nprobe = args.nprobe
+    load_start = list(os.getloadavg())
 
     v, names = _window(small, dim, seed=1)
     base_t: list[float] = []
     cur_t: dict[int, list[float]] = {1: [], 2: []}
-    same = True
-    for _ in range(repeats):  # interleaved: baseline, current (1 thread), current (2)
+    ivf_t: dict[str, list[float]] = {"ivf": [], "ivf-bound": []}
+    same = same_ivf = True
+    for _ in range(repeats):  # interleaved: baseline, current (1 thread, 2), ivf, ivf-bound
         with threadpool_limits(limits=1, user_api="blas"):
             t, base_k = _timed(lambda: _baseline_sizes(v, names, THETA))
         base_t.append(t)
@@ -118,27 +164,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             t, k = _timed(lambda th=threads: coalition_sizes(v, names, [THETA], threads=th)[0])
             cur_t[threads].append(t)
             same &= k == base_k
+        for search in ivf_t:
+            t, k = _timed(
+                lambda s=search: coalition_sizes(v, names, [THETA], search=s, nprobe=nprobe)[0]
+            )
+            ivf_t[search].append(t)
+            same_ivf &= k == base_k
     base_s = statistics.median(base_t)
     cur_s = {th: statistics.median(ts) for th, ts in cur_t.items()}
+    ivf_s = {s: statistics.median(ts) for s, ts in ivf_t.items()}
+    small_recall = _recall(v, names, "ivf", nprobe)
 
     big_v, big_names = _window(large, dim, seed=2)
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tracemalloc.start()
-    big_s, big_k = _timed(lambda: coalition_sizes(big_v, big_names, [THETA], threads=1)[0])
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    rss_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024
+    ivf_big_s, ivf_big_k, ivf_peak, ivf_rss = _traced(
+        lambda: coalition_sizes(big_v, big_names, [THETA], search="ivf", nprobe=nprobe)[0]
+    )
+    big_s, big_k, peak, _ = _traced(
+        lambda: coalition_sizes(big_v, big_names, [THETA], threads=1)[0]
+    )
     # The sliding window of §5.4: one query per time step, τ = 2,000 steps.
     steps = list(range(big_v.shape[0]))
     tau_s, tau_k = _timed(
         lambda: coalition_sizes(big_v, big_names, [THETA], ts=steps, tau=TAU, threads=1)[0]
     )
+    big_recall = _recall(big_v, big_names, "ivf", nprobe)
 
     result: dict[str, Any] = {
         "dim": dim,
         "theta": THETA,
         "repeats": repeats,
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "nprobe": nprobe,
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average_start": load_start,
+            "load_average_end": list(os.getloadavg()),
+        },
         "small": {
             "queries": v.shape[0],
             "k_hat": base_k,
@@ -147,30 +208,50 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "current_s": cur_s[1],
             "current_2_threads_s": cur_s[2],
             "speedup": base_s / cur_s[1] if cur_s[1] > 0 else float("inf"),
+            "ivf_s": ivf_s["ivf"],
+            "ivf_bound_s": ivf_s["ivf-bound"],
+            "ivf_same_k_hat": same_ivf,
+            "ivf_speedup_vs_current": cur_s[1] / ivf_s["ivf"] if ivf_s["ivf"] > 0 else None,
+            "ivf_bound_cell_share": _bound_share(v),
+            **{f"ivf_{k}": val for k, val in small_recall.items()},
         },
         "large": {
             "queries": big_v.shape[0],
             "k_hat": big_k,
             "current_s": big_s,
             "input_bytes": int(big_v.nbytes),
-            "peak_traced_bytes": int(peak),
-            "max_rss_growth_bytes": int(rss_growth),
+            "peak_traced_bytes": peak,
             "tau": TAU,
             "current_tau_s": tau_s,
             "k_hat_tau": tau_k,
+            "ivf_s": ivf_big_s,
+            "ivf_k_hat": ivf_big_k,
+            "ivf_same_k_hat": ivf_big_k == big_k,
+            "ivf_peak_traced_bytes": ivf_peak,
+            "ivf_max_rss_growth_bytes": ivf_rss,
+            "ivf_speedup_vs_current": big_s / ivf_big_s if ivf_big_s > 0 else None,
+            "ivf_bound_cell_share": _bound_share(big_v),
+            **{f"ivf_{k}": val for k, val in big_recall.items()},
         },
     }
     s, g = result["small"], result["large"]
     print(
         f"N = {s['queries']} x {dim}, median of {repeats}: baseline {base_s:.2f} s, current "
         f"{cur_s[1]:.2f} s (2 threads: {cur_s[2]:.2f} s) -> {s['speedup']:.1f}x faster; "
-        f"same k_hat: {same} (k_hat = {base_k})"
+        f"same k_hat: {same} (k_hat = {base_k}); ivf (nprobe {nprobe}) {ivf_s['ivf']:.2f} s, "
+        f"ivf-bound {ivf_s['ivf-bound']:.2f} s (probes {s['ivf_bound_cell_share']:.0%} of "
+        f"the cells), same k_hat: {same_ivf}, ivf pair recall at theta* "
+        f"{s['ivf_pair_recall']:.4f} ({s['ivf_found_pairs']} of {s['ivf_linked_pairs']})"
     )
     print(
-        f"N = {g['queries']} x {dim}: current {big_s:.2f} s, k_hat = {big_k}, peak traced "
-        f"memory {peak / 2**30:.2f} GiB (input {big_v.nbytes / 2**30:.2f} GiB), max RSS "
-        f"growth {rss_growth / 2**30:.2f} GiB; with tau = {TAU} steps (one query a step): "
-        f"{tau_s:.2f} s, k_hat = {tau_k}"
+        f"N = {g['queries']} x {dim}: ivf {ivf_big_s:.2f} s, k_hat = {ivf_big_k}, peak traced "
+        f"{ivf_peak / 2**30:.2f} GiB, max RSS growth {ivf_rss / 2**30:.2f} GiB, pair recall "
+        f"at theta* {g['ivf_pair_recall']:.4f} ({g['ivf_found_pairs']} of "
+        f"{g['ivf_linked_pairs']}); current (exact) {big_s:.2f} s, k_hat = {big_k}, peak "
+        f"traced memory {peak / 2**30:.2f} GiB (input {big_v.nbytes / 2**30:.2f} GiB); "
+        f"ivf {g['ivf_speedup_vs_current']:.1f}x faster, same k_hat: {g['ivf_same_k_hat']}; "
+        f"ivf-bound would probe {g['ivf_bound_cell_share']:.0%} of the cells; with tau = "
+        f"{TAU} steps (one query a step): {tau_s:.2f} s, k_hat = {tau_k}"
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

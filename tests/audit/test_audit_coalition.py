@@ -10,8 +10,10 @@ from scipy.sparse.csgraph import connected_components
 import ragprivacy.audit.coalition as coalition
 from ragprivacy.audit import (
     calibrate_estimator,
+    coalition_pairs,
     coalition_sizes,
     estimate_coalition,
+    pair_recall,
     simulate_window,
 )
 from ragprivacy.errors import ConfigError
@@ -180,3 +182,172 @@ def test_threads_and_bad_input() -> None:
     bad[3, 0] = np.nan
     with pytest.raises(ConfigError, match="finite"):
         estimate_coalition(bad, names, theta=0.8)
+
+
+# ------------------------------------------------------------ IVF candidate searches
+def _brute_pairs(
+    v: np.ndarray,
+    names: list[str],
+    theta: float,
+    ts: list[int] | None = None,
+    tau: int | None = None,
+) -> np.ndarray:
+    """Every linked pair (i < j) by brute force in float64, sorted: the oracle of
+    ``coalition_pairs``."""
+    x = v / np.linalg.norm(v, axis=1, keepdims=True)
+    acc = np.asarray(names)
+    linked = (x @ x.T >= theta - coalition.TIE) & (acc[:, None] != acc[None, :])
+    if tau is not None and ts is not None:
+        t = np.asarray(ts)
+        linked &= np.abs(t[:, None] - t[None, :]) <= tau
+    i, j = np.nonzero(np.triu(linked, 1))
+    return np.stack([i, j], axis=1)
+
+
+@pytest.fixture
+def ivf_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The IVF searches at calibration size: no dense shortcut, small blocks of sources."""
+    monkeypatch.setattr(coalition, "_DENSE", 0)
+    monkeypatch.setattr(coalition, "_ROWS", 256)
+    monkeypatch.setattr(coalition, "_COLS", 700)
+
+
+@pytest.mark.usefixtures("ivf_blocks")
+@pytest.mark.parametrize("search", ["ivf-bound", "ivf"])
+@pytest.mark.parametrize(
+    ("pattern", "k_true"), [(p, k) for p in ("P-A", "P-B", "P-C") for k in (0, 2, 10, 20)]
+)
+def test_ivf_same_estimate_and_recall_one_on_the_calibration_cells(
+    search: str, pattern: str, k_true: int
+) -> None:
+    """§5.4 cells: the IVF searches give the brute-force ĉ over the θ grid and the largest
+    cluster at θ* = 0.80; every pair they return is linked, once. ``ivf-bound`` finds
+    every linked pair at θ* (pair recall 1.0, guaranteed); ``ivf`` at its default nprobe
+    (32 of 55 cells) has a measured recall: 1.0 on these cells (at nprobe = 16: 0.81 on
+    P-B with k = 20, whose jittered probes spread over many cells), and 1.0 when it probes
+    every cell."""
+    v, names = simulate_window(k_true=k_true, pattern=pattern, rng=100 + k_true)
+    grid = [0.75, 0.8, 0.85, 0.95]
+    got = coalition_sizes(v, names, grid, search=search)
+    assert got == [_reference(v, names, th)[0] for th in grid]
+    size, groups = _reference(v, names, 0.8)
+    est = estimate_coalition(v, names, theta=0.8, search=search)
+    assert est.size == size == max(k_true, 1) and est.accounts in groups
+    truth = _brute_pairs(v, names, 0.8)
+    exact = coalition_pairs(v, names, theta=0.8)
+    assert np.array_equal(exact, truth)
+    found = coalition_pairs(v, names, theta=0.8, search=search)
+    assert np.unique(found, axis=0).shape == found.shape  # each pair once
+    assert pair_recall(truth, found) == 1.0  # precision: every pair found is linked
+    if search == "ivf-bound":
+        assert pair_recall(found, exact) == 1.0 and np.array_equal(found, truth)
+    else:
+        assert pair_recall(found, exact) == 1.0
+        every = coalition_pairs(v, names, theta=0.8, search=search, nprobe=55)
+        assert np.array_equal(every, truth)
+
+
+@pytest.mark.usefixtures("ivf_blocks")
+@pytest.mark.parametrize("search", ["ivf-bound", "ivf"])
+@pytest.mark.parametrize("seed", range(6))
+def test_ivf_randomized_equality_near_the_threshold(search: str, seed: int) -> None:
+    """Clusters straddling θ and pairs at exactly θ (some across IVF cells): the same
+    ĉ, clusters and linked pairs as brute force, with and without τ."""
+    rng = np.random.default_rng(seed)
+    theta = float(rng.choice([0.5, 0.8, 0.9]))
+    dim = int(rng.choice([24, 64, 128]))
+    v, names = _near_threshold(rng, theta, dim)
+    ts = rng.integers(0, 2_000, v.shape[0]).tolist()
+    for tau in (None, 300):
+        truth = _brute_pairs(v, names, theta, ts, tau)
+        found = coalition_pairs(v, names, theta=theta, ts=ts, tau=tau, search=search)
+        assert pair_recall(found, truth) == 1.0 and np.array_equal(found, truth)
+        for th in (theta, theta + 0.01):
+            size, groups = _reference(v, names, th, ts, tau)
+            est = estimate_coalition(v, names, theta=th, ts=ts, tau=tau, search=search)
+            assert est.size == size and est.accounts in groups
+        grid = [theta, theta + 0.02]
+        got = coalition_sizes(v, names, grid, ts=ts, tau=tau, search=search)
+        assert got == [_reference(v, names, th, ts, tau)[0] for th in grid]
+
+
+def _drop_last_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted bug: every query loses its last probe (the probed cell of the lowest
+    similarity, never its own)."""
+    original = coalition._probe_matrix
+
+    def buggy(
+        x: np.ndarray, x32: np.ndarray, theta: float, how: coalition._Search
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        cell, probe, sims = original(x, x32, theta, how)
+        rows = np.arange(x.shape[0])
+        masked = np.where(probe.T, sims, np.inf)
+        masked[rows, cell] = np.inf
+        last = np.argmin(masked, axis=1)
+        has = np.isfinite(masked[rows, last])
+        probe = probe.copy()
+        probe[last[has], rows[has]] = False
+        return cell, probe, sims
+
+    monkeypatch.setattr(coalition, "_probe_matrix", buggy)
+
+
+@pytest.mark.usefixtures("ivf_blocks")
+@pytest.mark.parametrize("seed", range(3))
+def test_a_dropped_probe_is_caught(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one IVF cell per query the angle bound is tight: ``ivf-bound`` probes only
+    cells that could hold a linked query, so the pairs at exactly θ (each query's only
+    neighbour) need their last probe. The recall check passes on the search and fails
+    once every query drops its last probe; so does ``ivf`` at nprobe = 2."""
+    rng = np.random.default_rng(seed)
+    theta = 0.8
+    v, names = _near_threshold(rng, theta, 32)
+    n = v.shape[0]
+    truth = _brute_pairs(v, names, theta)
+    nprobe = {"ivf-bound": 16, "ivf": 2}  # ivf-bound ignores nprobe
+    good = {
+        s: coalition_pairs(v, names, theta=theta, search=s, nlist=n, nprobe=p)
+        for s, p in nprobe.items()
+    }
+    assert pair_recall(good["ivf-bound"], truth) == 1.0
+    assert np.array_equal(good["ivf-bound"], truth)
+    _drop_last_probe(monkeypatch)
+    for search, p in nprobe.items():
+        bad = coalition_pairs(v, names, theta=theta, search=search, nlist=n, nprobe=p)
+        assert pair_recall(bad, truth) < pair_recall(good[search], truth)
+
+
+@pytest.mark.usefixtures("ivf_blocks")
+def test_the_angle_bound_prunes_clustered_queries() -> None:
+    """On tight clusters (no background) ``ivf-bound`` probes a few cells per query, not
+    all of them, and still finds every linked pair; on i.i.d. queries in 64-d every cell
+    is within reach (the case ``ivf`` is for)."""
+    rng = np.random.default_rng(7)
+    centres = rng.standard_normal((60, 64))
+    v = np.repeat(centres, 20, axis=0) + 0.05 * rng.standard_normal((1200, 64))
+    names = [f"a{i}" for i in rng.integers(0, 40, 1200)]
+    x = coalition._unit_rows(v)
+    _, probe, _ = coalition._probe_matrix(
+        x, x.astype(np.float32), 0.8, coalition._Search("ivf-bound", nlist=60)
+    )
+    assert probe.sum(axis=0).mean() < 0.1 * probe.shape[0]
+    found = coalition_pairs(v, names, theta=0.8, search="ivf-bound", nlist=60)
+    assert np.array_equal(found, _brute_pairs(v, names, 0.8))
+    u = rng.standard_normal((1200, 64))
+    xu = coalition._unit_rows(u)
+    _, probe, _ = coalition._probe_matrix(
+        xu, xu.astype(np.float32), 0.8, coalition._Search("ivf-bound", nlist=35)
+    )
+    assert probe.mean() > 0.9
+
+
+def test_search_options_are_checked() -> None:
+    v, names = simulate_window(k_true=5, rng=1)
+    with pytest.raises(ConfigError, match="search"):
+        coalition_sizes(v, names, [0.8], search="lsh")
+    with pytest.raises(ConfigError, match="nprobe"):
+        estimate_coalition(v, names, theta=0.8, search="ivf", nprobe=0)
+    with pytest.raises(ConfigError, match="nlist"):
+        coalition_pairs(v, names, theta=0.8, search="ivf", nlist=0)
+    assert pair_recall(np.zeros((0, 2)), np.zeros((0, 2))) == 1.0
+    assert pair_recall(np.array([[0, 1]]), np.array([[0, 1], [2, 3]])) == 0.5

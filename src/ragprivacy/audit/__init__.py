@@ -9,8 +9,10 @@ from ragprivacy.audit.coalition import (
     CalibrationResult,
     CoalitionEstimate,
     calibrate_estimator,
+    coalition_pairs,
     coalition_sizes,
     estimate_coalition,
+    pair_recall,
     simulate_window,
 )
 from ragprivacy.audit.commitments import (
@@ -127,6 +129,7 @@ __all__ = [
     "calibrate_estimator",
     "canonical_json",
     "check_score_range",
+    "coalition_pairs",
     "coalition_sizes",
     "commit_hash",
     "demo_window",
@@ -142,6 +145,7 @@ __all__ = [
     "load_window",
     "node_hash",
     "noise_digest",
+    "pair_recall",
     "query_hash",
     "render_report",
     "root_from_leaf_hashes",

@@ -30,6 +30,33 @@ index they use:
   every kept pair is then verified in float64. m is picked per window by a cost model on
   a sample of pairs (m = d: one float64 pass, no verification).
 
+Candidate generation for large windows (``search``): on i.i.d. queries in 384-d no exact
+bound prunes much, so the exact search above costs O(N²·d) (73 s at N = 10⁵ on the
+development machine). Two inverted-file (IVF) searches propose pairs instead; every
+proposed pair is verified in float64 as above, so a proposed pair is never wrong, but a
+pair that is not proposed is lost:
+
+- ``"ivf-bound"`` (exact): spherical k-means cells with centroids μ_c and angular radii
+  r_c = max over the cell's queries of ∠(y, μ_c). A pair with cos ≥ θ − TIE is at an
+  angle ≤ α = arccos(θ − TIE), so by the triangle inequality on the sphere a query q needs
+  to be compared only with the cells with ∠(q, μ_c) ≤ α + r_c; every such cell is
+  probed (with the float32 rounding margin and 10⁻¹² on the angles), so no linked pair is
+  lost. On clustered queries it prunes; on i.i.d. queries in high dimension every radius
+  is near 90° and it probes every cell (no faster than ``"exact"``).
+- ``"ivf"`` (approximate, opt-in): every query probes its ``nprobe`` nearest cells; a pair
+  is compared when the query of the higher-numbered cell probes the other's cell. It is
+  fast on i.i.d. windows, but pair recall is not guaranteed: it is measured against the
+  exact search (:func:`coalition_pairs`, :func:`pair_recall`). A lost pair can only split a
+  component, so ĉ can only be under-estimated — which is why ``"exact"`` stays the
+  default, and why the provider and the verifier use it (they must derive the same
+  clusters, and the policy-cap check must not pass a coalition it failed to link).
+
+Both IVF searches are the paper's "approximate-nearest-neighbor proximity" (§5.4) with the
+exact verification kept; the cells are computed here (numpy k-means on a sample of at
+most 64 queries per cell, seeded) rather than by a FAISS index, so that each query can
+probe its own set of cells (the bound) and the blocks are BLAS products, like the exact
+search. A window of at most 4,096 queries always takes the exact dense path.
+
 Calibration (§5.4): A accounts × n queries in d dimensions; the null draws i.i.d. uniform
 unit-sphere queries; the alternative replaces k_true accounts with a coalition following
 P-A (one identical probe), P-B (probe + ζ·N(0, I), renormalised, ζ = 0.1) or P-C (i.i.d.
@@ -38,12 +65,13 @@ draws from 5 fixed intents). θ* is the smallest grid θ with null FPR ≤ 5 %.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.sparse import coo_matrix
+from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 from threadpoolctl import threadpool_limits
 
@@ -55,12 +83,15 @@ __all__ = [
     "CalibrationResult",
     "CoalitionEstimate",
     "calibrate_estimator",
+    "coalition_pairs",
     "coalition_sizes",
     "estimate_coalition",
+    "pair_recall",
     "simulate_window",
 ]
 
 PATTERNS = ("P-A", "P-B", "P-C")
+SEARCHES = ("exact", "ivf", "ivf-bound")
 THETA_GRID: tuple[float, ...] = tuple(round(0.20 + 0.05 * i, 2) for i in range(16))
 TIE = 1e-9  # a pair is linked when cos ≥ θ − TIE
 _DENSE = 4096  # up to this many queries: one dense similarity matrix and Prim's algorithm
@@ -70,6 +101,11 @@ _SAMPLE = 1024  # sample rows for the choice of m
 _PROJECTIONS = (16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192, 224, 256)
 _NO_EDGE = -3.0  # below any cosine
 _VERIFY_COST = 3e4  # one float64 verification, in units of one float32 multiply-add
+_KMEANS_SAMPLE = 64  # sample queries per IVF cell for k-means
+_KMEANS_ITERS = 8
+_ANGLE_SLACK = 1e-12  # on cosines before arccos, and on the probe test
+
+_Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]  # i, j (i < j), float64 cosine
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +237,15 @@ def _compress(n: int, a: np.ndarray, b: np.ndarray, w: np.ndarray) -> tuple[np.n
     return tree.row.astype(np.int64), tree.col.astype(np.int64), 2.0 - tree.data
 
 
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """Which pair search, and its IVF settings (``nlist`` None: ⌈√N⌉ cells)."""
+
+    kind: str = "exact"
+    nprobe: int = 32
+    nlist: int | None = None
+
+
 def _spanning_forest(
     vectors: np.ndarray,
     codes: np.ndarray,
@@ -208,13 +253,15 @@ def _spanning_forest(
     tau: int | None,
     theta: float,
     threads: int | None,
+    how: _Search,
 ) -> _Forest:
     """Every pair of distinct accounts within τ with cos ≥ θ − TIE (exact range search by
-    blocks, see the module docstring), reduced to a maximum spanning forest."""
+    blocks, or IVF candidates verified exactly, see the module docstring), reduced to a
+    maximum spanning forest."""
     if threads is None:
-        return _search(vectors, codes, ts, tau, theta)
+        return _search(vectors, codes, ts, tau, theta, how)
     with threadpool_limits(limits=threads, user_api="blas"):
-        return _search(vectors, codes, ts, tau, theta)
+        return _search(vectors, codes, ts, tau, theta, how)
 
 
 def _search(
@@ -223,28 +270,78 @@ def _search(
     ts: np.ndarray | None,
     tau: int | None,
     theta: float,
+    how: _Search,
 ) -> _Forest:
-    x = _unit_rows(vectors)
+    x, c, t, order = _sorted(vectors, codes, ts, tau)
     n = x.shape[0]
-    windowed = tau is not None and ts is not None
-    order = np.argsort(ts, kind="stable") if windowed and ts is not None else np.arange(n)
-    t = None
-    c = codes
-    if windowed and ts is not None:  # sorted by time (a copy only when τ applies)
-        x, c, t = x[order], codes[order], ts[order]
     if n <= _DENSE:
         a, b, w = _dense_forest(x, c, t, tau, theta)
         return _Forest(n, order[a], order[b], w)
+    a, b, w = _forest_of(n, _pairs(x, c, t, tau, theta, how))
+    return _Forest(n, order[a], order[b], w)
+
+
+def _sorted(
+    vectors: np.ndarray, codes: np.ndarray, ts: np.ndarray | None, tau: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    """Unit rows in float64, sorted by time when τ applies (a copy only then), and the
+    order that maps the sorted positions back."""
+    x = _unit_rows(vectors)
+    n = x.shape[0]
+    if tau is not None and ts is not None:
+        order = np.argsort(ts, kind="stable")
+        return x[order], codes[order], ts[order], order
+    return x, codes, None, np.arange(n)
+
+
+def _pairs(
+    x: np.ndarray,
+    c: np.ndarray,
+    t: np.ndarray | None,
+    tau: int | None,
+    theta: float,
+    how: _Search,
+) -> Iterator[_Pairs]:
+    if how.kind == "exact":
+        return _exact_pairs(x, c, t, tau, theta)
+    return _ivf_pairs(x, c, t, tau, theta, how)
+
+
+def _forest_of(n: int, pairs: Iterable[_Pairs]) -> tuple[np.ndarray, ...]:
+    """The maximum spanning forest of a stream of linked pairs (each pair once), in
+    bounded memory: the pairs held are reduced to a forest whenever they exceed 4N + 10⁶."""
+    ea: list[np.ndarray] = []
+    eb: list[np.ndarray] = []
+    ew: list[np.ndarray] = []
+    held = 0
+    for ii, jj, w in pairs:
+        ea.append(ii)
+        eb.append(jj)
+        ew.append(w)
+        held += ii.size
+        if held > 4 * n + 1_000_000:  # bound the memory: keep the forest only
+            a, b, w = _compress(n, np.concatenate(ea), np.concatenate(eb), np.concatenate(ew))
+            ea, eb, ew, held = [a], [b], [w], a.size
+    return _compress(
+        n,
+        np.concatenate(ea) if ea else np.zeros(0, np.int64),
+        np.concatenate(eb) if eb else np.zeros(0, np.int64),
+        np.concatenate(ew) if ew else np.zeros(0),
+    )
+
+
+def _exact_pairs(
+    x: np.ndarray, c: np.ndarray, t: np.ndarray | None, tau: int | None, theta: float
+) -> Iterator[_Pairs]:
+    """The exact range search by blocks (sliding window of τ, pruning bound, float64
+    verification; module docstring)."""
+    n = x.shape[0]
     basis = _pick_projection(x, theta)
     if basis is None:
         search, cut = x, theta - TIE
     else:
         search = _bound_vectors(x, basis)
         cut = theta - TIE - _margin(basis.shape[1] + 1)
-    ea: list[np.ndarray] = []
-    eb: list[np.ndarray] = []
-    ew: list[np.ndarray] = []
-    held = 0
     # One buffer for every block's products: a fresh 32 MB array per block costs page
     # faults.
     prod_buf = np.empty(_ROWS * _COLS, dtype=search.dtype)
@@ -277,20 +374,113 @@ def _search(
                 w = _cosines(x, ii, jj)
                 linked = w >= theta - TIE
                 ii, jj, w = ii[linked], jj[linked], w[linked]
-            ea.append(ii)
-            eb.append(jj)
-            ew.append(w)
-            held += ii.size
-            if held > 4 * n + 1_000_000:  # bound the memory: keep the forest only
-                a, b, w = _compress(n, np.concatenate(ea), np.concatenate(eb), np.concatenate(ew))
-                ea, eb, ew, held = [a], [b], [w], a.size
-    a, b, w = _compress(
-        n,
-        np.concatenate(ea) if ea else np.zeros(0, np.int64),
-        np.concatenate(eb) if eb else np.zeros(0, np.int64),
-        np.concatenate(ew) if ew else np.zeros(0),
-    )
-    return _Forest(n, order[a], order[b], w)
+            yield ii, jj, w
+
+
+def _kmeans(x32: np.ndarray, nlist: int) -> np.ndarray:
+    """Spherical k-means (unit centroids, cosine assignment) on a seeded sample of at most
+    _KMEANS_SAMPLE queries per cell; an emptied cell restarts at a sampled query. The
+    centroids are returned as float64 unit vectors."""
+    n = x32.shape[0]
+    gen = np.random.default_rng(0)
+    sample = x32[np.sort(gen.choice(n, size=min(n, _KMEANS_SAMPLE * nlist), replace=False))]
+    cent = sample[gen.choice(sample.shape[0], size=nlist, replace=False)].copy()
+    rows = np.arange(sample.shape[0])
+    for _ in range(_KMEANS_ITERS):
+        assign = np.argmax(sample @ cent.T, axis=1)
+        onehot = csr_matrix(
+            (np.ones(rows.size, dtype=np.float32), (assign, rows)), shape=(nlist, rows.size)
+        )
+        sums = np.asarray(onehot @ sample, dtype=np.float32)
+        norms = np.linalg.norm(sums, axis=1)
+        empty = norms == 0.0
+        if empty.any():
+            sums[empty] = sample[gen.choice(sample.shape[0], size=int(empty.sum()))]
+            norms[empty] = np.linalg.norm(sums[empty], axis=1)
+        cent = sums / norms[:, None]
+    mu = cent.astype(np.float64)
+    return np.asarray(mu / np.linalg.norm(mu, axis=1, keepdims=True))
+
+
+def _probe_matrix(
+    x: np.ndarray, x32: np.ndarray, theta: float, how: _Search
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cell of each query, P (nlist × N, bool): P[c, q] when q probes cell c, and the
+    float32 similarities q·μ_c (N × nlist) the probes were chosen by.
+
+    ``"ivf"``: the ``nprobe`` cells of the highest q·μ_c. ``"ivf-bound"``: every cell with
+    q·μ_c ≥ cos(α + r_c) (module docstring), tested on the float32 products with their
+    rounding margin subtracted, r_c and α rounded up; a query always probes its own cell.
+    """
+    n, d = x.shape
+    nlist = min(n, how.nlist if how.nlist is not None else int(np.ceil(np.sqrt(n))))
+    mu = _kmeans(x32, nlist)
+    sims = x32 @ mu.astype(np.float32).T  # N × nlist; rounding error ≤ δ = _margin(d)
+    cell = np.argmax(sims, axis=1)
+    if how.kind == "ivf":
+        k = min(how.nprobe, nlist)
+        probe = np.zeros((nlist, n), dtype=bool)
+        if k >= nlist:
+            probe[:] = True
+        for r0 in range(0, n, _COLS) if k < nlist else ():  # by rows: bounded memory
+            top = np.argpartition(-sims[r0 : r0 + _COLS], k - 1, axis=1)[:, :k]
+            probe[top, np.arange(r0, r0 + top.shape[0])[:, None]] = True
+    else:
+        own = np.einsum("ij,ij->i", x, mu[cell])  # float64 cos(q, μ of its cell)
+        cos_min = np.ones(nlist)
+        np.minimum.at(cos_min, cell, own)
+        radius = np.arccos(np.clip(cos_min - _ANGLE_SLACK, -1.0, 1.0))
+        alpha = float(np.arccos(np.clip(theta - TIE - _ANGLE_SLACK, -1.0, 1.0)))
+        reach = np.minimum(alpha + radius, np.pi)
+        need = np.where(reach >= np.pi, -np.inf, np.cos(reach) - _margin(d) - _ANGLE_SLACK)
+        probe = np.ascontiguousarray((sims >= need[None, :]).T)
+    probe[cell, np.arange(n)] = True
+    return cell, probe, sims
+
+
+def _ivf_pairs(
+    x: np.ndarray,
+    c: np.ndarray,
+    t: np.ndarray | None,
+    tau: int | None,
+    theta: float,
+    how: _Search,
+) -> Iterator[_Pairs]:
+    """IVF candidates, verified in float64: for each cell c, its queries against the
+    queries that probe it and lie in a cell numbered c or higher (float32 products kept at
+    ≥ θ − TIE − δ). A pair is thus compared once, by the query of the higher-numbered cell
+    (or, within one cell, once): the angle bound holds both ways, so ``ivf-bound`` loses
+    nothing, and for ``ivf`` this is the pair's one chance (measured: at equal work, one
+    direction at 2·nprobe found more pairs than either direction at nprobe)."""
+    d = x.shape[1]
+    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    cell, probe, _ = _probe_matrix(x, x32, theta, how)
+    cut = theta - TIE - _margin(d)
+    by_cell = np.argsort(cell, kind="stable")
+    bounds = np.searchsorted(cell[by_cell], np.arange(probe.shape[0] + 1))
+    for cc in range(probe.shape[0]):
+        tgt = by_cell[bounds[cc] : bounds[cc + 1]]
+        if tgt.size == 0:
+            continue
+        members = x32[tgt].T.copy()
+        sources = np.flatnonzero(probe[cc])
+        sources = sources[cell[sources] >= cc]
+        for s0 in range(0, sources.size, _COLS):
+            src = sources[s0 : s0 + _COLS]
+            block = x32[src] @ members
+            rows = np.flatnonzero(block.max(axis=1) >= cut)
+            if rows.size == 0:
+                continue
+            sub_i, bj = np.nonzero(block[rows] >= cut)
+            ii, jj = src[rows[sub_i]], tgt[bj]
+            keep = (c[ii] != c[jj]) & ((cell[ii] != cc) | (ii < jj))
+            if t is not None and tau is not None:
+                keep &= np.abs(t[ii] - t[jj]) <= tau
+            ii, jj = ii[keep], jj[keep]
+            w = _cosines(x, ii, jj)
+            linked = w >= theta - TIE
+            ii, jj, w = ii[linked], jj[linked], w[linked]
+            yield np.minimum(ii, jj), np.maximum(ii, jj), w
 
 
 def _largest(labels: np.ndarray, codes: np.ndarray) -> tuple[int, int]:
@@ -316,6 +506,14 @@ def _prepare(
     return v, names, codes.astype(np.int64), t
 
 
+def _how(search: str, nprobe: int, nlist: int | None) -> _Search:
+    check_choice("search", search, SEARCHES)
+    check_positive_int("nprobe", nprobe)
+    if nlist is not None:
+        check_positive_int("nlist", nlist)
+    return _Search(search, nprobe, nlist)
+
+
 def coalition_sizes(
     vectors: np.ndarray,
     accounts: Sequence[str],
@@ -324,14 +522,24 @@ def coalition_sizes(
     ts: Sequence[int] | None = None,
     tau: int | None = None,
     threads: int | None = 1,
+    search: str = "exact",
+    nprobe: int = 32,
+    nlist: int | None = None,
 ) -> list[int]:
     """ĉ at every θ in ``thetas`` (one range search at the smallest θ, one spanning
     forest, one cut per θ). ``threads``: BLAS threads for the search (None: the library's
-    default; 1 is the default because 2 ran slower on a shared 2-core machine)."""
+    default; 1 is the default because 2 ran slower on a shared 2-core machine).
+
+    ``search``: ``"exact"`` (the default), ``"ivf-bound"`` (exact, IVF cells probed by the
+    angle bound) or ``"ivf"`` (approximate: ``nprobe`` nearest of ``nlist`` cells, ⌈√N⌉
+    by default; recall measured, not guaranteed; ĉ can only come out lower). See the
+    module docstring; windows of at most 4,096 queries always take the exact dense path.
+    """
+    how = _how(search, nprobe, nlist)
     v, _, codes, t = _prepare(vectors, accounts, ts, threads)
     if v.shape[0] < 2 or not len(thetas):
         return [1 for _ in thetas]
-    forest = _spanning_forest(v, codes, t, tau, float(min(thetas)), threads)
+    forest = _spanning_forest(v, codes, t, tau, float(min(thetas)), threads, how)
     return [_largest(forest.labels(float(th)), codes)[0] for th in thetas]
 
 
@@ -343,18 +551,65 @@ def estimate_coalition(
     ts: Sequence[int] | None = None,
     tau: int | None = None,
     threads: int | None = 1,
+    search: str = "exact",
+    nprobe: int = 32,
+    nlist: int | None = None,
 ) -> CoalitionEstimate:
     """ĉ at θ, and the accounts of the largest linked component (on a tie in size, the
-    component holding the lowest-numbered query). ``threads`` as in
-    :func:`coalition_sizes`."""
+    component holding the lowest-numbered query). ``threads``, ``search``, ``nprobe``
+    and ``nlist`` as in :func:`coalition_sizes`."""
+    how = _how(search, nprobe, nlist)
     v = np.asarray(vectors)
     if v.shape[0] < 2:
         return CoalitionEstimate(1, tuple(accounts), float(theta), tau)
     v, names, codes, t = _prepare(vectors, accounts, ts, threads)
-    labels = _spanning_forest(v, codes, t, tau, float(theta), threads).labels(float(theta))
+    labels = _spanning_forest(v, codes, t, tau, float(theta), threads, how).labels(float(theta))
     size, label = _largest(labels, codes)
     best = tuple(sorted(set(names[np.unique(codes[labels == label])].tolist())))
     return CoalitionEstimate(size, best, float(theta), tau)
+
+
+def coalition_pairs(
+    vectors: np.ndarray,
+    accounts: Sequence[str],
+    *,
+    theta: float,
+    ts: Sequence[int] | None = None,
+    tau: int | None = None,
+    threads: int | None = 1,
+    search: str = "exact",
+    nprobe: int = 32,
+    nlist: int | None = None,
+) -> np.ndarray:
+    """Every linked pair a search finds at θ (distinct accounts, within τ, float64
+    cos ≥ θ − TIE), as a P × 2 array of query indices i < j sorted by (i, j) — the
+    blocked or IVF search itself at any N (no dense shortcut), so that the pair recall of
+    ``"ivf"`` can be measured against ``"exact"`` (:func:`pair_recall`). Costs one search
+    and holds every pair."""
+    how = _how(search, nprobe, nlist)
+    v, _, codes, ts_ = _prepare(vectors, accounts, ts, threads)
+    if v.shape[0] < 2:
+        return np.zeros((0, 2), dtype=np.int64)
+    limits = threadpool_limits(limits=threads, user_api="blas") if threads else nullcontext()
+    with limits:
+        x, c, t, order = _sorted(v, codes, ts_, tau)
+        found = list(_pairs(x, c, t, tau, float(theta), how))
+    ii = order[np.concatenate([p[0] for p in found])] if found else np.zeros(0, np.int64)
+    jj = order[np.concatenate([p[1] for p in found])] if found else np.zeros(0, np.int64)
+    out = np.stack([np.minimum(ii, jj), np.maximum(ii, jj)], axis=1).astype(np.int64)
+    return out[np.lexsort((out[:, 1], out[:, 0]))]
+
+
+def pair_recall(found: np.ndarray, reference: np.ndarray) -> float:
+    """The share of the reference pairs (rows i, j of :func:`coalition_pairs`) that
+    ``found`` holds; 1.0 when the reference has none."""
+    ref = np.asarray(reference, dtype=np.int64).reshape(-1, 2)
+    got = np.asarray(found, dtype=np.int64).reshape(-1, 2)
+    if ref.shape[0] == 0:
+        return 1.0
+    m = int(max(ref.max(), got.max() if got.size else 0)) + 1
+    keys = np.unique(ref[:, 0] * m + ref[:, 1])
+    return float(np.isin(keys, got[:, 0] * m + got[:, 1]).mean())
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
