@@ -419,6 +419,7 @@ class _Stages:
 
 def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) -> dict[str, Any]:
     """Median exclusive ms per stage of one private request, in process."""
+    from ragprivacy.audit import noise as audit_noise
     from ragprivacy.audit import provider as audit_provider
     from ragprivacy.audit.commitments import TenantCommitment
     from ragprivacy.audit.merkle import MerkleLog
@@ -436,7 +437,7 @@ def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) 
         (ServiceState, "authenticate", "API key check (scrypt once per key, then cached)"),
         (ServiceProvider, "_current", "window lookup (SQLite)"),
         (audit_provider.AuditedProvider, "_embed", "embedding + fixed point + H(q)"),
-        (audit_provider, "integer_scores", "integer scores (all N)"),
+        (audit_noise, "integer_scores", "integer scores (the slots the noise leaves)"),
         (audit_provider, "derived_noise", "derived noise (DGS, all N)"),
         (audit_provider, "noise_digest", "noise digest (SHA-256)"),
         (GaussianNoisyTopK, "select_units", "clip + noise + top-K select"),

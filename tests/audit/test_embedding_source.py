@@ -90,15 +90,17 @@ def test_a_source_gives_the_same_window_as_rows_in_memory_and_it_verifies() -> N
     assert stored.commit(published_at=0).c_idx == memory.commit(published_at=0).c_idx
     assert all(c._fixed is None for c in stored._index.values())  # only the hash tree
     fetched_before = len(sources["t0"].fetched)
+    blocks_before = sources["t0"].blocks
     for i in range(6):
         q = _vectors(1, 24, 100 + i)[0]
         for account in ("a", "b"):
             got = stored.query(account, vector=q, ts=10 + 2 * i + (account == "b"))
             want = memory.query(account, vector=q, ts=10 + 2 * i + (account == "b"))
             assert got.ids == want.ids and got.receipt.topk_hash == want.receipt.topk_hash
-    # every query read t0's rows in blocks (never all at once) and fetched K openings
-    assert sources["t0"].blocks >= 6 * 3  # 2,500 rows are three blocks of 1,024
-    assert [len(f) for f in sources["t0"].fetched[fetched_before:]] == [3] * 6
+    # every query read only the rows its noise left in the race, by position (padded to
+    # max(64, 8K) = 64), never a block of the store, then fetched its K openings
+    assert sources["t0"].blocks == blocks_before
+    assert [len(f) for f in sources["t0"].fetched[fetched_before:]] == [64, 3] * 6
     verdict = Verifier(mode="full").verify(stored.transcript(), (), stored.auditor_package())
     assert verdict.passed, verdict.failed_check()
 
@@ -118,7 +120,7 @@ def test_a_store_changed_after_the_commitment_is_refused() -> None:
         commitment.scores(fixed_point(rows[0])[0], 20)
 
 
-def test_exact_selection_scores_every_slot_through_score_at() -> None:
+def test_exact_selection_asks_score_at_only_for_the_slots_its_noise_leaves() -> None:
     rows = _vectors(200, 16, 5)
     q = fixed_point(_vectors(1, 16, 6))[0]
     mech = POLICY.mechanism()
@@ -132,7 +134,8 @@ def test_exact_selection_scores_every_slot_through_score_at() -> None:
 
     picked = exact_selection(mech, noise, score_at)
     assert np.array_equal(picked, mech.select_units(scores, noise))
-    assert len(asked) == 1 and np.array_equal(asked[0], np.arange(200))
+    assert len(asked) == 1 and asked[0].size == 64  # max(64, 8K) of the 200 slots
+    assert np.array_equal(asked[0], np.unique(asked[0])) and set(picked) <= set(asked[0])
     commitment = TenantCommitment("t", ArraySource(rows))
     assert np.array_equal(commitment.scores(q, POLICY.grid_bits), scores)
     assert np.array_equal(commitment.scores_at(q, [5, 0, 5], POLICY.grid_bits), scores[[5, 0, 5]])
@@ -159,9 +162,12 @@ def test_answer_query_reads_the_scores_itself_when_none_are_given() -> None:
         ts=5,
         proof_system=AuditorReexecution(),
     )
-    blocks = source.blocks
+    blocks, fetched = source.blocks, len(source.fetched)
     read, witness = answer_query(**common)  # type: ignore[arg-type]
-    assert source.blocks > blocks  # it streamed the rows to score every slot
+    # it read the 64 rows its noise left in the race by position (no block of the
+    # store), then the K openings
+    assert source.blocks == blocks
+    assert [len(f) for f in source.fetched[fetched:]] == [64, POLICY.top_k]
     given, same = answer_query(**common, scores=index.scores(q, POLICY.grid_bits))  # type: ignore[arg-type]
     assert read == given and witness == same
     in_memory, _ = answer_query(**{**common, "index": TenantCommitment("t0", rows)})  # type: ignore[arg-type]

@@ -52,7 +52,12 @@ from ragprivacy.audit.records import (
     topk_hash,
     verify_signature,
 )
-from ragprivacy.dp import GaussianNoisyTopK, query_input, top_k_indices
+from ragprivacy.dp import (
+    NOISE_FIRST_MAX_FRACTION,
+    GaussianNoisyTopK,
+    query_input,
+    top_k_indices,
+)
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import BudgetExhaustedError, ConfigError, DataError
 
@@ -239,28 +244,48 @@ class AuditorPackage:
 ScoreAt = Callable[[IntArray], IntArray]
 
 
+NOISE_FIRST_MIN_SCORED = 64
+"""The fewest slots a noise-first selection scores (with ``8·K``, whichever is larger)."""
+
+
 def exact_selection(mechanism: GaussianNoisyTopK, noise: IntArray, score_at: ScoreAt) -> IntArray:
-    """The account's noise-then-select over *every* slot of the index: the selection seam.
+    """The account's noise-then-select TopK(clip(s) + z) (collusion paper eq. 2.1), asking
+    ``score_at`` only for the slots whose noise leaves them a chance.
 
     ``noise`` holds z_q for every slot (derived before any score is read); ``score_at``
-    gives exact integer scores for the positions it is asked. Today every position is
-    asked — ``select_units(score_at(0..N−1), z)``, collusion paper eq. 2.1 over the
-    whole index — which is what the verifier re-executes. A noise-first exact selection
-    (draw every slot's noise first, then score only the slots whose noise could still
-    win) replaces this body and asks ``score_at`` for those slots alone; whether the
-    tenant's rows sit in memory or in a pgvector table (fetched by position) is then
-    already the caller's ``score_at``'s business, so nothing else changes. It must return
-    the same positions bit for bit: the verifier's re-execution stays the full rule.
+    gives exact integer scores for the positions it is asked. Every clipped score lies
+    in the mechanism's bounds [lo, hi], so a slot whose z_i + hi is below the K-th
+    largest z + lo cannot win (K slots beat it for sure):
+    :meth:`~ragprivacy.dp.GaussianNoisyTopK.noise_first_positions` gives the others, C,
+    from the noise alone. Only C is scored, and the top K of C under the same rule (ties
+    to the lower position, C sorted) is the top K of the whole index, bit for bit: the
+    verifier's re-execution stays the full rule over every slot and finds the same
+    positions. At the audit's calibrations (σ ≫ Δ) C holds about K slots, so a query
+    reads a handful of rows (from memory, or by position from a pgvector table) instead
+    of every committed embedding.
 
-    Switching over touches two places: this body, and :meth:`AuditedProvider.query`,
-    which today computes every score *before* it takes the account's lock (they depend
-    on neither the seed nor the record, so requests score in parallel) and hands them to
-    :func:`answer_query`; without them, ``answer_query``'s ``score_at`` reads only the
-    positions asked (``TenantCommitment.scores_at``: rows fetched by position from a
-    pgvector table).
+    C is padded with the next-largest noises to at least
+    max(:data:`NOISE_FIRST_MIN_SCORED`, 8K) slots, so the number of rows read is constant
+    in practice: which rows are read depends on the noise and must stay as secret as it
+    (a log of the rows read, seen beside the answer, says more than the answer). When C
+    is more than :data:`~ragprivacy.dp.NOISE_FIRST_MAX_FRACTION` of the index (σ not
+    large against Δ) every slot is scored in one pass instead.
     """
-    everything = np.arange(np.asarray(noise).shape[0], dtype=np.int64)
-    return mechanism.select_units(score_at(everything), noise)
+    z = np.asarray(noise, dtype=np.int64)
+    n = z.shape[0]
+    if mechanism.bounds_units() is None:  # no clipping: no bound to prune with
+        return mechanism.select_units(score_at(np.arange(n, dtype=np.int64)), z)
+    cand = mechanism.noise_first_positions(z)
+    if cand.size > NOISE_FIRST_MAX_FRACTION * n:
+        return mechanism.select_units(score_at(np.arange(n, dtype=np.int64)), z)
+    m = max(NOISE_FIRST_MIN_SCORED, 8 * mechanism.k)
+    if m >= n:
+        cand = np.arange(n, dtype=np.int64)
+    else:  # a superset of C chosen from the noise alone
+        top = np.argpartition(z, n - m)[n - m :]
+        cand = np.union1d(cand, top).astype(np.int64)
+    got = np.asarray(score_at(cand), dtype=np.int64)
+    return cand[top_k_indices(mechanism.clip_units(got) + z[cand], mechanism.k)]
 
 
 def answer_query(
@@ -574,17 +599,12 @@ class AuditedProvider:
         if ts is not None:
             self._check_in_window(int(ts))
         q, hq = self._embed(text, vector)
-        # The scores need no lock (they depend on neither the seed nor the record): two
-        # requests of one process score in parallel (BLAS releases the GIL), and only
-        # the noise, the selection and the append are serialized.
-        bad = self.misbehaviour  # the tenant scored: as _answer picks it
-        tenant = bad.record_tenant.get(account, self.accounts[account])
-        scored = bad.cross_tenant.get(account, tenant)
+        bad = self.misbehaviour
         if text is not None and account in bad.decoy_vectors:
             q = fixed_point(np.asarray(bad.decoy_vectors[account], dtype=np.float64))[0]
-        # (every slot: the full selection needs them; a noise-first selection would
-        # pass scores=None and let answer_query fetch the slots it asks for)
-        scores = self._index[scored].scores(q, self.policy.grid_bits)
+        # No scores yet: the selection reads them inside the account's lock, for the few
+        # slots the noise leaves in the race (exact_selection); the deviations of a
+        # cheating provider read every slot there.
         # One query of an account at a time in this process (its record number j is the
         # count of its records before it); queries of different accounts derive their
         # noise in parallel and share the ledger's group commit. Other processes: the
@@ -595,7 +615,7 @@ class AuditedProvider:
                 try:
                     stamp = None if ts is None else int(ts)  # None: stamped when queued
                     return self._answer(
-                        account, text, q, hq, stamp, expected, before_append, ts is None, scores
+                        account, text, q, hq, stamp, expected, before_append, ts is None
                     )
                 except _StaleCount:
                     continue
