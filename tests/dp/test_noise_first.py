@@ -263,7 +263,7 @@ def test_the_integer_rule_for_a_re_execution() -> None:
                 asked.append(p)
                 return units[p]
 
-            got = mech.select_units_noise_first(z, at)
+            got = mech.select_units_noise_first(z, at, max_fraction=1.0)  # C alone
             np.testing.assert_array_equal(got, mech.select_units(units, z))
             assert len(asked) == 1 and np.array_equal(asked[0], mech.noise_first_positions(z))
 

@@ -52,12 +52,7 @@ from ragprivacy.audit.records import (
     topk_hash,
     verify_signature,
 )
-from ragprivacy.dp import (
-    NOISE_FIRST_MAX_FRACTION,
-    GaussianNoisyTopK,
-    query_input,
-    top_k_indices,
-)
+from ragprivacy.dp import GaussianNoisyTopK, query_input, top_k_indices
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import BudgetExhaustedError, ConfigError, DataError
 
@@ -272,20 +267,11 @@ def exact_selection(mechanism: GaussianNoisyTopK, noise: IntArray, score_at: Sco
     large against Δ) every slot is scored in one pass instead.
     """
     z = np.asarray(noise, dtype=np.int64)
-    n = z.shape[0]
     if mechanism.bounds_units() is None:  # no clipping: no bound to prune with
-        return mechanism.select_units(score_at(np.arange(n, dtype=np.int64)), z)
-    cand = mechanism.noise_first_positions(z)
-    if cand.size > NOISE_FIRST_MAX_FRACTION * n:
-        return mechanism.select_units(score_at(np.arange(n, dtype=np.int64)), z)
-    m = max(NOISE_FIRST_MIN_SCORED, 8 * mechanism.k)
-    if m >= n:
-        cand = np.arange(n, dtype=np.int64)
-    else:  # a superset of C chosen from the noise alone
-        top = np.argpartition(z, n - m)[n - m :]
-        cand = np.union1d(cand, top).astype(np.int64)
-    got = np.asarray(score_at(cand), dtype=np.int64)
-    return cand[top_k_indices(mechanism.clip_units(got) + z[cand], mechanism.k)]
+        return mechanism.select_units(score_at(np.arange(z.shape[0], dtype=np.int64)), z)
+    return mechanism.select_units_noise_first(
+        z, score_at, min_scored=max(NOISE_FIRST_MIN_SCORED, 8 * mechanism.k)
+    )
 
 
 def answer_query(

@@ -479,20 +479,32 @@ class GaussianNoisyTopK:
         return self._selection(idx, picked, False, dims[0])
 
     def select_units_noise_first(
-        self, noise_units: IntArray, units_at: Callable[[IntArray], IntArray]
+        self,
+        noise_units: IntArray,
+        units_at: Callable[[IntArray], IntArray],
+        *,
+        max_fraction: float = NOISE_FIRST_MAX_FRACTION,
+        min_scored: int = 0,
     ) -> IntArray:
         """:meth:`select_units` of one query from the scores of its candidates only.
 
         Returns ``select_units(scores_units, noise_units)`` exactly when
         ``units_at(p)`` gives ``scores_units[p]`` (the rule and proof are
-        :meth:`select_noise_first`'s, in integer units); ``units_at`` is called once,
-        with :meth:`noise_first_positions` of the noise. For a re-execution that
+        :meth:`select_noise_first`'s, in integer units); ``units_at`` is called once:
+        with :meth:`noise_first_positions` of the noise, padded to ``min_scored``
+        positions with the next-largest noises, or with every position when the
+        candidates are more than ``max_fraction`` of them. For a re-execution that
         derives z_q from :func:`derived_bits` and scores only what z_q leaves in the race.
         """
         z = np.asarray(noise_units, dtype=np.int64)
         if self.simulation:
             raise ConfigError("Integer noise is the secure path; this mechanism simulates.")
+        n = z.shape[0]
         cand = self.noise_first_positions(z)
+        if cand.size > float(max_fraction) * n:
+            return self.select_units(units_at(np.arange(n, dtype=np.int64)), z)
+        if cand.size < min_scored:
+            cand = _padded(z, cand, min_scored)
         got = np.asarray(units_at(cand), dtype=np.int64)
         if got.shape != cand.shape:
             raise ConfigError(f"units_at returned {got.shape} scores for {cand.size} positions.")
