@@ -17,6 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ragprivacy"
 SHARED = {
     "errors",
     "_stats",
+    "_threads",
     "_random",
     "_resources",
     "_validation",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ragprivacy._threads import blas_threads
 from ragprivacy._validation import check_positive_int
 from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.index.base import SearchResult
@@ -165,18 +165,6 @@ def finish_result(
     val[invalid] = -np.inf
     id_rows = tuple(tuple(ids[int(p)] for p in row if p >= 0) for row in idx)
     return SearchResult(indices=idx, scores=val, ids=id_rows)
-
-
-@contextlib.contextmanager
-def blas_threads(num_threads: int | None) -> Iterator[None]:
-    """Limit BLAS threads inside the block (no-op for ``None``)."""
-    if num_threads is None:
-        yield
-        return
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=num_threads, user_api="blas"):
-        yield
 
 
 #: A gathered score block is padded with zero rows to a multiple of this many rows, so
