@@ -7,7 +7,8 @@ memory peak, BLAS threads and imports do not touch the next), then reads their J
 - ``bench_retrieval.py`` — every row its JSON holds (rows with a ``"row"`` name, read
   generically: the first ``ratio…`` field is the ratio, ``"baseline"`` names the
   baseline): exact noisy top-K float and secure against a FAISS flat search at 10⁶, the
-  lazy fallback against the full-noise path, and any row added later;
+  lazy fallback against the full-noise path (one forced fallback, and the lazy retriever
+  whose memory of fallbacks skips the candidate search), and any row added later;
 - ``bench_dp_vote.py`` — DP voting per token against plain RAG, on the ``hf:`` reader (a
   GPT-2-small-sized random model; ``--quick``: a tiny one) and the reference reader;
 - ``bench_coalition.py`` — the coalition estimator's ``ivf`` search at 10⁵ × 384 against
@@ -72,6 +73,7 @@ RETRIEVAL_GOALS: dict[str, tuple[float, float | None]] = {
     "exact noisy top-K, float": (1.3, None),
     "exact noisy top-K, secure": (1.6, 0.20),
     "lazy noise-then-select, fallback": (1.1, None),
+    "lazy retriever, fallback remembered": (1.1, None),
 }
 DP_VOTE_GOAL = 3.0  # dp_vote per token ≤ 3× plain RAG on the hf: reader
 COALITION_SECONDS = 15.0  # ĉ at 10⁵ × 384 in under 15 s ...

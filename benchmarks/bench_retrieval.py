@@ -21,7 +21,11 @@
 2. **Lazy noise-then-select when it falls back** (σ ≤ 0.3; ``lazy_noisy_topk`` over
    FAISS HNSW top-C candidates with one global bound u = 1, the retriever's score
    callback), against the plain full-noise path over the same vectors (the same one-scan
-   scores + ``GaussianNoisyTopK.select``), with the fallback rate. ``--n 0`` skips 1.
+   scores + ``GaussianNoisyTopK.select``), with the fallback rate; and the lazy
+   ``NoisyTopKRetriever`` at the same σ in steady state, whose ``FallbackMemory`` skips
+   the candidate search once a window of its selections fell back (every 8th query a
+   probe), against the retriever's own full path (means over at least 64 queries, so
+   the probes count). ``--n 0`` skips 1.
 3. ``--sweep``: the lazy path across σ against a plain HNSW search (global bound and
    per-bucket bounds), as before.
 
@@ -366,6 +370,68 @@ def bench_fallback(
     return out
 
 
+class _Lookup(HashingEmbedder):
+    """An embedder whose text "q<i>" is the i-th given query vector (the clustered
+    queries), so that the retrievers' own ``retrieve`` can be timed on them."""
+
+    def __init__(self, vectors: np.ndarray) -> None:
+        super().__init__(dim=vectors.shape[1])
+        self._vectors = vectors
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        return self._vectors[[int(t[1:]) for t in texts]]
+
+
+def bench_fallback_retriever(
+    index: Any, qs: np.ndarray, k: int, sigmas: Sequence[float], queries: int, candidates: int
+) -> list[dict]:
+    """The lazy ``NoisyTopKRetriever`` where its selections fall back, in steady state:
+    after one window of fallbacks its ``FallbackMemory`` skips the candidate search and
+    runs the full path, except on every 8th query (a probe, timed too). Against the
+    retriever's full path (``noise_first=False``) on the same index; means over
+    ``queries`` interleaved queries each, so the probes weigh in."""
+    n = len(index)
+    ids = [str(i) for i in range(n)]
+    kb = KnowledgeBase(Corpus([Document(i, "d") for i in ids]), _Lookup(qs), index)
+    out = []
+    for sigma in sigmas:
+        common: dict[str, Any] = dict(
+            k=k, sigma=sigma, simulation=True, score_range=(-1.0, 1.0), queries_per_account=10**9
+        )
+        full = NoisyTopKRetriever(kb, **common, noise_first=False, rng=2)
+        lazy = NoisyTopKRetriever(
+            kb, **common, lazy=True, candidates=candidates, score_bound=1.0 + 1e-4, rng=3
+        )
+        window = lazy.fallbacks.window
+        for r in range(window):  # fill the memory: the steady state is what is timed
+            lazy.retrieve(f"q{r % len(qs)}")
+        skipped_before = lazy.fallbacks.skipped
+        times: dict[str, list[float]] = {"full": [], "lazy": []}
+        for r in range(queries):
+            text = f"q{r % len(qs)}"
+            for name, ret in (("full", full), ("lazy", lazy)):
+                t = time.perf_counter()
+                ret.retrieve(text)
+                times[name].append(time.perf_counter() - t)
+        skipped = lazy.fallbacks.skipped - skipped_before
+        mean = {name: statistics.fmean(v) for name, v in times.items()}
+        row = {
+            "row": "lazy retriever, fallback remembered",
+            "n": n,
+            "sigma": sigma,
+            "baseline": "the retriever's full path (noise_first=False), mean",
+            "lazy_ms": mean["lazy"] * 1e3,
+            "baseline_ms": mean["full"] * 1e3,
+            "ratio_to_full_noise": mean["lazy"] / mean["full"],
+            "queries": queries,
+            "searched": queries - skipped,
+            "fallback_rate": lazy.fallbacks.fallback_rate,
+        }
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    return out
+
+
 def bench_sweep(
     index: Any,
     data: np.ndarray,
@@ -459,6 +525,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         result["hnsw_build_s"] = build_s
         result["fallback"] = bench_fallback(
             index, qs, a.k, a.fallback_sigmas, a.repeats, a.candidates
+        )
+        result["fallback_retriever"] = bench_fallback_retriever(
+            index, qs, a.k, a.fallback_sigmas, max(64, 4 * a.repeats), a.candidates
         )
         if a.sweep:
             result["sweep"] = bench_sweep(

@@ -11,7 +11,12 @@ from ragprivacy.retrieval.base import (
 )
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
-from ragprivacy.retrieval.lazy_noisy import LazySelection, lazy_index_topk, lazy_noisy_topk
+from ragprivacy.retrieval.lazy_noisy import (
+    FallbackMemory,
+    LazySelection,
+    lazy_index_topk,
+    lazy_noisy_topk,
+)
 from ragprivacy.retrieval.noisy_topk import NoisyTopKRetriever
 from ragprivacy.retrieval.projection import (
     DPProjectionRetriever,
@@ -39,6 +44,7 @@ __all__ = [
     "AdaptiveScreen",
     "BucketBounds",
     "DPProjectionRetriever",
+    "FallbackMemory",
     "KnowledgeBase",
     "LazySelection",
     "NoisyTopKRetriever",

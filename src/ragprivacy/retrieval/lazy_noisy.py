@@ -104,7 +104,13 @@ from ragprivacy.errors import ConfigError
 from ragprivacy.index import VectorIndex
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
 
-__all__ = ["LazySelection", "lazy_index_topk", "lazy_noisy_topk", "truncated_normal_above"]
+__all__ = [
+    "FallbackMemory",
+    "LazySelection",
+    "lazy_index_topk",
+    "lazy_noisy_topk",
+    "truncated_normal_above",
+]
 
 _Z_CAP = 60.0  # |Z| > 60 has probability < 1e-780: used only to keep the values finite
 _LEVELS = 16  # grid of levels tried when choosing an intermediate level
@@ -135,6 +141,61 @@ class LazySelection:
     rounds: int
     fell_back: bool
     event: GaussianEvent
+
+
+class FallbackMemory:
+    """Whether the next lazy selection is worth its candidate search, from the last ones.
+
+    A lazy selection that falls back has paid for a candidate search (an HNSW search,
+    about a ninth of the full path's time at 10⁵ × 384) before it learns that its bounds
+    are too loose for the rounds (small σ): it then costs the full path plus that search.
+    One retriever has one σ and one index, so when most of its recent selections fell
+    back, the next one will too: this memory tells it to run the full noise-then-select
+    instead, without the search, and to try the lazy path again on every
+    ``probe_every``-th query so that it notices when queries change.
+
+    Rule: over the last ``window`` lazy outcomes (fell back or not), skip the search when
+    the window is full and at least ``skip_at`` of them fell back — except on every
+    ``probe_every``-th skipped query, which runs the lazy path and records its outcome.
+
+    **Exactness and privacy.** Both paths output the full mechanism's law, and the choice
+    for a query depends only on earlier queries' outcomes, which are independent of this
+    query's noise: the output law is unchanged. The choice is a function of earlier
+    queries' private scores, like the lazy path's run time already is (the module's
+    timing note).
+    """
+
+    __slots__ = ("_outcomes", "_streak", "probe_every", "skip_at", "skipped", "window")
+
+    def __init__(self, *, window: int = 16, skip_at: float = 0.75, probe_every: int = 8) -> None:
+        self.window = check_positive_int("window", window)
+        self.skip_at = check_probability("skip_at", skip_at)
+        self.probe_every = check_positive_int("probe_every", probe_every)
+        self._outcomes: list[bool] = []
+        self._streak = 0  # queries since skipping began, probes included
+        self.skipped = 0  # queries sent to the full path without a search, in all
+
+    @property
+    def fallback_rate(self) -> float:
+        """The fraction of the remembered lazy selections that fell back (0 when none)."""
+        return sum(self._outcomes) / len(self._outcomes) if self._outcomes else 0.0
+
+    def search_first(self) -> bool:
+        """Whether the next query should run the lazy path (candidate search first)."""
+        full = len(self._outcomes) == self.window
+        if not (full and self.fallback_rate >= self.skip_at):
+            self._streak = 0
+            return True
+        self._streak += 1
+        if self._streak % self.probe_every == 0:
+            return True  # a probe: its outcome is recorded like any lazy selection's
+        self.skipped += 1
+        return False
+
+    def record(self, fell_back: bool) -> None:
+        """Remember one lazy selection's outcome."""
+        self._outcomes.append(bool(fell_back))
+        del self._outcomes[: -self.window]
 
 
 def truncated_normal_above(t: float, size: int, *, rng: RngLike = None) -> FloatArray:

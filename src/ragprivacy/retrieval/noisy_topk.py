@@ -37,7 +37,11 @@ a timing of the fallback's full scan); ``noise_first=False`` has no such channel
 ``lazy=True`` (simulation only) — the exact lazy variant of
 :mod:`ragprivacy.retrieval.lazy_noisy` over the index's (possibly approximate) top-C
 (:func:`~ragprivacy.retrieval.lazy_index_topk`; any index backend, ``pgvector``
-included: its HNSW search gives the candidates and the database scores the rest).
+included: its HNSW search gives the candidates and the database scores the rest). At
+small σ the index's bounds are too loose for the lazy rounds and every selection falls
+back to full noise after paying for its candidate search; the retriever's
+:class:`~ragprivacy.retrieval.FallbackMemory` notices (3 of 4 in the last 16 fell back)
+and runs the full path without the search, probing the lazy path on every 8th query.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from ragprivacy.errors import ConfigError
 from ragprivacy.retrieval.base import Retriever, register_retriever
 from ragprivacy.retrieval.bucket_bounds import BucketBounds
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
-from ragprivacy.retrieval.lazy_noisy import lazy_index_topk
+from ragprivacy.retrieval.lazy_noisy import FallbackMemory, lazy_index_topk
 from ragprivacy.types import Retrieval
 
 __all__ = ["NoisyTopKRetriever"]
@@ -90,7 +94,9 @@ class NoisyTopKRetriever(Retriever):
             (:meth:`~ragprivacy.dp.GaussianNoisyTopK.select_noise_first`; the same
             output as scoring all n, from the index's ``scores_at``); needs a
             ``score_range`` (ignored without one). ``False`` scores every document.
-        lazy: the exact lazy variant over the index's top ``candidates`` (simulation only).
+        lazy: the exact lazy variant over the index's top ``candidates`` (simulation only);
+            its fallbacks are remembered in :attr:`fallbacks` (a
+            :class:`~ragprivacy.retrieval.FallbackMemory`).
         candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``); with
             ``noise_first``, the fewest documents scored per query (the candidates padded
             with the next largest noises, so the count is constant unless more are
@@ -167,6 +173,7 @@ class NoisyTopKRetriever(Retriever):
                 f"rebuild them with BucketBounds.build(index vectors)."
             )
         self.buckets = buckets
+        self.fallbacks = FallbackMemory()
         self.counter = counter if counter is not None else AccountCounter(self.queries_per_account)
         self._rng = simulation_rng(rng, simulation=self.simulation)
 
@@ -231,12 +238,23 @@ class NoisyTopKRetriever(Retriever):
 
     def _select(self, queries: Sequence[str], token: str) -> list[Retrieval]:
         vectors = self.kb.embedder.encode(list(queries))
-        if self.lazy:
-            return [self._lazy_one(v, token) for v in vectors]
+        if not self.lazy:
+            return self._noise_then_select(vectors, token, noise_first=self.noise_first)
+        out = []
+        for v in vectors:
+            if self.fallbacks.search_first():
+                out.append(self._lazy_one(v, token))
+            else:  # recent lazy selections fell back: the full path, without the search
+                out.extend(self._noise_then_select(v[None, :], token, noise_first=False))
+        return out
+
+    def _noise_then_select(
+        self, vectors: np.ndarray, token: str, *, noise_first: bool
+    ) -> list[Retrieval]:
         index = self.kb.index
-        if self.noise_first:
+        if noise_first:
             sel = self.mechanism.select_noise_first(
-                (len(queries), len(index)),
+                (len(vectors), len(index)),
                 lambda row, positions: index.scores_at(vectors[row], positions),
                 score_all=lambda: index.scores(vectors),
                 rng=self._rng,
@@ -253,7 +271,7 @@ class NoisyTopKRetriever(Retriever):
                 event=self.mechanism.event,
                 charge_ids=(token,),
             )
-            for row in range(len(queries))
+            for row in range(len(vectors))
         ]
 
     def _clip(self, values: np.ndarray) -> np.ndarray:
@@ -280,6 +298,7 @@ class NoisyTopKRetriever(Retriever):
             sensitivity=self.sensitivity,
             rng=self._rng,
         )
+        self.fallbacks.record(sel.fell_back)
         id_at = self.kb.index.id_at
         return Retrieval(
             ids=tuple(id_at(int(p)) for p in sel.indices),
