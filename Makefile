@@ -25,7 +25,7 @@ UV_FIND := --find-links $(TORCH_WHEELS)
 COMPILE = $(1)/bin/uv pip compile --quiet --generate-hashes $(TARGET) $(UV_FIND) \
 	--custom-compile-command "make lock"
 
-.PHONY: all venv realmodel browser demo test test-all test-latest test-lowest lock lint bench clean
+.PHONY: all venv realmodel browser demo test test-all test-latest test-lowest lock lint bench bench-fastpaths clean
 
 all: test
 
@@ -132,6 +132,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_samplers.py
 	$(PY) benchmarks/bench_embed.py
 	$(PY) benchmarks/bench_index.py
+
+# The fast paths' table in one run (tens of minutes; run it on an idle machine).
+bench-fastpaths: $(STAMP)
+	$(PY) benchmarks/bench_fastpaths.py --out-dir $(OUT)/bench-fastpaths
 
 clean:
 	rm -rf $(VENV) $(LATEST) $(LOWEST) $(OUT) .pytest_cache .ruff_cache .mypy_cache .benchmarks
