@@ -146,9 +146,10 @@ class LazySelection:
 class FallbackMemory:
     """Whether the next lazy selection is worth its candidate search, from the last ones.
 
-    A lazy selection that falls back has paid for a candidate search (an HNSW search,
-    about a ninth of the full path's time at 10⁵ × 384) before it learns that its bounds
-    are too loose for the rounds (small σ): it then costs the full path plus that search.
+    A lazy selection that falls back has paid for a candidate search (an HNSW search)
+    before it learns that its bounds are too loose for the rounds (small σ): it then costs
+    the full path plus that search (1.27–1.34× the full path at 10⁵ × 384,
+    benchmarks/README.md).
     One retriever has one σ and one index, so when most of its recent selections fell
     back, the next one will too: this memory tells it to run the full noise-then-select
     instead, without the search, and to try the lazy path again on every
