@@ -225,6 +225,18 @@ def _terminate_backends(db: str) -> int:
     return sum(bool(r[0]) for r in rows)
 
 
+def _backends(db: str) -> int:
+    """How many server backends of ``db`` there are besides this one."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def test_the_pool_and_the_ledger_reconnect_after_their_backends_end(db: str) -> None:
     """Every backend ended: the pool's next read and the ledger's next append succeed on
     new connections; a transaction that loses its connection half-way is a one-line
@@ -286,11 +298,15 @@ def test_replicas_reconnect_after_their_backends_are_terminated_under_load(
 
     async def load() -> list[httpx.Response | None]:
         # once a quarter and again once half of the burst has finished (so with requests
-        # in flight on both replicas), end every backend of the database
+        # in flight on both replicas), end every backend of the database; the second time
+        # only once the replicas have connected again (on a slow machine half the burst
+        # may be done before they have, and there would be nothing to end)
         done = [0]
         task = asyncio.ensure_future(_burst(urls, jobs, done))
         for mark in (len(jobs) // 4, len(jobs) // 2):
-            while done[0] < mark and not task.done():
+            while (
+                done[0] < mark or await asyncio.to_thread(_backends, db) < 2
+            ) and not task.done():
                 await asyncio.sleep(0.01)
             ended = await asyncio.to_thread(_terminate_backends, db)
             terminated.append((done[0], ended))
