@@ -213,28 +213,25 @@ async def _burst(
         return await asyncio.gather(*(one(i, k, q) for i, (k, q) in enumerate(jobs)))
 
 
-def _terminate_backends(db: str) -> int:
-    """End every server backend of ``db`` but this one; returns how many."""
+def _other_backends(db: str, select: str) -> list[tuple[object, ...]]:
+    """``SELECT <select>`` over every server backend of ``db`` but this one."""
     import psycopg
 
     with psycopg.connect(db, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        return conn.execute(
+            f"SELECT {select} FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchall()
-    return sum(bool(r[0]) for r in rows)
+
+
+def _terminate_backends(db: str) -> int:
+    """End every server backend of ``db`` but this one; returns how many."""
+    return sum(bool(r[0]) for r in _other_backends(db, "pg_terminate_backend(pid)"))
 
 
 def _backends(db: str) -> int:
     """How many server backends of ``db`` there are besides this one."""
-    import psycopg
-
-    with psycopg.connect(db, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchone()
-    return int(row[0]) if row else 0
+    return len(_other_backends(db, "pid"))
 
 
 def test_the_pool_and_the_ledger_reconnect_after_their_backends_end(db: str) -> None:
