@@ -209,3 +209,37 @@ def test_other_layers_are_imported_through_their_public_init(layer: str) -> None
         f"layer {layer!r} imports submodules of other layers (import their public names "
         f"from ragprivacy.<layer> instead): {bad}"
     )
+
+
+def _release_calls(tree: ast.AST) -> list[int]:
+    """Lines calling ``<something>.release(retrievals, ...)`` on a retriever (a first
+    argument that is a list or a name of retrievals), the one way to refund a retrieval."""
+    out = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "release"
+            and node.args
+            and isinstance(node.args[0], ast.List | ast.Name | ast.ListComp)
+            and any(k.arg == "account" for k in node.keywords)
+        ):
+            out.append(node.lineno)
+    return out
+
+
+def test_a_retrieval_is_refunded_in_one_place_only() -> None:
+    """The failure rule (docs/architecture.md, "A failure is an answer"): systems never
+    give a retrieval back themselves; ``rag.charged_on_failure`` does, and only for a
+    generator that was never reached."""
+    found = {}
+    for path in SRC.rglob("*.py"):
+        lines = _release_calls(ast.parse(path.read_text(encoding="utf-8")))
+        if lines:
+            found[str(path.relative_to(SRC))] = lines
+    assert list(found) == ["rag/base.py"] and len(found["rag/base.py"]) == 1, found
+
+
+def test_the_refund_finder_sees_a_refund() -> None:
+    planted = "def f(r, got, a):\n    r.release([got], account=a)\n    lock.release()\n"
+    assert _release_calls(ast.parse(planted)) == [2]

@@ -8,6 +8,8 @@
     ├── DataError              input data is missing, empty or malformed
     │   └── DataUnavailableError a dataset or model is not available offline
     ├── BackendError           an embedder, index or generator backend failed
+    │   ├── GeneratorUnavailableError  the generator was not reached (no prompt left)
+    │   └── ChargedFailureError  a request failed after private data was read; charged
     ├── BudgetExhaustedError   a privacy budget would be overspent (nothing was charged)
     ├── RunInterruptedError    a run was stopped by a signal (finished work was kept)
     └── VerificationError      an audit artefact failed verification
@@ -21,9 +23,11 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "BudgetExhaustedError",
+    "ChargedFailureError",
     "ConfigError",
     "DataError",
     "DataUnavailableError",
+    "GeneratorUnavailableError",
     "RagPrivacyError",
     "RunInterruptedError",
     "UnknownBackendError",
@@ -32,7 +36,15 @@ __all__ = [
 
 
 class RagPrivacyError(Exception):
-    """Base class of every error ragprivacy raises on purpose."""
+    """Base class of every error ragprivacy raises on purpose.
+
+    Attributes:
+        answered: when a batch of answers stopped partway (``RAGSystem.answer_batch``),
+            the answers made before the error, in order: paid for, so they are the
+            caller's (nothing is charged twice for asking again).
+    """
+
+    answered: tuple[object, ...] = ()
 
 
 class ConfigError(RagPrivacyError, ValueError):
@@ -58,8 +70,33 @@ class BackendError(RagPrivacyError, RuntimeError):
     """An embedder, index or generator backend failed."""
 
 
+class GeneratorUnavailableError(BackendError):
+    """The generator could not be reached: the request failed before any byte of its prompt
+    left this process (connection refused, DNS, connect timeout).
+
+    Whether a connection can be opened does not depend on the prompt, so such a failure
+    is the one failure after retrieval that carries no information about the retrieved
+    documents (see :class:`ChargedFailureError`). A generator raises it for nothing else.
+    """
+
+
+class ChargedFailureError(BackendError):
+    """A request failed after private data was read, and was charged like an answer.
+
+    Whether a request fails after retrieval can depend on what was retrieved (a hosted
+    model's context-length error depends on the documents' lengths), and the caller sees
+    the failure: a free failure would be a free, data-dependent answer. So it costs what
+    an answer costs. The backend's own message is withheld (it may quote the documents);
+    it stays on ``withheld`` for the operator's debugging and must not be forwarded.
+    """
+
+    def __init__(self, message: str, *, withheld: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.withheld = withheld
+
+
 class BudgetExhaustedError(RagPrivacyError):
-    """A privacy charge would overspend a budget; nothing was charged."""
+    """A privacy charge would overspend a budget; nothing was charged for it."""
 
 
 class RunInterruptedError(RagPrivacyError):

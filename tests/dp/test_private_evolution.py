@@ -179,7 +179,7 @@ def test_reported_epsilon_is_dp_accountings_composition(sigma: float, iterations
     from dp_accounting.rdp import rdp_privacy_accountant
 
     delta = 1e-5
-    event = pe_event(sigma, iterations)
+    event = pe_event(sigma, iterations, simulation=True)
     assert event == SelfComposedEvent(GaussianEvent(sigma), iterations)
     expected = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), iterations)
     assert event.to_dp_accounting() == expected
@@ -187,25 +187,29 @@ def test_reported_epsilon_is_dp_accountings_composition(sigma: float, iterations
     pld.compose(expected)
     rdp = rdp_privacy_accountant.RdpAccountant()
     rdp.compose(expected)
-    reported = pe_epsilon(sigma, iterations, delta)
+    reported = pe_epsilon(sigma, iterations, delta, simulation=True)
     assert reported == pytest.approx(pld.get_epsilon(delta), rel=2e-3)
     assert reported <= rdp.get_epsilon(delta)
-    assert pe_epsilon(sigma, iterations, delta, method="pld") == pytest.approx(reported, rel=2e-3)
+    pld_route = pe_epsilon(sigma, iterations, delta, simulation=True, method="pld")
+    assert pld_route == pytest.approx(reported, rel=2e-3)
 
 
 @pytest.mark.parametrize(("epsilon", "iterations"), [(10.0, 10), (1.0, 1), (200.0, 10), (4.0, 20)])
 def test_calibrated_sigma_spends_exactly_the_target(epsilon: float, iterations: int) -> None:
     delta = 1e-6
     sigma = pe_sigma(epsilon, delta, iterations)
-    assert pe_epsilon(sigma, iterations, delta) == pytest.approx(epsilon, rel=1e-9)
-    assert epsilon_for(pe_event(sigma, iterations), delta, "pld") == pytest.approx(
-        epsilon, rel=5e-3
-    )
+    assert pe_epsilon(sigma, iterations, delta, simulation=True) == pytest.approx(epsilon, rel=1e-9)
+    continuous = pe_event(sigma, iterations, simulation=True)
+    assert epsilon_for(continuous, delta, "pld") == pytest.approx(epsilon, rel=5e-3)
     # more iterations at the same budget need proportionally more noise: σ ∝ √T
     assert pe_sigma(epsilon, delta, 4 * iterations) == pytest.approx(2 * sigma)
     # the secure path's zCDP event is accounted by RDP: sound, somewhat above ε
     secure = pe_epsilon(sigma, iterations, delta, simulation=False)
     assert epsilon <= secure <= 1.6 * epsilon
+    assert pe_epsilon(sigma, iterations, delta) == secure  # the secure event is the default
+    assert pe_epsilon(sigma, iterations, delta, method="rdp") == secure
+    with pytest.raises(ConfigError, match="Rényi DP only"):
+        pe_epsilon(sigma, iterations, delta, method="pld")  # covers the continuous Gaussian
     with pytest.raises(ConfigError):
         pe_sigma(epsilon, 1.5, iterations)
 
@@ -231,7 +235,7 @@ def test_pe_concentrates_on_the_private_mode() -> None:
     cos = (final @ centre) / np.linalg.norm(final, axis=1)
     assert np.median(cos) > 0.9
     assert len(out.histograms) == 8 and all(h.shape == (50,) for h in out.histograms)
-    assert out.event == pe_event(1.0, 8)
+    assert out.event == pe_event(1.0, 8, simulation=True)
     # the same seed gives the same run
     again = private_evolution(
         private,

@@ -40,7 +40,7 @@ def test_hit_probability_uses_every_score() -> None:
     # Noise on all N scores: adding many low-scoring documents lowers the planted slot's
     # chance to make the top-K (a candidates-only scheme would not see them).
     h = TopKHarness(epsilon_acc=16.0)
-    svc, accounts, probe = h.service(member=True, k=1, rng=0)
+    svc, accounts, probe = h.service(member=True, k=1, simulation=True, rng=0)
     scores = svc.knowledge_base("victim").index.scores(probe)[0]
     sigma = svc.sigma(accounts[0])
     small = hit_probability(scores, 50, sigma, 5)

@@ -121,3 +121,115 @@ def test_lazy_retriever_skips_the_search_and_keeps_the_law(kb: KnowledgeBase) ->
     table = np.array([[a[k], b[k]] for k in keys] + ([rest] if sum(rest) else []))
     assert len(keys) >= 5  # the noise really moves the top 2
     assert float(chi2_contingency(table)[1]) > 1e-4
+
+
+# ------------------------------------------------------------------ one memory per account
+def test_memory_is_one_per_account_and_none_is_an_account() -> None:
+    m = FallbackMemory(window=4, skip_at=0.75, probe_every=3)
+    for _ in range(4):
+        assert m.search_first(account="a")
+        m.record(True, account="a")
+    assert not m.search_first(account="a")  # a's window is full of fallbacks: a skips
+    # nobody else's choice reads a's outcomes: None and "anonymous" are accounts too
+    for other in ("b", None, "anonymous"):
+        assert _run_account(m, other, [True] * 4) == [True] * 4
+        assert m.fallback_rate_of(other) == 1.0
+    assert m.fallback_rate_of("a") == 1.0 and m.fallback_rate_of("never") == 0.0
+    assert len(m) == 4 and None in m and "never" not in m
+    assert m.skipped == 1
+
+
+def _run_account(memory: FallbackMemory, account: str | None, outcomes: list[bool]) -> list[bool]:
+    searched, it = [], iter(outcomes)
+    for _ in range(len(outcomes)):
+        s = memory.search_first(account=account)
+        searched.append(s)
+        if s:
+            memory.record(next(it), account=account)
+    return searched
+
+
+def test_memory_keeps_the_most_recently_active_accounts_only() -> None:
+    m = FallbackMemory(window=2, skip_at=0.5, probe_every=10**6, max_accounts=8)
+    for _ in range(2):
+        m.search_first(account="steady")
+        m.record(True, account="steady")
+    for i in range(1000):
+        m.search_first(account=f"acct-{i}")
+        m.record(i % 2 == 0, account=f"acct-{i}")
+        if i % 5 == 0:  # "steady" queries now and then: it stays among the recent ones
+            assert not m.search_first(account="steady")
+        assert len(m) <= 8
+    assert len(m) == 8 and "steady" in m and "acct-999" in m and "acct-0" not in m
+    # a forgotten account starts again with an empty window: it searches first
+    assert m.fallback_rate_of("acct-0") == 0.0
+    assert m.search_first(account="acct-0")
+    with pytest.raises(ConfigError, match="max_accounts"):
+        FallbackMemory(max_accounts=0)
+
+
+def _counting_search(kb: KnowledgeBase, calls: list[int]):  # type: ignore[no-untyped-def]
+    search = kb.index.search
+
+    def counting(*args, **kw):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return search(*args, **kw)
+
+    return search, counting
+
+
+def test_one_accounts_fallbacks_do_not_choose_another_accounts_path(kb: KnowledgeBase) -> None:
+    """Account A's selections fall back (σ small against the loose bound u = 1) until A
+    skips its candidate search; account B's first queries still run the lazy path (the
+    candidate search) — B's path depends on B's outcomes only — and so does the
+    anonymous account's (``None``)."""
+    lazy = NoisyTopKRetriever(
+        kb,
+        k=2,
+        sigma=0.05,
+        simulation=True,
+        queries_per_account=10**6,
+        lazy=True,
+        candidates=8,
+        rng=3,
+    )
+    calls: list[int] = []
+    search, counting = _counting_search(kb, calls)
+    kb.index.search = counting  # type: ignore[method-assign]
+    try:
+        searched = {}
+        for account, n in (("A", 64), ("B", 16), (None, 16), ("A", 8), ("B", 8)):
+            before = len(calls)
+            for _ in range(n):
+                lazy.retrieve("one query", account=account)
+            searched[account, n] = len(calls) - before
+    finally:
+        kb.index.search = search  # type: ignore[method-assign]
+    # A: one window of 16 lazy selections, then only the probes (every 8th) search
+    assert searched["A", 64] == 16 + (64 - 16) // 8
+    # B and None: every one of their first 16 queries searches, whatever A's memory says
+    assert searched["B", 16] == 16
+    assert searched[None, 16] == 16
+    # each account's own window of fallbacks now makes it skip (probes aside)
+    assert searched["A", 8] == 1 and searched["B", 8] == 1
+    assert all(lazy.fallbacks.fallback_rate_of(a) == 1.0 for a in ("A", "B", None))
+    assert len(lazy.fallbacks) == 3
+
+
+def test_the_retrievers_memories_stay_bounded(kb: KnowledgeBase) -> None:
+    lazy = NoisyTopKRetriever(
+        kb,
+        k=2,
+        sigma=0.05,
+        simulation=True,
+        queries_per_account=10**6,
+        lazy=True,
+        candidates=8,
+        rng=4,
+    )
+    assert lazy.fallbacks.max_accounts == 4096
+    lazy.fallbacks = FallbackMemory(max_accounts=5)
+    for i in range(40):
+        lazy.retrieve("one query", account=f"user-{i}")
+        assert len(lazy.fallbacks) <= 5
+    assert len(lazy.fallbacks) == 5 and "user-39" in lazy.fallbacks

@@ -126,7 +126,7 @@ def test_over_the_rate_limit_raises_rate_limit_error(service) -> None:  # type: 
     # The client's own retries of the 429 spent nothing: the budget is the 4 answers.
     assert budget(service, "dave") == {
         "rate_limit": RATE_LIMIT, "used": RATE_LIMIT, "remaining": 0,
-        "epsilon_acc": 4.0, "delta_acc": 1e-6,
+        "epsilon_acc": 4.0, "delta_acc": 1e-6, "failures": {"charged": 0, "free": 0},
     }  # fmt: skip
     # Another account of the same tenant is not limited by dave's spending.
     with client(service, service.keys["carol"]) as c:

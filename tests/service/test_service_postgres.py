@@ -301,8 +301,8 @@ def test_two_replicas_and_100_concurrent_clients_give_exactly_r_answers(
     answers = asyncio.run(_burst(urls, jobs))
     codes = Counter(a.status_code if a is not None else None for a in answers)
     assert codes == {200: r, 429: 100 - r}, dict(codes)
-    served = Counter(urls[i % 2] for i, a in enumerate(answers) if a and a.status_code == 200)
-    assert len(served) == 2, f"both replicas answered: {dict(served)}"
+    # Each replica answered its 50 requests (200 or 429); how the 37 answers split between
+    # them is scheduling, not the invariant: the count, the positions and the one ledger are.
     receipts = [a.json()["receipt"] for a in answers if a is not None and a.status_code == 200]
     assert sorted(x["position"] for x in receipts) == list(range(r))
     for url in urls:  # both replicas read the one shared ledger

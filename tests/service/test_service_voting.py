@@ -83,6 +83,7 @@ def test_a_voting_account_gets_answers_never_documents_and_its_cap(service) -> N
         assert body["budget"] == {
             "window_id": "W1", "tenant": "vote", "mode": "dp_vote", "used": n, "answers": 2,
             "remaining": 2 - n, "epsilon_per_answer": 4.0, "epsilon_spent": 4.0 * n,
+            "failures": {"charged": 0, "free": 0},
         }  # fmt: skip
     over = _post(service, "v1", "/v1/answer", {"query": "which patient has gout?"})
     assert over.status_code == 429 and over.headers["Retry-After"]

@@ -301,9 +301,10 @@ def answer_query(
     caller computed them already (they depend on neither the seed nor the record, so a
     provider computes them before it takes its lock); computed here otherwise.
 
-    Exact integer scores of the fixed-point query against every committed embedding of
-    the tenant's index, noise z_q derived from (s_W, rec_q = (W, a, t(a), H(q), j)) on every
-    score, the account mechanism's integer noise-then-select, then the record r_q with its
+    Noise z_q derived from (s_W, rec_q = (W, a, t(a), H(q), j)) for every slot of the
+    tenant's index, exact integer scores of the fixed-point query against the slots that
+    noise leaves in the race (:func:`exact_selection`: the same positions as scoring every
+    slot), the account mechanism's integer noise-then-select, then the record r_q with its
     attestation π_q and the private witness (Merkle openings of the selected positions).
     Appending the record, charging the account and signing the receipt are the caller's
     (:class:`AuditedProvider`, the service). ``select_before_noise`` and ``skip_clipping``
@@ -576,7 +577,10 @@ class AuditedProvider:
 
         ``before_append(ids)`` runs on the selected documents before the record is
         appended (a service generates its answer there): if it raises, nothing is
-        appended and the account spends nothing — nothing reached the caller.
+        appended and the account spends nothing. So it may raise only for a failure that
+        provably does not depend on the documents; any other failure is an answer, and
+        the hook keeps it and lets the record be appended (the service's hook does:
+        :mod:`ragprivacy.service.failures`).
         """
         if self._commitments is None:
             raise ConfigError("Publish the commitments (commit) before the window's queries.")

@@ -36,6 +36,19 @@ def serve(
         "--generator",
         help="reference, smollm2, openai:MODEL@URL, hf:PATH or gguf:PATH.",
     ),
+    doc_tokens: int = typer.Option(
+        1024,
+        "--doc-tokens",
+        help="Each retrieved document's share of an answer's prompt, in UTF-8 bytes (an "
+        "upper bound on its tokens): documents are cut and padded to it, so a prompt's size "
+        "does not depend on which documents were retrieved.",
+    ),
+    context_tokens: int | None = typer.Option(
+        None,
+        "--context-tokens",
+        help="The generator's context window in tokens: a query whose prompt could overflow "
+        "it is refused before retrieval, for nothing (set it for an openai: upstream).",
+    ),
 ) -> None:
     """Serve private retrieval and answers for the accounts in --state, with public audit
     endpoints (see docs/service.md)."""
@@ -43,7 +56,7 @@ def serve(
 
     from ragprivacy._postgres import is_postgres_url
     from ragprivacy.errors import ConfigError
-    from ragprivacy.generate import create_generator
+    from ragprivacy.generate import PromptBudget, create_generator
     from ragprivacy.service import ServiceState
 
     if not 1 <= port <= 65535:
@@ -53,6 +66,7 @@ def serve(
     # refuse a missing state (or an unreachable database) before binding a port
     ServiceState(state, create=False, identity_key=identity_key).close()
     create_generator(generator)  # and an unknown generator
+    PromptBudget(doc_tokens=doc_tokens, context_tokens=context_tokens)  # and a bad budget
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -63,6 +77,11 @@ def serve(
     if identity_key is not None:
         os.environ["RAGPRIVACY_IDENTITY_KEY"] = str(identity_key.resolve())
     os.environ["RAGPRIVACY_GENERATOR"] = generator
+    os.environ["RAGPRIVACY_DOC_TOKENS"] = str(doc_tokens)
+    if context_tokens is None:
+        os.environ.pop("RAGPRIVACY_CONTEXT_TOKENS", None)
+    else:
+        os.environ["RAGPRIVACY_CONTEXT_TOKENS"] = str(context_tokens)
     uvicorn.run(
         "ragprivacy.service.app:app_from_env",
         factory=True,

@@ -6,6 +6,8 @@ in ``dp_accounting``; REPLACE_ONE with Gaussian events has an open upstream bug)
 Four routes, from loosest to tightest for Gaussian events:
 
 - :func:`advanced_composition` — collusion paper Lemma 3.2 (Dwork, Rothblum & Vadhan 2010).
+- :func:`optimal_pure_composition` — exact for k adaptive ε₀-DP mechanisms (Kairouz, Oh &
+  Viswanath 2015, Thm 3.3), closed form.
 - :func:`rdp_epsilon` — Rényi DP (Mironov 2017; collusion paper Thm 3.9 / App. B),
   conversion to (ε, δ) by ``dp_accounting``.
 - :func:`pld_epsilon` — privacy-loss distributions, numerically by ``dp_accounting``.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -53,6 +56,7 @@ __all__ = [
     "basic_composition",
     "epsilon_for",
     "exact_gaussian_epsilon",
+    "optimal_pure_composition",
     "pld_epsilon",
     "rdp_curve",
     "rdp_epsilon",
@@ -91,6 +95,60 @@ def advanced_composition(
     growth = math.expm1(epsilon) if epsilon < 700 else math.inf  # e^ε₀ overflows past ~709
     eps = math.sqrt(2 * count * math.log(1 / delta_slack)) * epsilon + count * epsilon * growth
     return eps, count * delta + delta_slack
+
+
+def _log_binomials(count: int) -> np.ndarray:
+    """log C(count, l) for l = 0..count."""
+    from scipy.special import gammaln
+
+    ell = np.arange(count + 1, dtype=np.float64)
+    return np.asarray(gammaln(count + 1.0) - gammaln(ell + 1.0) - gammaln(count - ell + 1.0))
+
+
+def optimal_pure_composition(epsilon: float, count: int, delta: float) -> float:
+    """The exact ε at ``delta`` of ``count`` adaptive ε₀-DP mechanisms (ε₀ = ``epsilon``).
+
+    The composition of k ε₀-DP mechanisms is dominated by k independent binary randomized
+    responses (Kairouz, Oh & Viswanath 2015, Thm 3.3; Murtagh & Vadhan 2016), whose
+    privacy loss is (k − 2l)ε₀ with probability C(k, l) p^{k−l} q^l under one input,
+    p = e^ε₀/(1 + e^ε₀), q = 1 − p. Its privacy profile
+
+        δ(ε) = P[L > ε] − e^ε Q[L > ε]    (Q: the same loss under the other input)
+
+    is piecewise of the form A − e^ε B between consecutive loss values, so the smallest ε
+    with δ(ε) ≤ δ is found exactly in O(k). The result is the tightest (ε, δ) statement
+    any accountant can make from the pure ε₀ alone (a :func:`pld_epsilon` of the same
+    composition is this plus its pessimistic rounding). ``delta = 0`` gives k·ε₀.
+
+    >>> round(optimal_pure_composition(0.038086, 100, 1e-3), 4)  # vs k·ε₀ = 3.8086
+    0.9721
+    >>> optimal_pure_composition(0.5, 4, 0.0)
+    2.0
+    """
+    epsilon = check_positive("epsilon", epsilon, allow_zero=True)
+    count = check_positive_int("count", count, allow_zero=True)
+    delta = check_positive("delta", delta, allow_zero=True)
+    if delta >= 1:
+        raise ConfigError(f"The 'delta' parameter must be in [0, 1); got {delta!r}.")
+    if count == 0 or epsilon == 0:
+        return 0.0
+    if delta == 0:
+        return count * epsilon
+    log_c = _log_binomials(count)
+    ell = np.arange(count + 1, dtype=np.float64)
+    log_p = -math.log1p(math.exp(-epsilon))  # log e^ε₀/(1 + e^ε₀)
+    log_q = -epsilon + log_p  # log 1/(1 + e^ε₀)
+    loss = (count - 2 * ell) * epsilon  # decreasing in l
+    mass_p = np.cumsum(np.exp(log_c + (count - ell) * log_p + ell * log_q))  # P[l' ≤ l]
+    log_mass_q = np.logaddexp.accumulate(log_c + ell * log_p + (count - ell) * log_q)
+    # δ at each loss value L_j (j ≥ 1): only the terms l < j are positive there.
+    at_points = mass_p[:-1] - np.exp(loss[1:] + log_mass_q[:-1])
+    above = np.flatnonzero(at_points > delta)
+    if above.size == 0:  # δ already met at the smallest loss: ε = 0 suffices
+        return 0.0
+    j = int(above[0])  # δ(L_{j+1}) > δ ≥ δ(L_j): ε lies in [L_{j+1}, L_j]
+    eps = math.log(mass_p[j] - delta) - log_mass_q[j]
+    return float(max(min(max(eps, loss[j + 1]), loss[j]), 0.0))
 
 
 def basic_composition(event: PrivacyEvent) -> tuple[float, float]:
@@ -349,36 +407,78 @@ def epsilon_for(event: PrivacyEvent, delta: float, method: str = "rdp") -> float
 
 _PURE_LEAVES = (PureDpEvent, LaplaceEvent, DiscreteLaplaceEvent)
 
+# A δ > 0 route for pure leaves is reported only if it lowers ε by more than this share
+# of the pure sum: a δ is not worth trading for a rounding-level gain (one ε-DP step at
+# δ = 1e-6 is (ε − 1e-6, 1e-6)-DP, which says no more than (ε, 0)).
+_PURE_GAIN = 1e-3
+
+
+@lru_cache(maxsize=512)
+def _tight_pure_epsilon(leaves: frozenset[tuple[PrivacyEvent, int]], delta: float) -> float:
+    """ε at ``delta`` > 0 of a composition of pure leaves by its tightest route (cached:
+    answers of one system repeat the same composition)."""
+    epsilons = {float(leaf.epsilon) for leaf, _ in leaves}  # type: ignore[attr-defined]
+    best = math.inf
+    if len(epsilons) == 1:  # one ε₀: the exact closed form (KOV)
+        best = optimal_pure_composition(epsilons.pop(), sum(c for _, c in leaves), delta)
+    if any(not isinstance(leaf, PureDpEvent) for leaf, _ in leaves) or math.isinf(best):
+        # Laplace curves are below randomized response's; mixed ε₀'s have no closed form
+        event = ComposedEvent(tuple(SelfComposedEvent(leaf, c) for leaf, c in leaves))
+        best = min(best, pld_epsilon(event, delta))
+    return best
+
 
 def event_epsilon(event: PrivacyEvent, delta: float) -> tuple[float, float]:
     """One (ε, δ) for ``event`` by the tightest route that applies (what answers report).
 
-    No guarantee: (∞, 0). Nothing spent: (0, 0). Pure-DP leaves only (pure ε, Laplace):
-    their sum, δ = 0 (Dwork & Roth Thm 3.16; exact for pure DP). Gaussian leaves only:
-    exact Gaussian DP at ``delta``. Pure and Gaussian leaves: the smaller of Rényi DP and
-    the pure sum plus the Gaussians' exact ε (sequential composition of the two parts; it
-    wins when the pure ε is large). Anything else: Rényi DP at ``delta``.
+    Routes, by the leaves of ``event``:
 
-    >>> from ragprivacy.dp.events import GaussianEvent, PureDpEvent, compose
+    - no guarantee: (∞, 0); nothing spent: (0, 0);
+    - pure-DP leaves only (pure ε, Laplace, discrete Laplace): at ``delta = 0`` their sum
+      (Dwork & Roth Thm 3.16; exact for pure DP), δ = 0. At ``delta > 0`` also the
+      tight composition at ``delta``: for one ε₀ repeated k times the exact
+      :func:`optimal_pure_composition` (Kairouz, Oh & Viswanath 2015), otherwise the PLD
+      accountant (:func:`pld_epsilon`; Laplace leaves by their own loss distribution).
+      The smaller ε is returned with its δ: (tight, ``delta``) when it is below the sum by
+      more than 0.1 %, else (sum, 0). Results are cached per (leaves, δ);
+    - Gaussian leaves only: exact Gaussian DP at ``delta``;
+    - pure and Gaussian leaves: the smaller of Rényi DP and the pure sum plus the
+      Gaussians' exact ε (sequential composition of the two parts; it wins when the pure
+      ε is large);
+    - anything else: Rényi DP at ``delta``.
+
+    >>> from ragprivacy.dp.events import GaussianEvent, PureDpEvent, SelfComposedEvent, compose
     >>> event_epsilon(compose([PureDpEvent(1.0), PureDpEvent(0.5)]), 1e-6)
     (1.5, 0.0)
+    >>> eps, d = event_epsilon(SelfComposedEvent(PureDpEvent(0.038086), 100), 1e-3)
+    >>> round(eps, 4), d  # the pure sum would be 3.8086
+    (0.9721, 0.001)
+    >>> event_epsilon(SelfComposedEvent(PureDpEvent(0.038086), 100), 0.0)[1]
+    0.0
     >>> round(event_epsilon(GaussianEvent(4.0), 1e-6)[0], 4)
     1.0607
     """
     if not event.guaranteed:
         return math.inf, 0.0
-    leaves = [leaf for leaf, _ in event.flatten()]
+    counted = event.flatten()
+    leaves = [leaf for leaf, _ in counted]
     if not leaves:
         return 0.0, 0.0
     pure = [leaf for leaf in leaves if isinstance(leaf, _PURE_LEAVES)]
     if len(pure) == len(leaves):
-        return basic_composition(event)[0], 0.0
+        total = basic_composition(event)[0]
+        if delta == 0 or total == 0:
+            return total, 0.0
+        delta = check_delta("delta", delta)
+        tight = _tight_pure_epsilon(frozenset(counted), delta)
+        if tight < total * (1 - _PURE_GAIN):
+            return tight, delta
+        return total, 0.0
     gaussian = [leaf for leaf in leaves if isinstance(leaf, GaussianEvent)]
     if len(gaussian) == len(leaves):
         return exact_gaussian_epsilon(event, delta), float(delta)
     rdp = rdp_epsilon(event, delta)
     if len(pure) + len(gaussian) == len(leaves):
-        counted = event.flatten()
         split = basic_composition(
             ComposedEvent(tuple(SelfComposedEvent(e, c) for e, c in counted if e in pure))
         )[0] + exact_gaussian_epsilon(

@@ -193,13 +193,18 @@ def dp_nn_histogram(
     return NNHistogram(counts=counts, sigma=sigma, threshold=threshold, event=event)
 
 
-def pe_event(sigma: float, iterations: int, *, simulation: bool = True) -> PrivacyEvent:
+def pe_event(sigma: float, iterations: int, *, simulation: bool = False) -> PrivacyEvent:
     """The privacy event of a whole PE run: T releases of a Gaussian mechanism at σ.
 
-    ``SelfComposedEvent(GaussianEvent(σ), T)`` (simulation, the continuous Gaussian) or
-    ``SelfComposedEvent(ZCdpEvent(1/(2σ²)), T)`` (the secure discrete Gaussian path).
+    By default (``simulation=False``) the event of the secure path, which adds discrete
+    Gaussian integers: ``SelfComposedEvent(ZCdpEvent(1/(2σ²)), T)`` (CKS Thm 4).
+    ``simulation=True`` gives the event of the float path, the continuous Gaussian:
+    ``SelfComposedEvent(GaussianEvent(σ), T)``. Pass the ``simulation`` the run used
+    (:func:`private_evolution` records the matching event in its result).
 
     >>> pe_event(4.0, 10)
+    SelfComposedEvent(event=ZCdpEvent(rho=0.03125), count=10)
+    >>> pe_event(4.0, 10, simulation=True)
     SelfComposedEvent(event=GaussianEvent(sigma=4.0, sensitivity=1.0), count=10)
     """
     sigma = check_positive("sigma", sigma)
@@ -209,21 +214,53 @@ def pe_event(sigma: float, iterations: int, *, simulation: bool = True) -> Priva
 
 
 def pe_epsilon(
-    sigma: float, iterations: int, delta: float, *, simulation: bool = True, method: str = "exact"
+    sigma: float,
+    iterations: int,
+    delta: float,
+    *,
+    simulation: bool = False,
+    method: str | None = None,
 ) -> float:
-    """ε at ``delta`` of a PE run with noise σ and T iterations.
+    """ε at ``delta`` of a PE run with noise σ and T iterations (the event of
+    :func:`pe_event` with the same ``simulation``).
 
-    ``method`` is an accountant route of :func:`ragprivacy.dp.epsilon_for`: ``exact``
-    (Gaussian DP, tight; the continuous Gaussian only), ``pld`` or ``rdp``
-    (``dp_accounting``). The secure path's zCDP event is accounted by Rényi DP.
+    By default (``simulation=False``) the secure path's zCDP event, accounted by Rényi DP:
+    sound, and somewhat above the continuous Gaussian's ε at the same σ. With
+    ``simulation=True`` the continuous Gaussian's event, by ``method``, an accountant
+    route of :func:`ragprivacy.dp.epsilon_for`: ``exact`` (Gaussian DP, tight), ``pld`` or
+    ``rdp`` (``dp_accounting``).
 
-    >>> round(pe_epsilon(pe_sigma(10.0, 1e-5, 10), 10, 1e-5), 6)
+    Args:
+        sigma: the noise σ of every histogram.
+        iterations: T.
+        delta: the δ at which ε is reported.
+        simulation: account the float path's continuous Gaussian instead of the secure
+            discrete Gaussian.
+        method: the accountant route; ``None`` (default): ``exact`` with
+            ``simulation=True``, ``rdp`` otherwise. The secure event has only the ``rdp``
+            route.
+
+    Raises:
+        ConfigError: a ``method`` other than ``rdp`` for the secure event.
+
+    >>> sigma = pe_sigma(10.0, 1e-5, 10)
+    >>> round(pe_epsilon(sigma, 10, 1e-5, simulation=True), 6)
     10.0
+    >>> 10.0 < pe_epsilon(sigma, 10, 1e-5) < 16.0
+    True
     """
     from ragprivacy.dp.accounting import epsilon_for
 
+    if method is None:
+        method = "exact" if simulation else "rdp"
+    elif not simulation and method != "rdp":
+        raise ConfigError(
+            f"The secure path's zCDP event is accounted by Rényi DP only: the 'method' "
+            f"parameter must be 'rdp' or None; got {method!r}. The 'exact' and 'pld' routes "
+            f"describe the continuous Gaussian of simulation=True."
+        )
     event = pe_event(sigma, iterations, simulation=simulation)
-    return epsilon_for(event, delta, method if simulation else "rdp")
+    return epsilon_for(event, delta, method)
 
 
 def pe_sigma(epsilon: float, delta: float, iterations: int) -> float:

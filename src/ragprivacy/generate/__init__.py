@@ -22,6 +22,7 @@ from ragprivacy.generate.base import (
     generator_names,
     register_generator,
 )
+from ragprivacy.generate.budget import PromptBudget, fit_document
 from ragprivacy.generate.hf import HFGenerator
 from ragprivacy.generate.local_gguf import (
     SMOLLM2_FILE,
@@ -70,6 +71,7 @@ __all__ = [
     "MASK_PATTERN",
     "OpenAIGenerator",
     "Prompt",
+    "PromptBudget",
     "PromptTemplate",
     "RAG_MIA_QUESTION",
     "REFUSAL",
@@ -87,6 +89,7 @@ __all__ = [
     "create_generator",
     "default_background",
     "detokenize",
+    "fit_document",
     "generator_names",
     "get_template",
     "is_defense_instruction",

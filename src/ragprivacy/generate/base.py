@@ -56,9 +56,14 @@ class Generator(ABC):
     model's distribution after ``prompt`` plus an already-generated ``prefix`` (what token
     voting and probability-based attacks need); ``score`` gives teacher-forced
     log-probabilities of a given continuation (perplexity, Min-k%).
+
+    ``context_tokens`` is the model's context window in tokens where it is known (None:
+    unknown or unbounded); :class:`~ragprivacy.generate.PromptBudget` checks prompts
+    against it before retrieval.
     """
 
     name: str = "generator"
+    context_tokens: int | None = None
 
     @abstractmethod
     def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:

@@ -29,6 +29,11 @@ every run records.
 The API key is read from an environment variable (``OPENAI_API_KEY`` unless
 ``api_key_env`` names another) and sent only in the ``Authorization`` header; it never
 appears in :meth:`~OpenAIGenerator.config`, ``repr``, log lines or error messages.
+A failure that never reached the server (connection refused, DNS, connect timeout on
+every attempt) raises :class:`~ragprivacy.errors.GeneratorUnavailableError`: no byte of
+the prompt left, so it says nothing about the retrieved documents; every other failure is
+a :class:`~ragprivacy.errors.BackendError`, which a RAG system charges like an answer.
+
 Requests time out after ``timeout`` seconds (default 30); HTTP 408/409/429 and 5xx answers
 and transport errors are retried ``max_retries`` times (default 2) by ``tenacity``, with
 exponential backoff (``backoff · 2**attempt`` seconds, at most 30, or the server's
@@ -55,7 +60,7 @@ import httpx
 import tenacity
 
 from ragprivacy._validation import check_choice, check_positive, check_positive_int
-from ragprivacy.errors import BackendError, ConfigError
+from ragprivacy.errors import BackendError, ConfigError, GeneratorUnavailableError
 from ragprivacy.generate.base import Generator, TokenDistribution, register_generator
 from ragprivacy.generate.prompt import Prompt
 from ragprivacy.generate.tokens import tokenize
@@ -117,6 +122,8 @@ class OpenAIGenerator(Generator):
         max_retries: retries of 408/409/429/5xx and transport failures (default 2).
         backoff: first retry delay in seconds.
         concurrency: parallel requests in :meth:`generate_batch`.
+        context_tokens: the model's context window (None: unknown), which a
+            :class:`~ragprivacy.generate.PromptBudget` checks prompts against.
         client: an ``httpx.Client`` to use (tests, proxies); ``transport`` builds one.
         sleep: the delay function (tests pass a no-op).
     """
@@ -138,6 +145,7 @@ class OpenAIGenerator(Generator):
         max_retries: int = 2,
         backoff: float = 0.5,
         concurrency: int = 1,
+        context_tokens: int | None = None,
         client: httpx.Client | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -167,6 +175,9 @@ class OpenAIGenerator(Generator):
         self.max_retries = check_positive_int("max_retries", max_retries, allow_zero=True)
         self.backoff = check_positive("backoff", backoff, allow_zero=True)
         self.concurrency = check_positive_int("concurrency", concurrency)
+        self.context_tokens = (
+            None if context_tokens is None else check_positive_int("context_tokens", context_tokens)
+        )
         self._key = os.environ.get(api_key_env) or None
         self._client = client or httpx.Client(timeout=self.timeout, transport=transport)
         self._sleep = sleep
@@ -187,6 +198,7 @@ class OpenAIGenerator(Generator):
             "timeout": self.timeout,
             "max_retries": self.max_retries,
             "backoff": self.backoff,
+            "context_tokens": self.context_tokens,
             "retry_policy": self.retry_policy(),
         }
 
@@ -209,11 +221,19 @@ class OpenAIGenerator(Generator):
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
 
+        reached = False  # whether any attempt may have sent the prompt
+
         def attempt() -> dict[str, Any]:
+            nonlocal reached
             try:
                 resp = self._client.post(url, json=payload, headers=headers, timeout=self.timeout)
-            except httpx.HTTPError as exc:
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                # no connection was made: no byte of the prompt left this process
                 raise _Retryable(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
+            except httpx.HTTPError as exc:
+                reached = True
+                raise _Retryable(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
+            reached = True
             return self._answer(url, resp)
 
         retrying = tenacity.Retrying(
@@ -233,7 +253,10 @@ class OpenAIGenerator(Generator):
         try:
             return retrying(attempt)
         except _Retryable as exc:
-            raise BackendError(
+            # Only a failure that never reached the server says nothing about the prompt
+            # (ragprivacy.errors.GeneratorUnavailableError); any other may depend on it.
+            error = BackendError if reached else GeneratorUnavailableError
+            raise error(
                 f"The server at {url} failed {self.max_retries + 1} time(s) "
                 f"({self.retry_policy()}); last: {exc}. Check that it is running and "
                 "reachable, or raise max_retries/timeout."

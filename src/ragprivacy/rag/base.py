@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from ragprivacy._registry import Registry
 from ragprivacy.dp import compose, event_epsilon
-from ragprivacy.errors import BackendError
-from ragprivacy.generate import Generator, Prompt, Task
+from ragprivacy.errors import ChargedFailureError, GeneratorUnavailableError, RagPrivacyError
+from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
 from ragprivacy.retrieval import KnowledgeBase, Retriever
 from ragprivacy.types import (
     Completion,
@@ -30,8 +30,9 @@ __all__ = [
     "RAGSystem",
     "StandardRAG",
     "answer_cost",
+    "charged_failure",
+    "charged_on_failure",
     "create_system",
-    "refunded_failure",
     "register_system",
     "system_names",
 ]
@@ -85,72 +86,95 @@ class RAGSystem(ABC):
     def answer_batch(
         self, queries: Sequence[str | Query], *, account: str | None = None
     ) -> list[Response]:
-        """Answer several queries in order, all or nothing: if one fails, what the earlier
-        ones spent is given back (no answer reached the caller). Systems override this to
-        batch."""
-        refunds: list[Callable[[], None]] = []
+        """Answer several queries in order (systems override this to batch). If one is
+        refused or fails, its error carries the answers made before it (``answered``:
+        paid for, so they are the caller's); a failure after its own retrieval is charged
+        too (:func:`charged_on_failure`)."""
         out: list[Response] = []
-        try:
-            for q in queries:
-                out.append(self._answer_refundable(q, account, refunds))
-        except BaseException:
-            for undo in reversed(refunds):
-                undo()
-            raise
+        for q in queries:
+            try:
+                out.append(self.answer(q, account=account))
+            except RagPrivacyError as exc:
+                exc.answered = tuple(out)
+                raise
         return out
-
-    def _answer_refundable(
-        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
-    ) -> Response:
-        """Answer one query and append to ``refunds`` how to give back what it spent, for
-        a batch that fails later. Systems that spend budgets override this (and answer
-        through it); the default spends nothing to give back."""
-        return self.answer(query, account=account)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready description of the system (recorded in results)."""
         return {"name": self.name}
 
 
-def refunded_failure(exc: Exception) -> BackendError:
-    """The error a caller sees when a request failed after retrieval and was refunded.
+def charged_failure(exc: BaseException) -> ChargedFailureError:
+    """The error a caller sees when a request failed after private data was read.
 
-    The backend's own message is withheld: it may describe the retrieved private
-    documents (an HTTP 400 body, a context-length error counting their tokens), and a
-    refunded request must release nothing. The original stays on ``withheld`` for the
-    provider's own debugging; it must not be forwarded to the caller.
+    It was charged like an answer (module docstring of :func:`charged_on_failure`). The
+    backend's own message is withheld: it may describe the retrieved documents (an HTTP
+    400 body, a context-length error counting their tokens). The original stays on
+    ``withheld`` for the operator's debugging; it must not be forwarded to the caller.
     """
-    err = BackendError(
-        f"Generation failed after retrieval ({type(exc).__name__}); the request was refunded "
-        "and spent nothing. The backend's message is withheld because it may describe the "
-        "retrieved documents; retry, or check the generator."
+    return ChargedFailureError(
+        f"Generation failed after retrieval ({type(exc).__name__}); the request was charged "
+        "like an answer, because whether it fails can depend on the documents it read. The "
+        "backend's message is withheld because it may describe them; check the generator.",
+        withheld=exc,
     )
-    err.withheld = exc  # type: ignore[attr-defined]
-    return err
 
 
 @contextmanager
-def released_on_failure(
+def charged_on_failure(
     retriever: Retriever, retrievals: Sequence[Retrieval], account: str | None
 ) -> Iterator[None]:
-    """Give the retrievals' reservations back if the block fails (spend only on success).
+    """The failure rule for a block that runs after ``retrievals`` were read.
 
-    Generation comes after retrieval; if it fails or is cancelled, no answer reaches the
-    caller, so the request spends nothing. An error is replaced by
-    :func:`refunded_failure` (no backend detail reaches the caller); a cancel
-    (``KeyboardInterrupt``) propagates as it is. What remains observable is *that* the
-    request failed: if a generator's failures depend on the documents it was given
-    (context length), each refunded failure reveals one such bit; bound the failures an
-    account may cause (the service's rate limit on requests) where that matters.
+    **A failure is an answer.** Once private data has been read by anything whose success
+    or failure the caller can observe, the request is charged, failed or not: whether a
+    generator fails can depend on what it was given (a hosted model's context-length 400
+    depends on the documents' lengths), so a refunded failure would be a free,
+    data-dependent answer — an oracle outside every guarantee. So an error in the block
+    keeps what ``retrievals`` spent and is replaced by :func:`charged_failure` (no backend
+    detail reaches the caller); a cancel (``KeyboardInterrupt``) keeps it too and
+    propagates as it is.
+
+    The one exception is a failure that provably does not depend on the data:
+    :class:`~ragprivacy.errors.GeneratorUnavailableError` (the generator was never
+    reached, so no byte of the prompt left). Its retrievals are given back
+    (``Retriever.release``) and it propagates. Refusals before retrieval (validation,
+    budgets, a prompt that could overflow the context: :class:`ragprivacy.generate.
+    PromptBudget`) never get here and spend nothing.
     """
     try:
         yield
-    except Exception as exc:
-        retriever.release(retrievals, account=account)
-        raise refunded_failure(exc) from None
-    except BaseException:
+    except GeneratorUnavailableError:
         retriever.release(retrievals, account=account)
         raise
+    except ChargedFailureError:
+        raise
+    except Exception as exc:
+        raise charged_failure(exc) from None
+
+
+def check_prompt(
+    budget: PromptBudget | None,
+    generator: Generator,
+    instruction: str | None,
+    query: Query,
+    documents: int,
+) -> None:
+    """Refuse ``query`` before retrieval if its prompt with ``documents`` documents of the
+    budget could overflow the generator's context (:meth:`PromptBudget.check`)."""
+    if budget is None:
+        return
+    new_tokens = query.options.get("max_tokens") or getattr(generator, "max_tokens", None)
+    prompt = Prompt(query.task, query.text, (), instruction, query.options)
+    budget.check(prompt, documents, int(new_tokens or 64))
+
+
+def fitted_texts(
+    kb: KnowledgeBase, retrieval: Retrieval, budget: PromptBudget | None
+) -> tuple[str, ...]:
+    """The retrieved documents' texts, each cut and padded to ``budget`` (when given)."""
+    texts = kb.texts(retrieval.indices)
+    return tuple(texts) if budget is None else budget.fit(texts)
 
 
 REPORT_DELTA = 1e-6  # δ for answers whose events need one and whose retriever names none
@@ -203,13 +227,15 @@ def _answer_with_retrievals(
     kb: KnowledgeBase,
     mechanism: str,
     delta: float | None = None,
+    budget: PromptBudget | None = None,
 ) -> list[Response]:
-    """Prompt each query with the texts of its retrieved documents in ``kb``, generate in
-    one batch, and report each retrieval's event (named ``mechanism``, stated at
-    ``delta``) as the answer's cost, scoped to the retrieval: the guarantee covers which
-    documents were retrieved, not their text, which the generator reads."""
+    """Prompt each query with the texts of its retrieved documents in ``kb`` (fitted to
+    ``budget``), generate in one batch, and report each retrieval's event (named
+    ``mechanism``, stated at ``delta``) as the answer's cost, scoped to the retrieval: the
+    guarantee covers which documents were retrieved, not their text, which the generator
+    reads."""
     prompts = [
-        Prompt(q.task, q.text, kb.texts(r.indices), instruction, q.options)
+        Prompt(q.task, q.text, fitted_texts(kb, r, budget), instruction, q.options)
         for q, r in zip(queries, retrievals)
     ]
     completions = generator.generate_batch(prompts)
@@ -251,16 +277,28 @@ class StandardRAG(RAGSystem):
     Non-private with a plain retriever: the retrieved documents reach the generator
     unprotected, and each answer's cost is ``NonPrivateEvent`` (ε = ∞). With a private
     ``retriever`` the answer costs the retrieval's event (ε at the retriever's δ).
+
+    A generation that fails after retrieval is charged like an answer
+    (:func:`charged_on_failure`). With ``prompt_budget`` every retrieved document is cut
+    and padded to its budget and a query whose prompt could overflow the generator's
+    context is refused before retrieval, for nothing (:class:`ragprivacy.generate.
+    PromptBudget`).
     """
 
     name = "rag"
 
     def __init__(
-        self, retriever: Retriever, generator: Generator, *, instruction: str | None = None
+        self,
+        retriever: Retriever,
+        generator: Generator,
+        *,
+        instruction: str | None = None,
+        prompt_budget: PromptBudget | None = None,
     ) -> None:
         self.retriever = retriever
         self.generator = generator
         self.instruction = instruction
+        self.prompt_budget = prompt_budget
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
         return self.answer_batch([query], account=account)[0]
@@ -269,8 +307,10 @@ class StandardRAG(RAGSystem):
         self, queries: Sequence[str | Query], *, account: str | None = None
     ) -> list[Response]:
         qs = [Query.of(q) for q in queries]
+        for q in qs:  # before anything private is read: a refusal costs nothing
+            check_prompt(self.prompt_budget, self.generator, self.instruction, q, self.retriever.k)
         retrievals = self.retriever.retrieve_batch([q.search_text for q in qs], account=account)
-        with released_on_failure(self.retriever, retrievals, account):
+        with charged_on_failure(self.retriever, retrievals, account):
             return _answer_with_retrievals(
                 self.generator,
                 self.instruction,
@@ -279,6 +319,7 @@ class StandardRAG(RAGSystem):
                 self.retriever.knowledge_base_for(account),
                 self.retriever.name,
                 self.retriever.delta_for(account),
+                self.prompt_budget,
             )
 
     def describe(self) -> dict[str, Any]:
@@ -287,6 +328,7 @@ class StandardRAG(RAGSystem):
             "retriever": self.retriever.config(),
             "generator": self.generator.name,
             "instruction": self.instruction,
+            "prompt_budget": None if self.prompt_budget is None else asdict(self.prompt_budget),
         }
 
 

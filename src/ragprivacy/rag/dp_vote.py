@@ -18,6 +18,23 @@ Neighbouring relation: add/remove one document, which changes one voter (Private
 so every count has sensitivity 1. Guarantee: ε-DP (Lemma 1: c discoveries of ε_0 each);
 the response reports ``PureDpEvent(c·ε_0)``, charged whatever the number of discoveries.
 
+**Accounting at a δ > 0** (``delta``, default 0). The c discoveries are then composed by
+the tightest accountant, the exact composition of c ε_0-DP steps (Kairouz, Oh & Viswanath
+2015; :func:`ragprivacy.dp.calibrate_pure_steps`), instead of the pure sum c·ε_0 ≤ ε: with
+``max_discoveries`` = c given, ε_0 is the largest per-discovery ε for which c steps are
+(ε, δ)-DP (e.g. ε = 1, δ = 10⁻³, c = 100: ε_0 = 0.0390 instead of 0.01); with only
+``epsilon_token`` = ε_0, c is the most steps (ε, δ) affords
+(:func:`ragprivacy.dp.max_pure_steps`). That composition needs every discovery to be a
+separate ε_0-DP mechanism, which Alg. 4 is not: its line 2 noises the threshold once for
+all c discoveries (Lemma 1 then bounds the run by c·ε_0 as a whole). So at δ > 0 the
+threshold is re-drawn after each discovery (``AboveThreshold(resample_threshold=True)``,
+Dwork & Roth 2014 Alg. 2): each segment up to and including a discovery is AboveThreshold
+with one discovery (ε_Lap-DP) followed by the exponential mechanism (ε_Expo-DP), so
+ε_0-DP, and the answer is their adaptive composition. The answer's event is then
+``SelfComposedEvent(PureDpEvent(ε_0), c)``, stated at δ (≤ ε by construction), charged
+whatever the number of discoveries; at δ = 0 everything is as in Alg. 4. The response's
+metadata names the accounting (``vote_accounting``: ``pure`` or ``optimal``), ε_0 and c.
+
 **Voters.** ``LLM(x, D^i | y_<t)`` is the greedy next token of the generator given the
 voter's documents and the shared prefix, asked through the generator's
 :class:`~ragprivacy.generate.GreedySteps` session over the distinct contexts (voters with
@@ -39,7 +56,10 @@ share a row and count with their multiplicity). Two ways, the same votes:
 **Voter partition.** Alg. 4 line 4 pads the m·k retrieved documents with empty ones and
 splits them uniformly at random: from the seeded stream in simulation, from the OS
 CSPRNG in secure mode (``ragprivacy.dp.simulation_rng`` refuses a seed there). A request
-whose generation fails gives back what its retriever reserved (spend only on success).
+whose generation fails after retrieval is charged like an answer
+(:func:`ragprivacy.rag.charged_on_failure`: whether it fails can depend on the documents).
+With ``prompt_budget`` each document is cut and padded to its budget, and a query whose
+voter prompt could overflow the generator's context is refused before retrieval.
 
 **Vocabulary.** The exponential mechanism ranges over a fixed vocabulary V (Alg. 9), which
 must not depend on the private documents: pass ``vocabulary`` (an LLM's tokenizer
@@ -56,19 +76,29 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from ragprivacy._random import RngLike
-from ragprivacy._validation import check_positive, check_positive_int
-from ragprivacy.dp import AboveThreshold, PureDpEvent, exponential_mechanism, simulation_rng
+from ragprivacy._validation import check_positive, check_positive_int, check_probability
+from ragprivacy.dp import (
+    AboveThreshold,
+    PureDpEvent,
+    SelfComposedEvent,
+    calibrate_pure_steps,
+    event_epsilon,
+    exponential_mechanism,
+    max_pure_steps,
+    simulation_rng,
+)
 from ragprivacy.errors import ConfigError
 from ragprivacy.generate import (
     Generator,
     GreedySteps,
     Prompt,
+    PromptBudget,
     normalize,
     tokenize,
 )
@@ -76,8 +106,9 @@ from ragprivacy.rag.base import (
     Query,
     RAGSystem,
     answer_cost,
+    charged_on_failure,
+    check_prompt,
     register_system,
-    released_on_failure,
 )
 from ragprivacy.retrieval import Retriever
 from ragprivacy.types import Completion, PrivacyCost, PrivacyEvent, Response, Retrieval
@@ -92,38 +123,92 @@ class DPVoteConfig:
     """Settings of DP-RAG by token voting (Private-RAG Alg. 4; defaults from App. E).
 
     Attributes:
-        epsilon_token: ε_0, the budget of one discovery (ε_token ∈ {0.5, 1, 2} in App. E).
+        epsilon_token: ε_0, the budget of one discovery (ε_token ∈ {0.5, 1, 2} in App. E);
+            not used when ``max_discoveries`` is given.
         theta: the voting threshold θ (default m/2, rounded down: τ_svt = k/2 in App. E).
         max_tokens: T_max.
         simulation: float noise from ``rng`` instead of the secure samplers.
+        delta: the δ of each answer's (ε, δ) target, in [0, 1). 0 (default): pure
+            composition, c·ε_0 ≤ ε, as Alg. 4. > 0: the discoveries are composed by the
+            exact accountant at δ and the threshold is re-drawn after each (module
+            docstring).
+        max_discoveries: c. When given, ε_0 is calibrated from (ε, δ, c)
+            (:func:`ragprivacy.dp.calibrate_pure_steps`: ε/c at δ = 0); when not, c is the
+            most discoveries (ε, δ) affords at ``epsilon_token``.
     """
 
     epsilon_token: float = 2.0
     theta: int | None = None
     max_tokens: int = 16
     simulation: bool = False
+    delta: float = 0.0
+    max_discoveries: int | None = None
 
     def __post_init__(self) -> None:
         check_positive("epsilon_token", self.epsilon_token)
         check_positive_int("max_tokens", self.max_tokens)
         if self.theta is not None:
             check_positive_int("theta", self.theta, allow_zero=True)
+        if check_probability("delta", self.delta) >= 1:
+            raise ConfigError(f"The 'delta' parameter must be in [0, 1); got {self.delta!r}.")
+        if self.max_discoveries is not None:
+            check_positive_int("max_discoveries", self.max_discoveries)
+
+    @property
+    def accounting(self) -> str:
+        """``pure`` (δ = 0: c·ε_0, Lemma 1) or ``optimal`` (δ > 0: exact composition of
+        the c discoveries, Kairouz, Oh & Viswanath 2015)."""
+        return "optimal" if self.delta > 0 else "pure"
 
     def discoveries(self, epsilon: float) -> int:
-        """c = ⌊ε/ε_0⌋ (Alg. 4 line 2)."""
-        return int(math.floor(check_positive("epsilon", epsilon) / self.epsilon_token + 1e-12))
+        """c: ``max_discoveries`` if given; else ⌊ε/ε_0⌋ (Alg. 4 line 2) at δ = 0, the most
+        ε_0-steps that are (ε, δ)-DP at δ > 0 (:func:`ragprivacy.dp.max_pure_steps`)."""
+        epsilon = check_positive("epsilon", epsilon)
+        if self.max_discoveries is not None:
+            return self.max_discoveries
+        return max_pure_steps(epsilon, self.delta, self.epsilon_token)
+
+    def step_epsilon(self, epsilon: float) -> float:
+        """ε_0 of one discovery at budget ε: ``epsilon_token``, or calibrated from
+        (ε, δ, ``max_discoveries``) when that is given."""
+        epsilon = check_positive("epsilon", epsilon)
+        if self.max_discoveries is None:
+            return self.epsilon_token
+        return calibrate_pure_steps(epsilon, self.delta, self.max_discoveries)
+
+    def event(self, epsilon: float) -> PrivacyEvent:
+        """One answer's event at budget ε: ``PureDpEvent(c·ε_0)`` (δ = 0, Lemma 1) or
+        ``SelfComposedEvent(PureDpEvent(ε_0), c)`` (δ > 0, re-drawn thresholds)."""
+        c = self.discoveries(epsilon)
+        if c == 0:
+            raise ConfigError(
+                f"The per-query budget {epsilon} is below one discovery's ε_0 = "
+                f"{self.epsilon_token} (delta={self.delta:g}); raise epsilon or lower "
+                f"epsilon_token."
+            )
+        step = self.step_epsilon(epsilon)
+        if self.delta > 0:
+            return SelfComposedEvent(PureDpEvent(step), c)
+        return PureDpEvent(c * step)
+
+    def epsilon_of(self, epsilon: float) -> float:
+        """The ε one answer at budget ε is charged, at δ (≤ ε)."""
+        return event_epsilon(self.event(epsilon), self.delta)[0]
 
 
 @dataclass(frozen=True, slots=True)
 class VoteResult:
     """One DP-RAG answer: its tokens, the discoveries made, the cost, and how many
-    generator calls the voting took (``calls``)."""
+    generator calls the voting took (``calls``); ``epsilon_token`` is ε_0 of one
+    discovery and ``accounting`` the vote's (``pure`` or ``optimal``)."""
 
     completion: Completion
     discoveries: int
     max_discoveries: int
-    event: PureDpEvent | None
+    event: PrivacyEvent | None
     calls: int
+    epsilon_token: float = math.nan
+    accounting: str = "pure"
 
 
 class _Vocab:
@@ -237,25 +322,29 @@ def dp_vote_generate(
         prompt: the query's prompt (its own context is ignored).
         voter_contexts: D^1..D^m (already retrieved and partitioned; empty strings are
             padding and are dropped from the prompts).
-        epsilon: this query's budget ε (c = ⌊ε/ε_0⌋ discoveries).
-        config: the voting settings.
+        epsilon: this query's budget ε (c discoveries: :meth:`DPVoteConfig.discoveries`).
+        config: the voting settings (with ``delta`` > 0 the threshold is re-drawn after
+            each discovery, which Alg. 4 line 2 does not do; see the module docstring).
         vocabulary: the public token domain V of the exponential mechanism.
         rng: simulation stream (``config.simulation``); refused in secure mode.
     """
     m = len(voter_contexts)
     if m == 0:
         raise ConfigError("DP voting needs at least one voter.")
+    event = config.event(epsilon)  # refuses a budget below one discovery
     c = config.discoveries(epsilon)
-    if c == 0:
-        raise ConfigError(
-            f"The per-query budget {epsilon} is below one discovery's ε_0 = "
-            f"{config.epsilon_token}; raise epsilon or lower epsilon_token."
-        )
-    eps_half = config.epsilon_token / 2  # ε_Expo = ε_Lap = ε_0/2 (line 1)
+    step = config.step_epsilon(epsilon)
+    eps_half = step / 2  # ε_Expo = ε_Lap = ε_0/2 (line 1)
     theta = m // 2 if config.theta is None else config.theta
     gen = simulation_rng(rng, simulation=config.simulation)  # secure mode refuses a seed
     sv = AboveThreshold(
-        theta, eps_half, max_discoveries=c, below=True, simulation=config.simulation, rng=gen
+        theta,
+        eps_half,
+        max_discoveries=c,
+        below=True,
+        resample_threshold=config.delta > 0,  # one ε_0-DP step per discovery (D&R Alg. 2)
+        simulation=config.simulation,
+        rng=gen,
     )  # θ̂ = θ + Lap(2/ε_Lap) now; Count_t + Lap(4/ε_Lap) per token (lines 2, 11)
 
     # Distinct contexts: index 0 is the non-RAG prompt (padding-only voters share it).
@@ -307,7 +396,15 @@ def dp_vote_generate(
                 break
     # the generator's own detokenisation: sub-word pieces (``hf:``) are not words
     completion = Completion(text=generator.tokens_to_text(out), tokens=tuple(out))
-    return VoteResult(completion, sv.discoveries, c, PureDpEvent(c * config.epsilon_token), calls)
+    return VoteResult(
+        completion,
+        sv.discoveries,
+        c,
+        event,
+        calls,
+        epsilon_token=step,
+        accounting=config.accounting,
+    )
 
 
 def _partition(
@@ -339,12 +436,16 @@ class _Voting(RAGSystem):
         theta: int | None = None,
         max_tokens: int = 16,
         simulation: bool = False,
+        delta: float = 0.0,
+        max_discoveries: int | None = None,
         vocabulary: Sequence[str] | None = None,
         instruction: str | None = None,
         reuse_answers: bool = False,
+        prompt_budget: PromptBudget | None = None,
         rng: RngLike = None,
     ) -> None:
         self.generator = generator
+        self.prompt_budget = prompt_budget
         self.docs_per_voter = check_positive_int("docs_per_voter", docs_per_voter)
         if slots % self.docs_per_voter:
             raise ConfigError(
@@ -353,7 +454,12 @@ class _Voting(RAGSystem):
             )
         self.voters = slots // self.docs_per_voter
         self.vote = DPVoteConfig(
-            epsilon_token=epsilon_token, theta=theta, max_tokens=max_tokens, simulation=simulation
+            epsilon_token=epsilon_token,
+            theta=theta,
+            max_tokens=max_tokens,
+            simulation=simulation,
+            delta=delta,
+            max_discoveries=max_discoveries,
         )
         self.vocabulary = tuple(vocabulary) if vocabulary is not None else None
         self.instruction = instruction
@@ -375,11 +481,27 @@ class _Voting(RAGSystem):
                 best, best_overlap = f"{q} {a}", overlap
         return (best,) if best is not None and best_overlap >= 0.3 else ()
 
+    def _check_prompt(self, q: Query) -> None:
+        """Refuse ``q`` before retrieval if a voter's prompt (its documents at the budget,
+        an earlier answer when answers are reused) could overflow the context."""
+        if self.prompt_budget is None:
+            return
+        extra = 1 if self.reuse_answers else 0
+        options = {**q.options, "max_tokens": self.vote.max_tokens}
+        sized = Query(q.text, q.task, q.retrieval_text, options)
+        check_prompt(
+            self.prompt_budget, self.generator, self.instruction, sized, self.docs_per_voter + extra
+        )
+
     def _answer_with(
         self, q: Query, texts: Sequence[str], epsilon: float
     ) -> tuple[VoteResult, list[tuple[str, ...]]]:
+        if self.prompt_budget is not None:
+            texts = self.prompt_budget.fit(texts)
         contexts = _partition(texts, self.voters, self.docs_per_voter, self._gen)
         extra = self._remembered(q.text)
+        if extra and self.prompt_budget is not None:
+            extra = self.prompt_budget.fit(extra)
         if extra:
             contexts = [ctx + extra for ctx in contexts]
         prompt = Prompt(q.task, q.text, (), self.instruction, q.options)
@@ -396,6 +518,15 @@ class _Voting(RAGSystem):
             self._memory.append((q.text, result.completion.text))
         return result, contexts
 
+    def _vote_settings(self, epsilon: float) -> dict[str, Any]:
+        """The vote's accounting at budget ε: ε_0 and c in use, δ and the accountant."""
+        return {
+            "epsilon_token": self.vote.step_epsilon(epsilon),
+            "max_discoveries": self.vote.discoveries(epsilon),
+            "delta": self.vote.delta,
+            "vote_accounting": self.vote.accounting,
+        }
+
     def _settings(self) -> dict[str, Any]:
         return {
             "voters": self.voters,
@@ -405,6 +536,7 @@ class _Voting(RAGSystem):
             "max_tokens": self.vote.max_tokens,
             "generator": self.generator.name,
             "reuse_answers": self.reuse_answers,
+            "prompt_budget": None if self.prompt_budget is None else asdict(self.prompt_budget),
             "simulation": self.vote.simulation,
         }
 
@@ -416,7 +548,13 @@ def _response(result: VoteResult, retrieval: Retrieval | None, cost: PrivacyCost
         logprobs=None,
         privacy=cost,
         retrieval=retrieval,
-        metadata={"discoveries": result.discoveries, "generator_calls": result.calls},
+        metadata={
+            "discoveries": result.discoveries,
+            "max_discoveries": result.max_discoveries,
+            "epsilon_token": result.epsilon_token,
+            "vote_accounting": result.accounting,
+            "generator_calls": result.calls,
+        },
     )
 
 
@@ -441,36 +579,31 @@ class DPVoteRAG(_Voting):
         self.vote.discoveries(self.epsilon)
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
-        return self._answer_refundable(query, account, [])
-
-    def _answer_refundable(
-        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
-    ) -> Response:
         q = Query.of(query)
+        self._check_prompt(q)
         retrieval = self.retriever.retrieve(q.search_text, account=account)
-        with released_on_failure(self.retriever, [retrieval], account):
+        with charged_on_failure(self.retriever, [retrieval], account):
             texts = self.retriever.knowledge_base_for(account).texts(retrieval.indices)
             result, _ = self._answer_with(q, texts, self.epsilon)
-        refunds.append(lambda: self.retriever.release([retrieval], account=account))
-        eps = result.max_discoveries * self.vote.epsilon_token
-        return _response(result, retrieval, self._cost(eps, retrieval, account))
+        return _response(result, retrieval, self._cost(retrieval, account))
 
     def _cost(
         self,
-        epsilon: float,
         retrieval: Retrieval,
         account: str | None,
         cumulative: float | None = None,
     ) -> PrivacyCost:
-        events: list[PrivacyEvent] = [PureDpEvent(epsilon)]
+        """The answer's cost: the vote's event (charged whatever the discoveries made),
+        composed with a private retriever's own event, stated at the vote's δ plus the
+        retriever's (the retriever's alone when the vote is pure)."""
+        events: list[PrivacyEvent] = [self.vote.event(self.epsilon)]
+        delta = self.retriever.delta_for(account)
         if retrieval.event.guaranteed:  # a private retriever's own event adds to the vote's
             events.append(retrieval.event)
-        return answer_cost(
-            events,
-            mechanism=self.name,
-            delta=self.retriever.delta_for(account),
-            cumulative_epsilon=cumulative,
-        )
+        if self.vote.delta > 0:
+            extra = delta if delta is not None and retrieval.event.guaranteed else 0.0
+            delta = self.vote.delta + extra
+        return answer_cost(events, mechanism=self.name, delta=delta, cumulative_epsilon=cumulative)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -478,6 +611,7 @@ class DPVoteRAG(_Voting):
             "epsilon": self.epsilon,
             "retriever": self.retriever.config(),
             **self._settings(),
+            **self._vote_settings(self.epsilon),
         }
 
 

@@ -12,21 +12,23 @@ noisy top-K — so the defenses apply to kNN-LM and standard RAG alike.
 
 Privacy: each generated token is one retrieval; the response reports the composed event
 of the retrievals (Gaussian events compose exactly: ε from μ = √(Σμ²), at ``delta``; a
-retriever without a guarantee makes the answer's ε infinite).
+retriever without a guarantee makes the answer's ε infinite). A failure after the first
+search is charged like an answer (:func:`ragprivacy.rag.charged_on_failure`): every
+search made so far stays spent.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ragprivacy._validation import check_in_range, check_positive, check_positive_int
 from ragprivacy.corpus import Corpus
-from ragprivacy.errors import BudgetExhaustedError, RagPrivacyError
+from ragprivacy.errors import BudgetExhaustedError, GeneratorUnavailableError, RagPrivacyError
 from ragprivacy.generate import (
     Generator,
     Prompt,
@@ -37,7 +39,7 @@ from ragprivacy.generate import (
     normalize_all,
     tokenize,
 )
-from ragprivacy.rag.base import Query, RAGSystem, answer_cost, refunded_failure, register_system
+from ragprivacy.rag.base import Query, RAGSystem, answer_cost, charged_failure, register_system
 from ragprivacy.retrieval import Retriever
 from ragprivacy.types import Document, PrivacyCost, PrivacyEvent, Response, Retrieval
 
@@ -168,11 +170,6 @@ class KNNLM(RAGSystem):
         return best, dist.tokens[last], mixed[best]
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
-        return self._answer_refundable(query, account, [])
-
-    def _answer_refundable(
-        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
-    ) -> Response:
         q = Query.of(query)
         prompt = Prompt(Task.CONTINUE if q.task == Task.ANSWER else q.task, q.text, ())
         history = tokenize(q.text)
@@ -193,21 +190,20 @@ class KNNLM(RAGSystem):
                 out.append(form)
                 logprobs.append(float(np.log(max(p_best, 1e-300))))
         except Exception as exc:
-            # Spend only on success, and release nothing: the prefix the generator saw was
-            # read from the datastore, so its error may quote private documents.
-            self._release(made, account)
+            # A failure is an answer (rag.charged_on_failure): every search made so far
+            # stays charged, since the prefix each one saw was read from the datastore and
+            # how far the answer got before failing depends on it.
             if isinstance(exc, RagPrivacyError) and not made:
                 raise  # refused before any search (e.g. over budget): nothing was read
+            if isinstance(exc, GeneratorUnavailableError):
+                raise charged_failure(exc) from None  # a later call: earlier ones read data
             if isinstance(exc, BudgetExhaustedError):
                 raise BudgetExhaustedError(
-                    "The account's budget ran out partway through the answer; the searches "
-                    "it made were given back and nothing was released."
+                    "The account's budget ran out partway through the answer; the "
+                    f"{len(made)} searches it made were charged (how many an answer needs "
+                    "depends on the data) and nothing was released."
                 ) from None
-            raise refunded_failure(exc) from None
-        except BaseException:
-            self._release(made, account)
-            raise
-        refunds.append(lambda: self._release(made, account))
+            raise charged_failure(exc) from None
         return Response(
             text=detokenize(out),
             tokens=tuple(out),
@@ -215,11 +211,6 @@ class KNNLM(RAGSystem):
             privacy=self._cost(events),
             metadata={"retrievals": calls},
         )
-
-    def _release(self, made: Sequence[Retrieval], account: str | None) -> None:
-        # Searches of one answer may span reservations (one per search): give each back.
-        for r in made:
-            self.retriever.release([r], account=account)
 
     def _cost(self, events: list[PrivacyEvent]) -> PrivacyCost:
         # Every generated token mixes in the neighbours of one datastore search: the answer

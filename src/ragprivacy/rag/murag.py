@@ -5,23 +5,37 @@ multi-query baseline — built on single-query DP-RAG by token voting
 - ``naive_multi`` — :class:`NaiveMultiRAG` (Alg. 5): DP-RAG with ε_q per query, sequential
   composition: T queries cost T·ε_q; a query that would take an account past
   ``total_epsilon`` is refused before retrieval (``BudgetExhaustedError``, nothing spent).
+  With a vote ``delta`` > 0 each query is (ε_q, δ)-DP by the exact composition of its
+  discoveries (:mod:`ragprivacy.rag.dp_vote`) and T queries are (Σ ε, T·δ)-DP.
 - ``murag`` — :class:`MuRAG` (Alg. 1): fixed relevance threshold τ, per-document filters
   with budget M·ε_q (a :class:`~ragprivacy.dp.BudgetStore`), TOP-K with padding, DP-RAG
   with ε_q. Whole-system guarantee: ε = M·ε_q per document (Thm 1).
 - ``murag_ada`` — :class:`MuRAGAda` (Alg. 2/6): adaptive threshold by noisy prefix sums
   with ε_thr, DP-RAG with ε_RAG = ε_q − ε_thr (Thm 2).
 
+MURAG's inner DP-RAG stays on pure composition (c·ε_0 ≤ ε_RAG, δ = 0), with either
+filter. The pure filter's guarantee (Thm 1) needs every charge to be pure. The Rényi
+filter charges each screened document the Rényi curve of a pure ε_q event
+(:class:`~ragprivacy.retrieval.ThresholdRetriever`); an inner vote calibrated so that its
+c independent ε_0 steps (c times the randomized-response curve of ε_0) stay under that
+curve at the filter's orders would be sound, but those orders are the large ones the
+pure load needs (256–1024 by default), where the curves are nearly pure: ε_0 would grow
+by 0.006–0.13 % (ε_q = 0.5 to 40, c = 2 to 20). Gaining from tight composition needs
+the filter to charge the vote's own composed curve instead, which it does not.
+
 The screening and its charges happen before any generation. A charge the store refuses
 (another writer spent the budget meanwhile) is screened again without the exhausted
 documents, as Alg. 1 line 2 says, rather than failing the request, and no error names a
 document (:mod:`ragprivacy.retrieval.threshold`).
 
-Spend only on success: a request is reserve → compute → commit or release. If the
-generator fails (or the call is cancelled) after the budgets were reserved, the answer
-never reaches the caller, so everything the request reserved is given back — the
-account's ε under ``naive_multi``, the documents' filter charges under MURAG/-ADA, a
-private retriever's per-account queries — and the guarantee is unaffected: it bounds what
-was released, and nothing was.
+A failure is an answer (:func:`ragprivacy.rag.charged_on_failure`): budgets are checked
+and reserved before retrieval, and a refusal there spends nothing; once the documents
+were read, a generation that fails (or is cancelled) keeps everything the request
+charged — the account's ε under ``naive_multi``, the documents' filter charges under
+MURAG/-ADA, a private retriever's per-account queries — because whether it fails can
+depend on the documents (a context-length error depends on their lengths), and the
+caller sees that it failed. Only a generator that was never reached
+(:class:`~ragprivacy.errors.GeneratorUnavailableError`) gives everything back.
 
 Reuse of earlier answers (Private-RAG §6, ``reuse_answers=True``): the previous answers
 are DP outputs, so re-using them is post-processing and free; the most similar earlier
@@ -35,7 +49,6 @@ document paid.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,9 +56,9 @@ import numpy as np
 from ragprivacy._random import RngLike
 from ragprivacy._validation import check_positive
 from ragprivacy.dp import BudgetStore, PureDpEvent, simulation_rng
-from ragprivacy.errors import BudgetExhaustedError, ConfigError
+from ragprivacy.errors import BudgetExhaustedError, ConfigError, GeneratorUnavailableError
 from ragprivacy.generate import Generator
-from ragprivacy.rag.base import Query, answer_cost, register_system, released_on_failure
+from ragprivacy.rag.base import Query, answer_cost, charged_on_failure, register_system
 from ragprivacy.rag.dp_vote import DPVoteRAG, _response, _Voting
 from ragprivacy.retrieval import Retriever, ThresholdRetriever
 from ragprivacy.types import Response
@@ -83,18 +96,15 @@ class NaiveMultiRAG(DPVoteRAG):
     def spent(self, account: str | None = None) -> float:
         return self._spent.get(account or "anonymous", 0.0)
 
-    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
-        return self._answer_refundable(query, account, [])
-
     def _give_back(self, key: str, cost: float) -> None:
         with self._lock:
             self._spent[key] = max(self._spent.get(key, 0.0) - cost, 0.0)
 
-    def _answer_refundable(
-        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
-    ) -> Response:
+    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
         key = account or "anonymous"
-        cost = self.vote.discoveries(self.epsilon) * self.vote.epsilon_token
+        q = Query.of(query)
+        self._check_prompt(q)
+        cost = self.vote.epsilon_of(self.epsilon)  # c·ε_0, or the exact composition at δ
         with self._lock:  # check and reserve before any retrieval or generation
             spent = self._spent.get(key, 0.0)
             if self.total_epsilon is not None and spent + cost > self.total_epsilon * (1 + 1e-9):
@@ -105,21 +115,18 @@ class NaiveMultiRAG(DPVoteRAG):
                 )
             self._spent[key] = spent + cost
         try:
-            q = Query.of(query)
             retrieval = self.retriever.retrieve(q.search_text, account=account)
-            with released_on_failure(self.retriever, [retrieval], account):
-                texts = self.retriever.knowledge_base_for(account).texts(retrieval.indices)
-                result, _ = self._answer_with(q, texts, self.epsilon)
-        except BaseException:  # nothing was released: give the reservation back
+        except BaseException:  # refused (or failed) before anything was read: free
             self._give_back(key, cost)
             raise
-
-        def undo() -> None:
-            self.retriever.release([retrieval], account=account)
+        try:
+            with charged_on_failure(self.retriever, [retrieval], account):
+                texts = self.retriever.knowledge_base_for(account).texts(retrieval.indices)
+                result, _ = self._answer_with(q, texts, self.epsilon)
+        except GeneratorUnavailableError:  # never reached: nothing depended on the data
             self._give_back(key, cost)
-
-        refunds.append(undo)
-        return _response(result, retrieval, self._cost(cost, retrieval, account, spent + cost))
+            raise
+        return _response(result, retrieval, self._cost(retrieval, account, spent + cost))
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
@@ -141,8 +148,10 @@ class MuRAG(_Voting):
             (a Rényi filter with target (``renyi_epsilon``, ``renyi_delta``); see
             :class:`~ragprivacy.retrieval.ThresholdRetriever`).
         screening_simulation: simulate the threshold noise (MURAG-ADA) with ``rng``.
-        other keywords: voting settings (``docs_per_voter``, ``epsilon_token``, ``theta``,
-            ``max_tokens``, ``simulation``, ``vocabulary``, ``reuse_answers``, ``rng``).
+        other keywords: voting settings (``docs_per_voter``, ``epsilon_token``,
+            ``max_discoveries``, ``theta``, ``max_tokens``, ``simulation``, ``vocabulary``,
+            ``reuse_answers``, ``rng``). The vote is pure (``delta`` must be 0; see the
+            module docstring): c·ε_0 ≤ ε_RAG.
     """
 
     name = "murag"
@@ -166,6 +175,12 @@ class MuRAG(_Voting):
         simulation: bool = False,
         **kw: Any,
     ) -> None:
+        if kw.get("delta", 0.0):
+            raise ConfigError(
+                f"{self.name} composes its vote purely (its filters charge pure ε_q per "
+                f"document, Private-RAG Thm 1-2); got delta={kw['delta']!r}. Leave delta at "
+                f"0, or use dp_vote/naive_multi for a vote calibrated at a delta."
+            )
         gen = simulation_rng(rng, simulation=simulation)
         super().__init__(generator, slots=retriever.k, simulation=simulation, rng=gen, **kw)
         self.screener = ThresholdRetriever(
@@ -194,18 +209,13 @@ class MuRAG(_Voting):
         return self.screener.target_epsilon
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
-        return self._answer_refundable(query, account, [])
-
-    def _answer_refundable(
-        self, query: str | Query, account: str | None, refunds: list[Callable[[], None]]
-    ) -> Response:
         q = Query.of(query)
+        self._check_prompt(q)
         with self._lock:
             screening = self.screener.screen_batch([q.search_text])[0]  # charges first
-            with released_on_failure(self.screener, [screening.retrieval], account):
+            with charged_on_failure(self.screener, [screening.retrieval], account):
                 texts = self.screener.kb.texts(screening.retrieval.indices)
                 result, _ = self._answer_with(q, texts, self.screener.epsilon_rag)
-            refunds.append(lambda: self.screener.release([screening.retrieval], account=account))
             charged = list(screening.charged)
             if charged:
                 spent = float(np.max(self.screener.document_epsilon(charged)))
@@ -235,6 +245,7 @@ class MuRAG(_Voting):
             "screening": self.screener.config(),
             "total_epsilon": self.total_epsilon,
             **self._settings(),
+            **self._vote_settings(self.screener.epsilon_rag),
         }
 
 

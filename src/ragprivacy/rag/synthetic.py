@@ -56,7 +56,7 @@ from ragprivacy.rag.base import (
     Query,
     RAGSystem,
     _response,
-    released_on_failure,
+    charged_on_failure,
 )
 from ragprivacy.rag.defenses import LexiconParaphraser, Paraphraser
 from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
@@ -307,7 +307,7 @@ class SyntheticRAG(RAGSystem):
             mechanism="pe-synthetic",
             cumulative_epsilon=self.total_epsilon,
         )
-        with released_on_failure(self.retriever, retrievals, account):
+        with charged_on_failure(self.retriever, retrievals, account):
             prompts = [
                 Prompt(q.task, q.text, kb.texts(r.indices), self.instruction, q.options)
                 for q, r in zip(qs, retrievals)

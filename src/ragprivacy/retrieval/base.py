@@ -49,11 +49,14 @@ class Retriever(ABC):
         return [self.retrieve(q, account=account) for q in queries]
 
     def release(self, retrievals: Sequence[Retrieval], *, account: str | None = None) -> None:
-        """Give back what ``retrievals`` reserved, because the request that made them failed.
+        """Give back what ``retrievals`` reserved, because the request that made them
+        failed in a way that provably does not depend on the data.
 
-        A request is reserve → compute → commit or release: a system calls this when its
-        generation fails (or is cancelled) after retrieving, so that nothing is spent for
-        an answer nobody received. Retrievers without budgets keep nothing (the default).
+        A failure after retrieval is charged like an answer (``rag.charged_on_failure``):
+        whether it fails can depend on what was read. Systems call this only for the
+        failure that cannot — a generator that was never reached
+        (``GeneratorUnavailableError``). Retrievers without budgets keep nothing (the
+        default).
         """
 
     def knowledge_base_for(self, account: str | None) -> KnowledgeBase:

@@ -76,6 +76,11 @@ Privacy: the output law is the full Gaussian mechanism's, so the guarantee of
 :class:`~ragprivacy.dp.GaussianNoisyTopK` applies. **Timing side channel**: the run time
 depends on τ and so on the private scores (the number of documents revealed, the rounds,
 the fallback); a deployment must pad the response time or treat timing as out of scope.
+The retriever's :class:`FallbackMemory`, which picks the path of an account's next query
+from that account's earlier outcomes, keeps one memory per account, so that one
+account's scores never choose another account's path (queries that share a machine
+still share its time: a query that waits behind, or runs beside, another account's lazy
+selection waits for a time that depends on that account's scores).
 
 **Simulation only.** The noise comes from numpy (the candidates' noise through
 :func:`ragprivacy.dp.gaussian_noise_float`, the binomial counts, the uniform subsets and
@@ -90,6 +95,8 @@ noise, not on the scores, and its output is the full path's bit for bit.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -144,59 +151,142 @@ class LazySelection:
 
 
 class FallbackMemory:
-    """Whether the next lazy selection is worth its candidate search, from the last ones.
+    """Whether an account's next lazy selection is worth its candidate search, from that
+    account's last ones.
 
     A lazy selection that falls back has paid for a candidate search (an HNSW search)
     before it learns that its bounds are too loose for the rounds (small σ): it then costs
     the full path plus that search (1.27–1.34× the full path at 10⁵ × 384,
-    benchmarks/README.md).
-    One retriever has one σ and one index, so when most of its recent selections fell
-    back, the next one will too: this memory tells it to run the full noise-then-select
-    instead, without the search, and to try the lazy path again on every
-    ``probe_every``-th query so that it notices when queries change.
+    benchmarks/README.md). When most of an account's recent selections fell back, its
+    next one likely will too: this memory tells the retriever to run the full
+    noise-then-select instead, without the search, and to try the lazy path again on
+    every ``probe_every``-th query so that it notices when the account's queries change.
 
-    Rule: over the last ``window`` lazy outcomes (fell back or not), skip the search when
-    the window is full and at least ``skip_at`` of them fell back — except on every
-    ``probe_every``-th skipped query, which runs the lazy path and records its outcome.
+    Rule, per account: over the account's last ``window`` lazy outcomes (fell back or
+    not), skip the search when the window is full and at least ``skip_at`` of them fell
+    back — except on every ``probe_every``-th skipped query, which runs the lazy path and
+    records its outcome.
+
+    **One memory per account.** Whether a selection falls back depends on its private
+    scores, so a memory shared by every account would let one account's scores choose
+    another account's path (and so its latency). Each account — the ``account`` the
+    retriever receives; ``None`` is an account of its own — has its own window, streak
+    and outcomes, and no account's outcomes enter another's choice. The memories of at
+    most ``max_accounts`` accounts (default 4,096; each holds at most ``window`` booleans
+    and a counter) are kept; past that the least recently used account's memory is
+    forgotten, and that account starts again with an empty window (it searches first
+    until its window is full again). Which memory is forgotten depends only on the order
+    in which accounts query, never on a score or an outcome.
 
     **Exactness and privacy.** Both paths output the full mechanism's law, and the choice
-    for a query depends only on earlier queries' outcomes, which are independent of this
-    query's noise: the output law is unchanged. The choice is a function of earlier
-    queries' private scores, like the lazy path's run time already is (the module's
-    timing note).
+    for a query depends only on the same account's earlier outcomes, which are
+    independent of this query's noise: the output law is unchanged. The choice is a
+    function of that account's earlier private scores, like the lazy path's run time
+    already is (the module's timing note).
+
+    ``skipped`` and ``fallback_rate`` sum over every account (instrumentation; no path
+    choice reads them); :meth:`fallback_rate_of` is one account's rate.
     """
 
-    __slots__ = ("_outcomes", "_streak", "probe_every", "skip_at", "skipped", "window")
+    __slots__ = (
+        "_lock",
+        "_memories",
+        "_skipped",
+        "max_accounts",
+        "probe_every",
+        "skip_at",
+        "window",
+    )
 
-    def __init__(self, *, window: int = 16, skip_at: float = 0.75, probe_every: int = 8) -> None:
+    def __init__(
+        self,
+        *,
+        window: int = 16,
+        skip_at: float = 0.75,
+        probe_every: int = 8,
+        max_accounts: int = 4096,
+    ) -> None:
         self.window = check_positive_int("window", window)
         self.skip_at = check_probability("skip_at", skip_at)
         self.probe_every = check_positive_int("probe_every", probe_every)
-        self._outcomes: list[bool] = []
-        self._streak = 0  # queries since skipping began, probes included
-        self.skipped = 0  # queries sent to the full path without a search, in all
+        self.max_accounts = check_positive_int("max_accounts", max_accounts)
+        self._memories: OrderedDict[str | None, _AccountMemory] = OrderedDict()
+        self._skipped = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """How many accounts' memories are kept (at most ``max_accounts``)."""
+        return len(self._memories)
+
+    def __contains__(self, account: object) -> bool:
+        return account in self._memories
+
+    @property
+    def skipped(self) -> int:
+        """Queries sent to the full path without a search, over every account, in all."""
+        return self._skipped
 
     @property
     def fallback_rate(self) -> float:
-        """The fraction of the remembered lazy selections that fell back (0 when none)."""
-        return sum(self._outcomes) / len(self._outcomes) if self._outcomes else 0.0
+        """The fraction of the kept accounts' remembered lazy selections that fell back
+        (0 when none)."""
+        with self._lock:
+            outcomes = [o for m in self._memories.values() for o in m.outcomes]
+        return sum(outcomes) / len(outcomes) if outcomes else 0.0
 
-    def search_first(self) -> bool:
-        """Whether the next query should run the lazy path (candidate search first)."""
-        full = len(self._outcomes) == self.window
-        if not (full and self.fallback_rate >= self.skip_at):
-            self._streak = 0
-            return True
-        self._streak += 1
-        if self._streak % self.probe_every == 0:
-            return True  # a probe: its outcome is recorded like any lazy selection's
-        self.skipped += 1
-        return False
+    def fallback_rate_of(self, account: str | None) -> float:
+        """The fraction of ``account``'s remembered lazy selections that fell back (0 when
+        none, or when its memory was forgotten)."""
+        with self._lock:
+            memory = self._memories.get(account)
+            return 0.0 if memory is None else memory.rate()
 
-    def record(self, fell_back: bool) -> None:
-        """Remember one lazy selection's outcome."""
-        self._outcomes.append(bool(fell_back))
-        del self._outcomes[: -self.window]
+    def _memory(self, account: str | None) -> _AccountMemory:
+        """``account``'s memory, made (and the least recently used one dropped past
+        ``max_accounts``) when missing; now the most recently used. Under ``_lock``."""
+        memory = self._memories.get(account)
+        if memory is None:
+            memory = self._memories[account] = _AccountMemory()
+            while len(self._memories) > self.max_accounts:
+                self._memories.popitem(last=False)
+        else:
+            self._memories.move_to_end(account)
+        return memory
+
+    def search_first(self, *, account: str | None = None) -> bool:
+        """Whether ``account``'s next query should run the lazy path (candidate search
+        first)."""
+        with self._lock:
+            memory = self._memory(account)
+            full = len(memory.outcomes) == self.window
+            if not (full and memory.rate() >= self.skip_at):
+                memory.streak = 0
+                return True
+            memory.streak += 1
+            if memory.streak % self.probe_every == 0:
+                return True  # a probe: its outcome is recorded like any lazy selection's
+            self._skipped += 1
+            return False
+
+    def record(self, fell_back: bool, *, account: str | None = None) -> None:
+        """Remember one lazy selection's outcome for ``account``."""
+        with self._lock:
+            outcomes = self._memory(account).outcomes
+            outcomes.append(bool(fell_back))
+            del outcomes[: -self.window]
+
+
+class _AccountMemory:
+    """One account's last lazy outcomes and its queries since skipping began."""
+
+    __slots__ = ("outcomes", "streak")
+
+    def __init__(self) -> None:
+        self.outcomes: list[bool] = []
+        self.streak = 0  # queries since skipping began, probes included
+
+    def rate(self) -> float:
+        return sum(self.outcomes) / len(self.outcomes) if self.outcomes else 0.0
 
 
 def truncated_normal_above(t: float, size: int, *, rng: RngLike = None) -> FloatArray:

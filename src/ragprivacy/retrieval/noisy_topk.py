@@ -40,8 +40,12 @@ a timing of the fallback's full scan); ``noise_first=False`` has no such channel
 included: its HNSW search gives the candidates and the database scores the rest). At
 small σ the index's bounds are too loose for the lazy rounds and every selection falls
 back to full noise after paying for its candidate search; the retriever's
-:class:`~ragprivacy.retrieval.FallbackMemory` notices (3 of 4 in the last 16 fell back)
-and runs the full path without the search, probing the lazy path on every 8th query.
+:class:`~ragprivacy.retrieval.FallbackMemory` notices, per account (3 of 4 of the
+account's last 16 fell back), and runs that account's queries on the full path without
+the search, probing the lazy path on every 8th one. Whether a lazy selection falls back
+depends on its private scores, so the memory is one per account (``None`` included, the
+4,096 most recently active accounts kept): one account's outcomes never choose another
+account's path.
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ class NoisyTopKRetriever(Retriever):
             output as scoring all n, from the index's ``scores_at``); needs a
             ``score_range`` (ignored without one). ``False`` scores every document.
         lazy: the exact lazy variant over the index's top ``candidates`` (simulation only);
-            its fallbacks are remembered in :attr:`fallbacks` (a
+            its fallbacks are remembered per account in :attr:`fallbacks` (a
             :class:`~ragprivacy.retrieval.FallbackMemory`).
         candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``); with
             ``noise_first``, the fewest documents scored per query (the candidates padded
@@ -225,7 +229,7 @@ class NoisyTopKRetriever(Retriever):
             account or ANONYMOUS, len(queries), limit=self.queries_per_account
         )
         try:
-            return self._select(queries, reservation.token)
+            return self._select(queries, reservation.token, account)
         except BaseException:
             self.counter.release(reservation)
             raise
@@ -236,15 +240,16 @@ class NoisyTopKRetriever(Retriever):
             tokens = retrievals[0].charge_ids
             self.counter.release_tokens(account or ANONYMOUS, len(retrievals), tokens)
 
-    def _select(self, queries: Sequence[str], token: str) -> list[Retrieval]:
+    def _select(self, queries: Sequence[str], token: str, account: str | None) -> list[Retrieval]:
         vectors = self.kb.embedder.encode(list(queries))
         if not self.lazy:
             return self._noise_then_select(vectors, token, noise_first=self.noise_first)
         out = []
         for v in vectors:
-            if self.fallbacks.search_first():
-                out.append(self._lazy_one(v, token))
-            else:  # recent lazy selections fell back: the full path, without the search
+            # the account's own memory: another account's outcomes never choose this path
+            if self.fallbacks.search_first(account=account):
+                out.append(self._lazy_one(v, token, account))
+            else:  # its recent lazy selections fell back: the full path, without the search
                 out.extend(self._noise_then_select(v[None, :], token, noise_first=False))
         return out
 
@@ -279,7 +284,7 @@ class NoisyTopKRetriever(Retriever):
             return values
         return np.asarray(np.clip(values, self.score_range[0], self.score_range[1]))
 
-    def _lazy_one(self, vector: np.ndarray, token: str) -> Retrieval:
+    def _lazy_one(self, vector: np.ndarray, token: str, account: str | None) -> Retrieval:
         v = np.asarray(vector, dtype=np.float32)
         # Clipping is monotone, so clip(u) bounds the clipped scores wherever u bounds them.
         if self.buckets is None:
@@ -298,7 +303,7 @@ class NoisyTopKRetriever(Retriever):
             sensitivity=self.sensitivity,
             rng=self._rng,
         )
-        self.fallbacks.record(sel.fell_back)
+        self.fallbacks.record(sel.fell_back, account=account)
         id_at = self.kb.index.id_at
         return Retrieval(
             ids=tuple(id_at(int(p)) for p in sel.indices),

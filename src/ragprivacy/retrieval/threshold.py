@@ -147,10 +147,13 @@ def adaptive_screen(
     epsilon_thr: float,
     edges: FloatArray,
     *,
-    simulation: bool = True,
+    simulation: bool = False,
     rng: RngLike = None,
 ) -> AdaptiveScreen:
     """MURAG-ADA step 1 (Private-RAG Alg. 2/6 lines 2–11) over one query's ``scores``.
+
+    The noise is secure by default: exact discrete Laplace integers added to the integer
+    bin counts (:func:`ragprivacy.dp.noisy_prefix_threshold`), from OS entropy.
 
     Args:
         scores: r(z, q_t) for every document.
@@ -158,7 +161,15 @@ def adaptive_screen(
         k: stop once the noisy prefix sum reaches k.
         epsilon_thr: ε_thr (Laplace scale 1/ε_thr per bin).
         edges: bin edges from :func:`score_bins`.
-        simulation: float Laplace noise from ``rng`` (else exact discrete Laplace).
+        simulation: float Laplace noise from ``rng`` (seedable, not secure) instead of
+            the secure sampler (default ``False``).
+        rng: simulation mode only; secure mode refuses a seed.
+
+    >>> edges = score_bins(0.1, top=1.0, bottom=0.0)
+    >>> scores = np.array([0.95, 0.93, 0.74, 0.72, 0.71, 0.3])
+    >>> s = adaptive_screen(scores, np.ones(6, dtype=bool), 4, 50.0, edges)
+    >>> s.stop_bin, s.released.tolist()  # integer Lap(1/50) noise: 0 but w.p. ~1e-21
+    (2, [0, 1, 2, 3, 4])
     """
     sc = np.asarray(scores, dtype=np.float64)
     act = np.asarray(active, dtype=bool)
@@ -168,9 +179,7 @@ def adaptive_screen(
     bins = _bin_of(sc, e)
     use = act & (bins >= 0)
     counts = np.bincount(bins[use], minlength=e.size - 1).astype(np.int64)
-    pt = noisy_prefix_threshold(
-        counts, k, epsilon_thr, simulation=simulation, rng=rng if simulation else None
-    )
+    pt = noisy_prefix_threshold(counts, k, epsilon_thr, simulation=simulation, rng=rng)
     last = pt.bins_released - 1
     released = np.flatnonzero(use & (bins <= last))
     tau = float(e[last + 1])

@@ -24,7 +24,12 @@ private retrieval would void the guarantee. Public audit endpoints (no key):
 
 Every refusal is a 4xx with a one-line ``detail`` (401 bad key, 409 no open window, 413
 oversized body, 422 malformed body, 429 with ``Retry-After`` over the rate limit, 404
-unknown window) and spends nothing; an unexpected error is a 500 that names nothing.
+unknown window, 400 a prompt that could overflow the generator's context) and spends
+nothing. **A failure after retrieval is an answer** (:mod:`ragprivacy.service.failures`):
+a generation that fails once the documents were read is a 502 that was charged like an
+answer, because whether it fails can depend on the documents; only a generator that
+was never reached is a 503 that spends nothing, a few times per account and window. An
+unexpected error is a 500 that names nothing.
 """
 
 from __future__ import annotations
@@ -44,8 +49,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError, RagPrivacyError
-from ragprivacy.generate import Generator, create_generator
+from ragprivacy.errors import (
+    BackendError,
+    BudgetExhaustedError,
+    ConfigError,
+    GeneratorUnavailableError,
+    RagPrivacyError,
+)
+from ragprivacy.generate import Generator, PromptBudget, create_generator
 from ragprivacy.service.provider import ServiceProvider, WindowClosedError
 from ragprivacy.service.state import AuthError, ServiceState
 from ragprivacy.types import Completion
@@ -90,11 +101,13 @@ def create_app(
     *,
     generator: str | Generator = "reference",
     identity_key: str | Path | None = None,
+    prompt_budget: PromptBudget | None = None,
 ) -> FastAPI:
     """The service's ASGI app over the state ``state_dir`` (a directory, or a PostgreSQL
-    URL with the ``identity_key`` file)."""
+    URL with the ``identity_key`` file); ``prompt_budget`` shapes answers' prompts
+    (default :class:`PromptBudget()` with the generator's context)."""
     state = ServiceState(state_dir, create=False, identity_key=identity_key)
-    provider = ServiceProvider(state)
+    provider = ServiceProvider(state, prompt_budget=prompt_budget)
     gen = create_generator(generator) if isinstance(generator, str) else generator
     app = FastAPI(
         title="ragprivacy",
@@ -124,6 +137,11 @@ def create_app(
     @app.exception_handler(WindowClosedError)
     async def on_window(_: Request, exc: WindowClosedError) -> JSONResponse:
         return _error(409, str(exc).splitlines()[0])
+
+    @app.exception_handler(GeneratorUnavailableError)
+    async def on_unreached(_: Request, exc: GeneratorUnavailableError) -> JSONResponse:
+        # its message names the upstream's address: the operator's, not the account's
+        return _error(503, "The generator could not be reached; nothing was charged. Retry later.")
 
     @app.exception_handler(BackendError)
     async def on_backend(_: Request, exc: BackendError) -> JSONResponse:
@@ -390,8 +408,14 @@ def app_from_env() -> FastAPI:
     state = os.environ.get("RAGPRIVACY_STATE")
     if not state:
         raise ConfigError("RAGPRIVACY_STATE is not set; start the service with ragprivacy serve.")
+    context = os.environ.get("RAGPRIVACY_CONTEXT_TOKENS")
+    budget = PromptBudget(
+        doc_tokens=int(os.environ.get("RAGPRIVACY_DOC_TOKENS", "1024")),
+        context_tokens=int(context) if context else None,
+    )
     return create_app(
         state,
         generator=os.environ.get("RAGPRIVACY_GENERATOR", "reference"),
         identity_key=os.environ.get("RAGPRIVACY_IDENTITY_KEY") or None,
+        prompt_budget=budget,
     )

@@ -123,6 +123,9 @@ CREATE TABLE IF NOT EXISTS tenant_options (tenant TEXT PRIMARY KEY, options TEXT
 CREATE TABLE IF NOT EXISTS answers (
     window_id TEXT NOT NULL, account TEXT NOT NULL, used INTEGER NOT NULL,
     PRIMARY KEY (window_id, account)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS failures (
+    window_id TEXT NOT NULL, account TEXT NOT NULL, charged INTEGER NOT NULL,
+    free INTEGER NOT NULL, PRIMARY KEY (window_id, account)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS witnesses (
     window_id TEXT NOT NULL, proof TEXT NOT NULL, witness TEXT NOT NULL,
     PRIMARY KEY (window_id, proof)) WITHOUT ROWID;
@@ -387,13 +390,14 @@ class PostgresBackend(StateBackend):
 class PgvectorTenantVectors(EmbeddingSource):
     """A tenant's first ``size`` embeddings in its pgvector table, read through a pool.
 
-    Rows are read with binary ``COPY`` — pgvector's binary form is the float32 values
-    themselves, so a row comes back bit for bit as it was stored, which the committed
-    fixed point and the verifier's integer scores need (pgvector's own ``<#>`` sums in
-    float32 and can differ from the exact score in the last bits: the database fetches,
-    numpy scores). :meth:`chunks` streams the rows in position order (one statement;
-    no more than ``rows`` rows are held at once), :meth:`vectors_at` fetches positions
-    through the primary key.
+    Rows are read in pgvector's binary form — the float32 values themselves, so a row
+    comes back bit for bit as it was stored, which the committed fixed point and the
+    verifier's integer scores need (pgvector's own ``<#>`` sums in float32 and can differ
+    from the exact score in the last bits: the database fetches, numpy scores).
+    :meth:`chunks` streams the rows in position order with binary ``COPY`` (one
+    statement; no more than ``rows`` rows are held at once), :meth:`vectors_at` fetches
+    positions through the primary key with the positions a bound parameter, never in the
+    statement's text.
 
     Args:
         pool: the state's connection pool.
@@ -441,31 +445,56 @@ class PgvectorTenantVectors(EmbeddingSource):
         )
 
     def vectors_at(self, positions: Sequence[int]) -> FloatArray:
+        """The rows at ``positions`` (in the order asked), bit for bit as stored.
+
+        Which positions a query reads is chosen by its noise, so they never enter the
+        statement's text (what the server's statement log and ``pg_stat_activity.query``
+        show): the statement is always ``SELECT pos, embedding FROM <table> WHERE pos =
+        ANY($1) ORDER BY pos``, the positions one ``int8[]`` parameter bound by the
+        server (sent in binary), the rows returned in binary — per value the bytes binary
+        ``COPY`` sends (both are the type's send function), so the same float32 values.
+        (psycopg's ``copy(query, params)`` merges parameters into the text on the client,
+        and ``COPY`` takes no bound parameter.) The server still receives the positions,
+        and its log shows a bound parameter's value wherever it logs the statement unless
+        ``log_parameter_max_length = 0`` (docs/pgvector.md).
+        """
         pos = [int(p) for p in positions]
         if not pos:
             return np.zeros((0, self.dim), dtype=np.float32)
+        from psycopg.types.numeric import Int8
+
         order = sorted(set(pos))
-        listed = ",".join(str(p) for p in order)  # integers only: no quoting needed
+        statement = f"SELECT pos, embedding FROM {self.table} WHERE pos = ANY(%b) ORDER BY pos"
+        param = [Int8(p) for p in order]
         for attempt in (0, 1):  # a read is retried once on a fresh connection
             try:
-                statement = self._statement(f"pos IN ({listed}) ORDER BY pos")
-                with (
-                    self._pool.connection() as conn,
-                    conn.cursor() as cur,
-                    cur.copy(statement) as copy,
-                ):
-                    data = b"".join(bytes(b) for b in copy)
+                with self._pool.connection() as conn, conn.cursor(binary=True) as cur:
+                    cur.execute(statement, (param,))
+                    data = self._selected(cur.pgresult)
                 break
             except BackendError:
                 raise
             except Exception as exc:
                 if attempt or not connection_lost(exc):
                     raise BackendError(f"Reading {self.table} failed: {_first_line(exc)}") from None
-        if data[: len(_COPY_MAGIC)] != _COPY_MAGIC:
-            raise BackendError(f"The table {self.table} sent a malformed COPY stream.")
-        rows = self._rows(data[_COPY_HEADER:-2], order)
+        rows = self._rows(data, order)
         where = {p: i for i, p in enumerate(order)}
         return rows[[where[p] for p in pos]]
+
+    def _selected(self, result: Any) -> bytes:
+        """The binary ``(pos, embedding)`` rows of a result, laid out as binary ``COPY``
+        lays out a tuple (field count, then each field's length and bytes), for
+        :meth:`_rows`."""
+        if result is None or result.nfields != 2:
+            raise BackendError(f"The table {self.table} sent a malformed result.")
+        out = bytearray()
+        for i in range(result.ntuples):
+            pos, vec = result.get_value(i, 0), result.get_value(i, 1)
+            if pos is None or vec is None or len(pos) != 8 or len(vec) != 4 + 4 * self.dim:
+                raise BackendError(f"The table {self.table} sent rows of another shape.")
+            out += b"\x00\x02\x00\x00\x00\x08" + bytes(pos)
+            out += len(vec).to_bytes(4, "big") + bytes(vec)
+        return bytes(out)
 
     def chunks(self, rows: int) -> Iterator[FloatArray]:
         if self.size == 0:

@@ -15,7 +15,13 @@ from typing import Any
 
 import httpx
 
-from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError
+from ragprivacy.errors import (
+    BackendError,
+    BudgetExhaustedError,
+    ChargedFailureError,
+    ConfigError,
+    GeneratorUnavailableError,
+)
 
 __all__ = ["Client", "load_receipts"]
 
@@ -63,6 +69,10 @@ class Client:
         r = self._http.post(path, json=body)
         if r.status_code == 429:
             raise BudgetExhaustedError(_detail(r))
+        if r.status_code == 502:  # failed after retrieval: charged like an answer
+            raise ChargedFailureError(f"{path}: HTTP 502: {_detail(r)}")
+        if r.status_code == 503:  # the service's generator was never reached: free
+            raise GeneratorUnavailableError(f"{path}: HTTP 503: {_detail(r)}")
         if r.status_code >= 400:
             raise BackendError(f"{path}: HTTP {r.status_code}: {_detail(r)}")
         out: dict[str, Any] = r.json()

@@ -4,22 +4,24 @@ One audit window is open at a time. Opening it (:func:`open_window`, an admin st
 snapshots the tenants' documents, the accounts and their policies, draws the window seed
 s_W and publishes the signed commitments (phase A) of an
 :class:`ragprivacy.audit.AuditedProvider`. Every query is then that provider's one step,
-:func:`ragprivacy.audit.answer_query`: exact scores against every committed embedding of
-the account's tenant, noise derived from (s_W, rec_q) on every score, the account's
-noise-then-select, the witness stored, the record appended to the window's durable ledger
-— whose guard is the account's rate limit, so an account's spend *is* its records and
-nothing is charged for a query without a record — and the receipt signed. Closing the
+:func:`ragprivacy.audit.answer_query`: noise derived from (s_W, rec_q) for every committed
+slot of the account's tenant, exact scores of only the slots that noise leaves in the
+race (the noise-first selection, :func:`ragprivacy.audit.exact_selection`; the same
+output as scoring every slot), the witness stored, the record appended to the window's
+durable ledger — whose guard is the account's rate limit, so an account's spend *is* its
+records and nothing is charged for a query without a record — and the receipt signed. An
+answer whose generation fails after retrieval is charged all the same: its record is
+appended (:mod:`ragprivacy.service.failures`). Closing the
 window (:func:`close_window`) certifies the coalition claim (phase C).
 
 Where the tenants' embeddings live decides only how the exact scores are read: from
 memory (a SQLite state), or — a PostgreSQL state with pgvector — from each tenant's
-pgvector table, streamed through the state's pool for every query and fetched by
-position for the openings (:class:`ragprivacy.service.PgvectorTenantVectors`); a replica
-then holds each tenant's Merkle tree of hashes (32 bytes a document), not its vectors.
-The scores are computed in numpy from the stored float32 rows either way, so the
-selection is the one the verifier re-executes bit for bit. The selection itself goes
-through :func:`ragprivacy.audit.exact_selection`, which takes a ``score_at(positions)``
-function: the seam where a noise-first selection will ask for the few slots it needs.
+pgvector table, fetched by position through the state's pool — the few rows a query's
+noise selects, and the openings (:class:`ragprivacy.service.PgvectorTenantVectors`); a
+replica then holds each tenant's Merkle tree of hashes (32 bytes a document), not its
+vectors. The scores are computed in numpy from the stored float32 rows either way, so the
+selection is the one the verifier re-executes bit for bit. Which rows a query reads is a
+function of its noise (docs/pgvector.md says who sees that).
 
 Several server workers (processes) — and, with the state on PostgreSQL, several replicas
 on several machines — may serve one window: each holds an :class:`AuditedProvider` over
@@ -56,8 +58,9 @@ from ragprivacy.audit import (
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
 from ragprivacy.errors import ConfigError
-from ragprivacy.generate import Generator, Prompt, Task
-from ragprivacy.rag import refunded_failure
+from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
+from ragprivacy.rag import charged_failure
+from ragprivacy.service.failures import record_failure
 from ragprivacy.service.state import VOTING_MODES, ServiceState, SqliteWitnessStore, Window
 from ragprivacy.service.voting import VotedAnswer, VotingTenants
 from ragprivacy.types import Completion
@@ -243,10 +246,17 @@ def _cache_key(account: str) -> str:
 
 
 class ServiceProvider:
-    """Serves the open window's queries for authenticated accounts (thread-safe)."""
+    """Serves the open window's queries for authenticated accounts (thread-safe).
 
-    def __init__(self, state: ServiceState) -> None:
+    ``prompt_budget`` fixes each retrieved document's share of an answer's prompt (cut and
+    padded to it) and, with the generator's context, refuses before retrieval a query
+    whose prompt could overflow (:class:`ragprivacy.generate.PromptBudget`); default
+    :class:`PromptBudget()` with the generator's own ``context_tokens``.
+    """
+
+    def __init__(self, state: ServiceState, *, prompt_budget: PromptBudget | None = None) -> None:
         self.state = state
+        self.prompt_budget = prompt_budget if prompt_budget is not None else PromptBudget()
         self._lock = threading.Lock()
         self._window_id: str | None = None
         self._provider: AuditedProvider | None = None
@@ -275,6 +285,7 @@ class ServiceProvider:
                     window.snapshot.get("voting", {}),
                     window.snapshot.get("voting_accounts", {}),
                     self.state.embedder(),
+                    prompt_budget=self.prompt_budget,
                 )
             return window, self._provider
 
@@ -346,25 +357,46 @@ class ServiceProvider:
     ) -> tuple[ServedAnswer, Completion]:
         """The RAG answer to ``query`` from the account's private top-K.
 
-        The answer is generated before the query's record is appended: if generation fails,
-        nothing is appended and nothing spent (the generator's message is withheld: it may
-        describe the retrieved documents)."""
+        The answer is generated before the query's record is appended. **A failure is an
+        answer**: whether generation fails can depend on the documents it was given (a
+        hosted model's context-length error depends on their lengths), so a failure after
+        retrieval appends the record all the same — the account pays for the query — and
+        the caller gets :func:`ragprivacy.rag.charged_failure` (the generator's message is
+        withheld: it may describe the documents). Only a generator that was never reached
+        (``GeneratorUnavailableError``) leaves nothing appended, and only for the first
+        :data:`~ragprivacy.service.state.FREE_FAILURES` such failures of the account in
+        the window. A prompt that could overflow the generator's context is refused before
+        retrieval, for nothing. Every failure after retrieval is counted and logged."""
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigError("The query must be a non-empty string.")
+        window, provider = self._current()
+        tenant = self.tenant_of(account)
+        docs = k or provider.policy_of(account).top_k
+        budget = self.prompt_budget.for_generator(generator)
+        options = {"cache_key": _cache_key(account)}
+        budget.check(
+            Prompt(Task.ANSWER, query, (), options=options),
+            docs,
+            max_tokens or int(getattr(generator, "max_tokens", 64)),
+        )  # before anything private is read: a refusal costs nothing
         done: list[Completion] = []
+        failed: list[Exception] = []
 
         def generate(ids: tuple[str, ...]) -> None:
-            texts = self._texts[self.tenant_of(account)]
+            texts = self._texts[tenant]
             prompt = Prompt(
-                Task.ANSWER,
-                query,
-                tuple(texts[i] for i in ids[: k or len(ids)]),
-                options={"cache_key": _cache_key(account)},
+                Task.ANSWER, query, budget.fit([texts[i] for i in ids[:docs]]), options=options
             )
             try:
                 done.append(generator.generate(prompt, max_tokens=max_tokens))
             except Exception as exc:
-                raise refunded_failure(exc) from None
+                if not record_failure(self.state, window.window_id, account, exc):
+                    raise  # nothing is appended: the record's noise is never released
+                failed.append(exc)  # the record is appended: the query is paid for
 
         served = self._serve(account, query, k, generate)
+        if failed:
+            raise charged_failure(failed[-1])
         return served, done[-1]
 
     def _serve(
@@ -430,10 +462,13 @@ class ServiceProvider:
         }
 
     def budget(self, account: str) -> dict[str, Any]:
-        _, provider = self._current()
+        window, provider = self._current()
         if self.votes(account):
             return self._voting_tenants().budget(account)
-        return self._budget(account, provider)
+        return {
+            **self._budget(account, provider),
+            "failures": self.state.failures(window.window_id, account),
+        }
 
     # ------------------------------------------------------------------ public audit
     def tree_head(self, window_id: str) -> SignedTreeHead:

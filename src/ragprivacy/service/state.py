@@ -51,12 +51,16 @@ from ragprivacy.service.backend import SqliteBackend, StateBackend, open_backend
 from ragprivacy.service.keys import ApiKey, hash_secret, new_key, parse_key, secret_matches
 from ragprivacy.types import Document
 
-__all__ = ["MODES", "AuthError", "ServiceState", "SqliteWitnessStore", "Window"]
+__all__ = ["FREE_FAILURES", "MODES", "AuthError", "ServiceState", "SqliteWitnessStore", "Window"]
 
 #: Privacy modes a tenant may run (collusion paper §2.1 and Private-RAG).
 MODES = ("noisy_topk", "murag", "murag_ada", "dp_vote")
 #: The modes that release only a DP-voted answer, never documents (Private-RAG).
 VOTING_MODES = ("murag", "murag_ada", "dp_vote")
+#: Failures after retrieval that an account may have for free per window, and only those
+#: that provably do not depend on the data (the generator was never reached); every
+#: other failure after retrieval, and every one past this, is charged like an answer.
+FREE_FAILURES = 3
 #: MURAG-ADA's threshold budget ε_thr of each answer (ε_RAG = ε_q − ε_thr; the library's).
 MURAG_ADA_EPSILON_THR = 1.0
 
@@ -337,6 +341,37 @@ class ServiceState:
                 "AND used > 0",
                 (window_id, account),
             )
+
+    # ------------------------------------------------------------------ failures
+    def count_failure(self, window_id: str, account: str, *, charged: bool) -> bool:
+        """Count one failed request of ``account`` after retrieval, atomically across
+        processes. A failure that does not depend on the data (``charged=False``: the
+        generator was never reached) is free only while the account has had fewer than
+        :data:`FREE_FAILURES` of them in the window; past that it is charged too. Returns
+        whether this failure is charged."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT charged, free FROM failures WHERE window_id = ? AND account = ?",
+                (window_id, account),
+            ).fetchone()
+            paid, free = (0, 0) if row is None else (int(row[0]), int(row[1]))
+            charged = charged or free >= FREE_FAILURES
+            paid, free = (paid + 1, free) if charged else (paid, free + 1)
+            conn.execute(
+                "INSERT INTO failures VALUES (?, ?, ?, ?) ON CONFLICT (window_id, account) "
+                "DO UPDATE SET charged = excluded.charged, free = excluded.free",
+                (window_id, account, paid, free),
+            )
+        return charged
+
+    def failures(self, window_id: str, account: str) -> dict[str, int]:
+        """``account``'s failed requests after retrieval in the window: charged and free."""
+        row = self._one(
+            "SELECT charged, free FROM failures WHERE window_id = ? AND account = ?",
+            (window_id, account),
+        )
+        paid, free = (0, 0) if row is None else (int(row[0]), int(row[1]))
+        return {"charged": paid, "free": free}
 
     def answers_used(self, window_id: str, account: str) -> int:
         row = self._one(

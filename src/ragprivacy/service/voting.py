@@ -14,9 +14,15 @@ Accounting:
   counted durably in the state (one SQLite transaction, so server workers share it);
 * MURAG/-ADA also charge each screened document's filter (budget M·ε_q for its lifetime,
   Thm 1–2) in ``DIR/filters/<tenant>.sqlite``, shared by every worker and every window;
-* spend only on success: the answer is counted before it is computed and given back if
-  the vote fails (the systems give their filter charges back themselves); a crash between
-  the count and the reply charges an answer nobody got — the safe direction.
+* a failure is an answer: the answer is counted before it is computed and stays counted
+  if the vote fails after retrieval (the systems keep their filter charges too), because
+  whether it fails can depend on the documents; it is given back only when nothing was
+  read (a refusal before retrieval) or the generator was never reached (the first
+  :data:`~ragprivacy.service.state.FREE_FAILURES` times in a window); a crash between the
+  count and the reply charges an answer nobody got — the safe direction;
+* prompts have a data-independent size: each retrieved document is cut and padded to the
+  service's :class:`~ragprivacy.generate.PromptBudget`, and a query whose voter prompt
+  could overflow the generator's context is refused before retrieval.
 
 Deviation: these answers are not in the audit ledger — the four-phase audit covers the
 collusion paper's Gaussian noise-then-select (``noisy_topk`` tenants). A window's
@@ -33,11 +39,12 @@ from typing import Any
 
 from ragprivacy.corpus import Corpus
 from ragprivacy.embed import Embedder
-from ragprivacy.errors import BudgetExhaustedError
-from ragprivacy.generate import Generator
+from ragprivacy.errors import BudgetExhaustedError, ChargedFailureError, GeneratorUnavailableError
+from ragprivacy.generate import Generator, PromptBudget
 from ragprivacy.index import create_index
-from ragprivacy.rag import DPVoteRAG, MuRAG, MuRAGAda, RAGSystem
+from ragprivacy.rag import DPVoteRAG, MuRAG, MuRAGAda, RAGSystem, charged_failure
 from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
+from ragprivacy.service.failures import record_failure
 from ragprivacy.service.state import ServiceState
 from ragprivacy.types import Document, Response
 
@@ -72,8 +79,11 @@ class VotingTenants:
         snapshot: dict[str, int],
         accounts: dict[str, str],
         embedder: Embedder,
+        *,
+        prompt_budget: PromptBudget | None = None,
     ) -> None:
         self.state = state
+        self.prompt_budget = prompt_budget if prompt_budget is not None else PromptBudget()
         self.window_id = window_id
         self.snapshot = dict(snapshot)
         self.accounts = dict(accounts)
@@ -120,8 +130,9 @@ class VotingTenants:
         opts = self._tenant(tenant)
         retriever = TopKRetriever(self._kb(tenant), k=int(opts["k"]))
         eps_q = float(opts["epsilon_q"])
+        budget = self.prompt_budget.for_generator(generator)
         if opts["mode"] == "dp_vote":
-            return DPVoteRAG(retriever, generator, epsilon=eps_q)
+            return DPVoteRAG(retriever, generator, epsilon=eps_q, prompt_budget=budget)
         m = int(opts["max_retrievals"])
         store = self.state.budget_store(tenant, m * eps_q)
         if opts["mode"] == "murag":
@@ -132,6 +143,7 @@ class VotingTenants:
                 epsilon_q=eps_q,
                 max_retrievals=m,
                 store=store,
+                prompt_budget=budget,
             )
         return MuRAGAda(
             retriever,
@@ -140,6 +152,7 @@ class VotingTenants:
             epsilon_thr=float(opts["epsilon_thr"]),
             max_retrievals=m,
             store=store,
+            prompt_budget=budget,
         )
 
     def budget(self, account: str) -> dict[str, Any]:
@@ -158,10 +171,12 @@ class VotingTenants:
             "remaining": max(cap - used, 0),
             "epsilon_per_answer": eps_q,
             "epsilon_spent": used * eps_q,
+            "failures": self.state.failures(self.window_id, account),
         }
 
     def answer(self, account: str, query: str, generator: Generator) -> VotedAnswer:
-        """One voted answer for ``account``: counted first, given back on failure."""
+        """One voted answer for ``account``: counted first; a failure after retrieval stays
+        counted (module docstring)."""
         tenant = self.accounts[account]
         opts = self._tenant(tenant)
         cap = self._cap(account)
@@ -174,8 +189,16 @@ class VotingTenants:
         self.state.reserve_answer(self.window_id, account, cap)
         try:
             response = system.answer(query, account=account)
-        except BaseException:
+        except ChargedFailureError as exc:  # after retrieval: the answer stays counted
+            record_failure(self.state, self.window_id, account, exc)
+            raise
+        except GeneratorUnavailableError as exc:  # never reached: free, a few times
+            if record_failure(self.state, self.window_id, account, exc):
+                raise charged_failure(exc) from None
             self.state.release_answer(self.window_id, account)
+            raise
+        except Exception:  # refused before retrieval (the systems turn every later error
+            self.state.release_answer(self.window_id, account)  # into a charged one)
             raise
         cost = response.privacy
         budget = self.budget(account)

@@ -117,9 +117,10 @@ class BudgetedSystem(RAGSystem):
                 raise BudgetExhaustedError("answer one by one")
             out = list(system.answer_batch(list(queries), account=key))
             refused = [False] * len(out)
-        except BudgetExhaustedError:  # a batch that does not fit spent nothing
-            out, refused = [], []
-            for q in queries:
+        except BudgetExhaustedError as exc:  # refused partway: keep what was answered
+            out = [r for r in exc.answered if isinstance(r, Response)]
+            refused = [False] * len(out)
+            for q in queries[len(out) :]:
                 try:
                     out.append(system.answer(q, account=key))
                     refused.append(False)

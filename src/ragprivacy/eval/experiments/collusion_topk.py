@@ -141,10 +141,14 @@ class TopKHarness:
         return KnowledgeBase(Corpus(docs, name="tenant"), HashingEmbedder(dim=self.dim), index)
 
     def service(
-        self, *, member: bool, k: int, simulation: bool = True, rng: RngLike = None
+        self, *, member: bool, k: int, simulation: bool = False, rng: RngLike = None
     ) -> tuple[TenantRetriever, list[str], np.ndarray]:
         """The service of one world with k attacker accounts; returns (service, account
-        ids, probe). The planted slot is the last position of the victim index."""
+        ids, probe). The planted slot is the last position of the victim index.
+
+        The service adds secure noise by default; ``simulation=True`` gives it float
+        noise from the seedable ``rng`` (the experiments' setting; secure mode refuses a
+        seed)."""
         bg, probe, decoy, outsider = self._vectors()
         planted = probe if member else decoy
         names = [f"bg-{i}" for i in range(self.background)] + [PLANTED]
@@ -152,7 +156,7 @@ class TopKHarness:
             k=self.top_k,
             shared_backend=self.regime == "external-m4",
             simulation=simulation,
-            rng=rng if simulation else None,
+            rng=rng,
         )
         svc.add_tenant("victim", self._kb(np.vstack([bg, planted]), names))
         attacker_tenant = "victim"
@@ -171,7 +175,7 @@ class TopKHarness:
         """(p_member, p_nonmember): one probe query's chance to return the planted slot."""
         out = []
         for member in (True, False):
-            svc, accounts, probe = self.service(member=member, k=1, rng=0)
+            svc, accounts, probe = self.service(member=member, k=1, simulation=True, rng=0)
             if self.regime == "external":
                 out.append(0.0)
                 continue
@@ -216,7 +220,7 @@ class TopKHarness:
         hits: dict[bool, np.ndarray] = {}
         score: dict[bool, np.ndarray] = {}
         for member in (True, False):
-            svc, accounts, probe = self.service(member=member, k=k, rng=gen)
+            svc, accounts, probe = self.service(member=member, k=k, simulation=True, rng=gen)
             planted = self.background
             queries = np.repeat(probe[None, :].astype(np.float32), self.n, axis=0)
             target = (

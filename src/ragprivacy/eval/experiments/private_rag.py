@@ -7,12 +7,22 @@ precision against the true top-50 (the share of retrieved documents that are amo
 question's 50 best by exact score, Private-RAG Table 1), the total ε the run is
 guaranteed, and the documents charged.
 
-Total ε per system: ``naive_multi`` T·ε_q (Alg. 5); ``murag``/``murag_ada`` M·ε_q per
-document (Thm 1–2); ``noisy_topk`` ε_acc per account (its σ calibrated for T queries);
-``dp_projection`` T·ε (fresh noise per query, basic composition); ``pe`` ε (the DP
-synthetic datastore is released once, at the grid's ε as its total; its queries are then
-free); ``rag``, ``projection`` and ``non-rag`` carry no DP guarantee (``non-rag`` uses no
-data: ε = 0).
+Total ε per system, always from the events the system charged (never from its name or
+its target ε): the composition of every answer's event, stated by
+:func:`ragprivacy.dp.event_epsilon` at the largest δ an answer was stated at
+or the vote's ``delta`` (``total_delta``; 0 for pure systems, whose total is then the
+sum). So ``naive_multi`` and
+``dp_vote`` give T·c·ε_0 (Alg. 5; c·ε_0 ≤ ε_q per answer); ``noisy_topk`` the exact ε of
+its T Gaussian releases at δ_acc = 10⁻⁶ (its σ is calibrated for them: ε_acc);
+``dp_projection`` the exact ε of its T Gaussian releases (μ = √T·2c/σ) at its δ — what its
+calibration delivers: ``calibration="paper"`` (the default; classic Gaussian formula)
+gives one release ε = 10.62 at ε = 10, δ = 10⁻⁴, not 10; ``pe`` the ε of its one
+release (the DP synthetic datastore, built at the grid's ε as its total; its queries are
+then free); ``rag`` and ``projection`` charge a ``NonPrivateEvent`` (∞) and ``non-rag``
+nothing (0). ``murag``/``murag_ada`` are per-document filters: each answer's event is what
+each screened document paid, and a document is refused once its budget M·ε_q (Thm 1–2)
+could not pay the next charge; that budget, which no document can exceed, is the
+guarantee reported.
 
 **Private Evolution** (``pe``, Private-RAG §4's synthetic-data baseline; Lin et al. 2023
 Alg. 1, Aug-PE): PE builds ``pe_samples`` synthetic documents from the knowledge base's
@@ -70,7 +80,15 @@ from ragprivacy._validation import (
     check_probability,
 )
 from ragprivacy.corpus import Corpus, QAItem
-from ragprivacy.dp import PAPER_SCORE_RANGE, PE_DEFAULT_ITERATIONS, PE_DEFAULT_SAMPLES
+from ragprivacy.dp import (
+    PAPER_SCORE_RANGE,
+    PE_DEFAULT_ITERATIONS,
+    PE_DEFAULT_SAMPLES,
+    PrivacyEvent,
+    SelfComposedEvent,
+    compose,
+    event_epsilon,
+)
 from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext
@@ -105,7 +123,7 @@ from ragprivacy.retrieval import (
     adaptive_screen,
     score_bins,
 )
-from ragprivacy.types import Document
+from ragprivacy.types import Document, Response
 
 __all__ = ["PrivateRAGExperiment", "PrivateRAGOptions"]
 
@@ -310,6 +328,36 @@ _ABLATION_AXES: dict[str, tuple[str, str, bool]] = {
 """Per ablation: the cell key it varies, the plot's x label and whether x is logarithmic."""
 
 
+def _repeated(event: PrivacyEvent, n: int, delta: float) -> float:
+    """ε at ``delta`` of ``n`` answers each charged ``event``."""
+    return event_epsilon(SelfComposedEvent(event, n), delta)[0]
+
+
+def charged_total(system: RAGSystem, responses: list[Response]) -> tuple[float, float]:
+    """(ε, δ) of everything ``system`` charged while giving ``responses``.
+
+    The composition of the answers' events at the largest δ an answer was stated at, or
+    the vote's δ if larger (0 when every answer was pure: their sum). A per-document
+    filter (MURAG/-ADA) reports its per-document budget, which no document's charges can
+    exceed (Private-RAG Thm 1–2); a PE datastore the ε of its one release (its answers
+    charge nothing).
+    """
+    if isinstance(system, MuRAG):
+        renyi = system.screener.accounting == "renyi"
+        return system.total_epsilon, (system.screener.renyi_delta if renyi else 0.0)
+    events = [r.privacy.event for r in responses]
+    delta = max((r.privacy.delta for r in responses), default=0.0)
+    if isinstance(system, DPVoteRAG):  # a vote calibrated at δ composes at δ
+        delta = max(delta, system.vote.delta)
+    if isinstance(system, SyntheticRAG):
+        store = system.datastore
+        events.append(store.result.event)
+        delta = max(delta, store.delta)
+    if not events:
+        return 0.0, 0.0
+    return event_epsilon(compose(events), delta)
+
+
 def _total(eps: float) -> str:
     """A total ε for a legend: ∞ for no guarantee, 0 for a system that reads no data."""
     return "∞" if math.isinf(eps) else f"{eps:g}"
@@ -362,6 +410,9 @@ class PrivateRAGExperiment(Experiment):
     def _system(
         self, cell: dict[str, Any], ctx: RunContext, kb: KnowledgeBase, n: int, rng: Any
     ) -> tuple[RAGSystem, float]:
+        """The cell's system and the total ε of ``n`` answers, from the event each answer
+        is charged (every answer of these systems is charged the same event; MURAG: the
+        per-document budget; PE: its release)."""
         o = self.options
         gen = ctx.generator(self.corpus_name)
         name, eps = cell["system"], cell.get("epsilon", math.nan)
@@ -402,7 +453,8 @@ class PrivateRAGExperiment(Experiment):
                 simulation=True,
                 rng=rng,
             )
-            return StandardRAG(r, gen), (math.inf if clip_only else n * eps)
+            total = _repeated(r.event, n, o.dp_delta)  # what the calibration delivers
+            return StandardRAG(r, gen), total
         if name == "pe":
             return self._pe(ctx, kb, gen, eps, rng)
         if name == "noisy_topk":
@@ -417,12 +469,15 @@ class PrivateRAGExperiment(Experiment):
                 simulation=True,
                 rng=rng,
             )
-            return StandardRAG(r, gen), eps
+            return StandardRAG(r, gen), _repeated(r.mechanism.event, n, r.delta_acc)
         top = TopKRetriever(kb, k=big_k)
-        if name == "dp_vote":
-            return DPVoteRAG(top, gen, epsilon=eps, **vote), n * eps
-        if name == "naive_multi":
-            return NaiveMultiRAG(top, gen, epsilon_q=eps, total_epsilon=n * eps, **vote), n * eps
+        if name in ("dp_vote", "naive_multi"):
+            voting: DPVoteRAG = (
+                DPVoteRAG(top, gen, epsilon=eps, **vote)
+                if name == "dp_vote"
+                else NaiveMultiRAG(top, gen, epsilon_q=eps, total_epsilon=n * eps, **vote)
+            )
+            return voting, _repeated(voting.vote.event(eps), n, voting.vote.delta)
         cls = MuRAG if name == "murag" else MuRAGAda
         if cls is MuRAGAda:  # ε_RAG = ε_q − ε_thr must pay at least one discovery
             vote["epsilon_token"] = min(o.epsilon_token, eps - o.epsilon_thr)
@@ -468,7 +523,8 @@ class PrivateRAGExperiment(Experiment):
             simulation=True,
             rng=rng,
         )
-        return SyntheticRAG(store, gen, k=o.rag_k), store.epsilon
+        release = event_epsilon(store.result.event, store.delta)[0]  # = store.epsilon
+        return SyntheticRAG(store, gen, k=o.rag_k), release
 
     # ------------------------------------------------------------------ cells
 
@@ -500,25 +556,30 @@ class PrivateRAGExperiment(Experiment):
                 )
             # asked hop by hop: the budget covers one query per hop
             queries = chain_queries(chains)
-            system, total = self._system(cell, ctx, kb, queries, rng)
+            system, _ = self._system(cell, ctx, kb, queries, rng)
             by_id = {q.id: q for q in corpus.questions}
-            rows = multihop_rows(system, kb, chains, "evaluator", by_id)
+            recorder = _Recording(system)
+            rows = multihop_rows(recorder, kb, chains, "evaluator", by_id)
+            total, total_delta = charged_total(system, recorder.responses)
             return {
                 "n": len(chains),
                 "queries": queries,
                 "total_epsilon": total,
+                "total_delta": total_delta,
                 "multihop": multihop_means(rows),
                 "multihop_ci95": multihop_intervals(rows),
             }
-        system, total = self._system(cell, ctx, kb, len(questions), rng)
+        system, _ = self._system(cell, ctx, kb, len(questions), rng)
         vectors = kb.embedder.encode([q.question for q in questions])
         true_top = [
             set(np.argsort(-row, kind="stable")[:50].tolist()) for row in kb.index.scores(vectors)
         ]
         hits, precision, charged, discoveries = [], [], 0, 0
+        responses: list[Response] = []
         pe = system if isinstance(system, SyntheticRAG) else None
         for q, top50 in zip(questions, true_top):
             r = system.answer(q.question, account="evaluator")
+            responses.append(r)
             hits.append(bool(match(r.text, q.answers)))
             # PE retrieves synthetic documents: precision against the private top-50 is
             # not defined for it
@@ -527,6 +588,7 @@ class PrivateRAGExperiment(Experiment):
                 precision.append(sum(1 for p in got if p in top50) / len(got))
             charged += len(r.privacy.per_document)
             discoveries += int(r.metadata.get("discoveries", 0))
+        total, total_delta = charged_total(system, responses)
         return {
             "system": system.describe() if hasattr(system, "describe") else {},
             "n": len(questions),
@@ -535,6 +597,7 @@ class PrivateRAGExperiment(Experiment):
             "precision_top50": float(np.mean(precision)) if precision else math.nan,
             "precision_top50_ci95": list(mean_interval(precision, unit=True)),
             "total_epsilon": total,
+            "total_delta": total_delta,
             "documents_charged": charged,
             "discoveries": discoveries,
             "reuse": self._reuse(kb, true_top) if cell["system"] == "rag" else None,
@@ -566,7 +629,9 @@ class PrivateRAGExperiment(Experiment):
                 errs = []
                 for row in scores:
                     true_tau = float(np.sort(row)[-self.spec.k])
-                    s = adaptive_screen(row, active, self.spec.k, eps, edges, rng=rng)
+                    s = adaptive_screen(
+                        row, active, self.spec.k, eps, edges, simulation=True, rng=rng
+                    )
                     errs.append(abs(s.tau - true_tau))
                 table[f"{eps:g}|{size:g}"] = float(np.mean(errs))
         return {"threshold_error": table}
@@ -618,8 +683,8 @@ class PrivateRAGExperiment(Experiment):
             "step inside the intervals is sampling noise, not an effect of ε.",
             "",
             "| system | setting | ε_q / ε | total ε | match accuracy (95% CI) | "
-            "precision@top-50 (95% CI) | docs charged |",
-            "|---|---|---|---|---|---|---|",
+            "precision@top-50 (95% CI) | docs charged | total ε's δ |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         series: dict[str, list[tuple[float, ...]]] = {}
         flat: dict[str, tuple[float, ...]] = {}
@@ -634,7 +699,8 @@ class PrivateRAGExperiment(Experiment):
             lines.append(
                 f"| {cell['system']} | {setting or '–'} | {'–' if eps is None else f'{eps:g}'} | "
                 f"{res['total_epsilon']:g} | {_with_ci(res, 'accuracy')} | "
-                f"{_with_ci(res, 'precision_top50')} | {res['documents_charged']} |"
+                f"{_with_ci(res, 'precision_top50')} | {res['documents_charged']} | "
+                f"{res.get('total_delta', 0.0):.2g} |"
             )
             label = cell["system"] + (f" ({setting})" if setting else "")
             acc = (res["accuracy"], *_ci_or_nan(res, "accuracy"))
@@ -727,6 +793,23 @@ def _pe_summary(system: SyntheticRAG, kb: KnowledgeBase, kind: str, seed: int) -
         "delta": store.delta,
         "verbatim_private": sum(1 for t in texts if t in private),
     }
+
+
+class _Recording(RAGSystem):
+    """A system that keeps every response it gives (to total what was charged)."""
+
+    def __init__(self, inner: RAGSystem) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.responses: list[Response] = []
+
+    def answer(self, query: Any, *, account: str | None = None) -> Response:
+        r = self.inner.answer(query, account=account)
+        self.responses.append(r)
+        return r
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
 
 
 def _ci_or_nan(res: dict[str, Any], key: str) -> tuple[float, float]:
