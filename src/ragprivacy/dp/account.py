@@ -10,12 +10,15 @@ the verifier's re-execution):
   so the sensitivity Δ (one default, :data:`DEFAULT_SCORE_RANGE`), and σ from
   :func:`~ragprivacy.dp.calibrate_account_sigma`, the one calibration entry point;
 * :class:`AccountCounter` — the atomic per-account query counter of a window: reserve
-  before any document is touched, release if the request fails (spend only on success);
+  before any document is touched, release only if the request fails before anything was
+  read or in a way that provably does not depend on the data (a failure is an answer:
+  ``ragprivacy.rag.charged_on_failure``);
 * :class:`GaussianNoisyTopK` — the one noise-then-select, eq. (2.1):
   TopK(clip(Score(q, D)) + N(0, σ²I)), integer-exact on a fixed-point grid by default
   (:meth:`GaussianNoisyTopK.select_units` is the integer rule the audit commits to);
 * :func:`derived_bits` — with a window seed s_W, the noise of query q is derived,
-  z_q = DGS(H(s_W ‖ rec_q); σ) with rec_q = (a, t(a), H(q), ts) (§5.3, claim A2), so
+  z_q = DGS(H(s_W ‖ rec_q); σ) with rec_q = (W, a, t(a), H(q), j) (§5.3, claim A2, with the
+  query number j for the paper's timestamp: see :func:`query_input`), so
   whoever holds s_W re-derives it exactly.
 
 **Neighbouring relation: replace the document held by one slot** of the index (the score
