@@ -31,22 +31,19 @@ threads at N = 10⁴.
 
 Usage::
 
-    python benchmarks/bench_coalition.py [--repeats 3] [--nprobe 32] [--quick] [--json OUT]
+    python benchmarks/bench_coalition.py [--repeats 3] [--nprobe 32] [--dim 384] [--quick]
+        [--json PATH]
 
 Timings vary ±30 % on shared machines: compare the ratio within one run.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import resource
-import statistics
-import time
+import sys
 import tracemalloc
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,11 +51,17 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from threadpoolctl import threadpool_limits
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, bench_parser, once, start, time_interleaved
+
 import ragprivacy.audit.coalition as coalition
 from ragprivacy.audit import coalition_pairs, coalition_sizes, pair_recall, simulate_window
 
 THETA = 0.80
 TAU = 2000
+GOAL_SECONDS = 15.0  # ĉ at 10⁵ × 384 in under 15 s ...
+GOAL_BYTES = 2 * 2**30  # ... within 2 GiB, the same ĉ, pair recall 1.0 at θ*
 _NO_EDGE = -3.0
 
 
@@ -94,12 +97,6 @@ def _baseline_sizes(vectors: np.ndarray, accounts: Sequence[str], theta: float) 
     return int(np.bincount(pairs[0]).max())
 
 
-def _timed(run: Callable[[], int]) -> tuple[float, int]:
-    t0 = time.perf_counter()
-    out = run()
-    return time.perf_counter() - t0, out
-
-
 def _window(accounts: int, dim: int, seed: int) -> tuple[np.ndarray, list[str]]:
     return simulate_window(
         accounts=accounts, queries=100, dim=dim, k_true=10, pattern="P-C", rng=seed
@@ -110,11 +107,11 @@ def _traced(run: Callable[[], int]) -> tuple[float, int, int, int]:
     """Time, result, peak of traced memory, growth of the maximum resident set (bytes)."""
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()
-    t, out = _timed(run)
+    timing = once(run)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024
-    return t, out, int(peak), int(rss_growth)
+    return timing.seconds, timing.value, int(peak), int(rss_growth)
 
 
 def _recall(v: np.ndarray, names: Sequence[str], search: str, nprobe: int) -> dict[str, Any]:
@@ -137,42 +134,39 @@ def _bound_share(v: np.ndarray) -> float:
     return float(probe.mean())
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = bench_parser(__doc__, repeats=3, quick_repeats=1)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--nprobe", type=int, default=32, help="cells each query probes (ivf)")
-    parser.add_argument("--quick", action="store_true", help="seconds: N = 2,000 and 10,000")
-    parser.add_argument("--json", default=None, help="write the result here")
-    args = parser.parse_args(argv)
-    small, large, repeats, dim = (
-        (20, 100, 1, 64) if args.quick else (100, 1000, args.repeats, args.dim)
-    )
-    nprobe = args.nprobe
-    load_start = list(os.getloadavg())
+    run = start("coalition", parser, argv)
+    args = run.args
+    small, large, dim = (20, 100, 64) if args.quick else (100, 1000, args.dim)
+    repeats, nprobe = run.repeats, args.nprobe
 
     v, names = _window(small, dim, seed=1)
-    base_t: list[float] = []
-    cur_t: dict[int, list[float]] = {1: [], 2: []}
-    ivf_t: dict[str, list[float]] = {"ivf": [], "ivf-bound": []}
-    same = same_ivf = True
-    for _ in range(repeats):  # interleaved: baseline, current (1 thread, 2), ivf, ivf-bound
-        with threadpool_limits(limits=1, user_api="blas"):
-            t, base_k = _timed(lambda: _baseline_sizes(v, names, THETA))
-        base_t.append(t)
-        for threads in (1, 2):
-            t, k = _timed(lambda th=threads: coalition_sizes(v, names, [THETA], threads=th)[0])
-            cur_t[threads].append(t)
-            same &= k == base_k
-        for search in ivf_t:
-            t, k = _timed(
-                lambda s=search: coalition_sizes(v, names, [THETA], search=s, nprobe=nprobe)[0]
-            )
-            ivf_t[search].append(t)
-            same_ivf &= k == base_k
-    base_s = statistics.median(base_t)
-    cur_s = {th: statistics.median(ts) for th, ts in cur_t.items()}
-    ivf_s = {s: statistics.median(ts) for s, ts in ivf_t.items()}
+
+    def current(threads: int) -> Callable[[int], int]:
+        return lambda _: coalition_sizes(v, names, [THETA], threads=threads)[0]
+
+    def searched(search: str) -> Callable[[int], int]:
+        return lambda _: coalition_sizes(v, names, [THETA], search=search, nprobe=nprobe)[0]
+
+    fns: dict[str, Callable[[int], int]] = {
+        "baseline": lambda _: _baseline_sizes(v, names, THETA),
+        "current_1": current(1),
+        "current_2": current(2),
+        "ivf": searched("ivf"),
+        "ivf-bound": searched("ivf-bound"),
+    }
+    # The baseline runs on 1 BLAS thread; the others set their own thread counts.
+    with threadpool_limits(limits=1, user_api="blas"):
+        timed = time_interleaved(fns, repeats=repeats, warmup=0)
+    base_k = timed["baseline"].value
+    same = timed["current_1"].value == base_k and timed["current_2"].value == base_k
+    same_ivf = timed["ivf"].value == base_k and timed["ivf-bound"].value == base_k
+    base_s = timed["baseline"].median
+    cur_s = {th: timed[f"current_{th}"].median for th in (1, 2)}
+    ivf_s = {s: timed[s].median for s in ("ivf", "ivf-bound")}
     small_recall = _recall(v, names, "ivf", nprobe)
 
     big_v, big_names = _window(large, dim, seed=2)
@@ -184,22 +178,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     # The sliding window of §5.4: one query per time step, τ = 2,000 steps.
     steps = list(range(big_v.shape[0]))
-    tau_s, tau_k = _timed(
-        lambda: coalition_sizes(big_v, big_names, [THETA], ts=steps, tau=TAU, threads=1)[0]
-    )
+    tau = once(lambda: coalition_sizes(big_v, big_names, [THETA], ts=steps, tau=TAU, threads=1)[0])
+    tau_s, tau_k = tau.seconds, tau.value
     big_recall = _recall(big_v, big_names, "ivf", nprobe)
 
-    result: dict[str, Any] = {
+    details: dict[str, Any] = {
         "dim": dim,
         "theta": THETA,
         "repeats": repeats,
         "nprobe": nprobe,
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_average_start": load_start,
-            "load_average_end": list(os.getloadavg()),
-        },
         "small": {
             "queries": v.shape[0],
             "k_hat": base_k,
@@ -234,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             **{f"ivf_{k}": val for k, val in big_recall.items()},
         },
     }
-    s, g = result["small"], result["large"]
+    s, g = details["small"], details["large"]
     print(
         f"N = {s['queries']} x {dim}, median of {repeats}: baseline {base_s:.2f} s, current "
         f"{cur_s[1]:.2f} s (2 threads: {cur_s[2]:.2f} s) -> {s['speedup']:.1f}x faster; "
@@ -253,10 +240,102 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"ivf-bound would probe {g['ivf_bound_cell_share']:.0%} of the cells; with tau = "
         f"{TAU} steps (one query a step): {tau_s:.2f} s, k_hat = {tau_k}"
     )
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-    return result
+    return run.finish(rows(details), details)
+
+
+def rows(res: dict[str, Any]) -> list[Row]:
+    """The comparisons of a run's details: at N = 10⁴ (``small``) the exact search
+    against the baseline and the IVF searches against the exact search; at N = 10⁵
+    (``large``) ``ivf`` against the exact search in time, memory and pair recall (with
+    the goal: under 15 s and 2 GiB, the same ĉ, recall 1.0), and τ against no τ."""
+    s, g, d = res["small"], res["large"], res["dim"]
+    probe = f"ivf, nprobe {res['nprobe']}"
+    exact_s, gib = "exact search", 2.0**30
+
+    def config(size: dict[str, Any], search: str, **kw: Any) -> dict[str, Any]:
+        return {"queries": size["queries"], "dim": d, "theta": res["theta"], "search": search,
+                **kw}  # fmt: skip
+
+    n_s, n_g = f"{s['queries']:,} × {d}", f"{g['queries']:,} × {d}"
+    out = [
+        Row(
+            name=f"coalition ĉ, {n_s}, exact search",
+            config=config(s, "exact", threads=1, repeats=res["repeats"]),
+            measured=s["current_s"],
+            unit="s",
+            baseline="dense matrix + Prim's tree (the earlier estimator)",
+            baseline_measured=s["baseline_s"],
+            notes=f"same ĉ: {s['same_k_hat']}, ĉ = {s['k_hat']}",
+        ),
+        Row(
+            name=f"coalition ĉ, {n_s}, exact search, 2 BLAS threads",
+            config=config(s, "exact", threads=2, repeats=res["repeats"]),
+            measured=s["current_2_threads_s"],
+            unit="s",
+            baseline="exact search, 1 BLAS thread",
+            baseline_measured=s["current_s"],
+        ),
+        Row(
+            name=f"coalition ĉ, {n_s}, {probe}",
+            config=config(s, "ivf", nprobe=res["nprobe"], repeats=res["repeats"]),
+            measured=s["ivf_s"],
+            unit="s",
+            baseline=exact_s,
+            baseline_measured=s["current_s"],
+            notes=f"pair recall at θ* {s['ivf_pair_recall']:.4f}",
+        ),
+        Row(
+            name=f"coalition ĉ, {n_s}, ivf-bound",
+            config=config(s, "ivf-bound", repeats=res["repeats"]),
+            measured=s["ivf_bound_s"],
+            unit="s",
+            baseline=exact_s,
+            baseline_measured=s["current_s"],
+            notes=f"probes {s['ivf_bound_cell_share']:.0%} of the cells",
+        ),
+        Row(
+            name=f"coalition ĉ, {n_g}, {probe}: time",
+            config=config(g, "ivf", nprobe=res["nprobe"]),
+            measured=g["ivf_s"],
+            unit="s",
+            baseline=exact_s,
+            baseline_measured=g["current_s"],
+            goal=f"< {GOAL_SECONDS:g} s",
+            met=g["ivf_s"] < GOAL_SECONDS,
+        ),
+        Row(
+            name=f"coalition ĉ, {n_g}, {probe}: memory",
+            config=config(g, "ivf", nprobe=res["nprobe"]),
+            measured=g["ivf_peak_traced_bytes"] / gib,
+            unit="GiB",
+            baseline=exact_s,
+            baseline_measured=g["peak_traced_bytes"] / gib,
+            goal="≤ 2 GiB",
+            met=max(g["ivf_peak_traced_bytes"], g["ivf_max_rss_growth_bytes"]) <= GOAL_BYTES,
+            notes=f"peak traced; max RSS growth {g['ivf_max_rss_growth_bytes'] / gib:.2f} GiB",
+        ),
+        Row(
+            name=f"coalition ĉ, {n_g}, {probe}: ĉ and pair recall at θ*",
+            config=config(g, "ivf", nprobe=res["nprobe"]),
+            measured=g["ivf_found_pairs"],
+            unit="linked pairs",
+            baseline=f"exact search (ĉ = {g['k_hat']})",
+            baseline_measured=g["ivf_linked_pairs"],
+            goal="same ĉ, recall 1.0",
+            met=bool(g["ivf_same_k_hat"]) and g["ivf_pair_recall"] == 1.0,
+            notes=f"ĉ = {g['ivf_k_hat']}",
+        ),
+        Row(
+            name=f"coalition ĉ, {n_g}, exact search, τ = {g['tau']:,} steps",
+            config=config(g, "exact", tau=g["tau"]),
+            measured=g["current_tau_s"],
+            unit="s",
+            baseline="exact search, no τ",
+            baseline_measured=g["current_s"],
+            notes=f"ĉ = {g['k_hat_tau']}",
+        ),
+    ]
+    return out
 
 
 if __name__ == "__main__":

@@ -34,22 +34,24 @@ Usage::
 
     python benchmarks/bench_dp_vote.py [--n 2000] [--questions 6] [--voters 50]
         [--repeats 1] [--unbatched-questions 1] [--threads 1] [--device cpu|cuda]
-        [--quick] [--json OUT]
+        [--quick] [--json PATH]
 
 Timings vary ±30 % on shared machines: compare ratios within one run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import statistics
+import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, bench_parser, once, start
 
 from ragprivacy.corpus import background_texts, synthesize
 from ragprivacy.generate import (
@@ -133,10 +135,10 @@ def _build_hf(path: Path, texts: list[str], *, small: bool) -> Path:
     return path
 
 
-def _timed(system: RAGSystem, question: str) -> tuple[float, int, tuple[str, ...]]:
-    t = time.perf_counter()
-    r = system.answer(question)
-    return time.perf_counter() - t, max(1, len(r.tokens)), r.tokens
+def _answer(system: RAGSystem, question: str) -> tuple[float, int, tuple[str, ...]]:
+    """Seconds of one answer, its token count (at least 1) and its tokens."""
+    timing = once(lambda: system.answer(question))
+    return timing.seconds, max(1, len(timing.value.tokens)), timing.value.tokens
 
 
 def _reader(
@@ -161,8 +163,8 @@ def _reader(
 
     plain = StandardRAG(TopKRetriever(kb, k=5), gen)
     slow_gen = Unbatched(gen)
-    _timed(plain, questions[0])  # warm-up: first-call costs (tokenizer, caches)
-    _timed(vote(gen, 0), questions[0])
+    _answer(plain, questions[0])  # warm-up: first-call costs (tokenizer, caches)
+    _answer(vote(gen, 0), questions[0])
     names = ["plain", "dp_vote"] + (["unbatched"] if unbatched else [])
     # seconds[name][repeat][question] and tokens[name][repeat][question]
     seconds: dict[str, list[list[float]]] = {n: [] for n in names}
@@ -178,7 +180,7 @@ def _reader(
                 runs["unbatched"] = vote(slow_gen, qi)
             released = {}
             for n, system in runs.items():
-                s, k, toks = _timed(system, q)
+                s, k, toks = _answer(system, q)
                 seconds[n][-1].append(s)
                 tokens[n][-1].append(k)
                 released[n] = toks
@@ -197,6 +199,10 @@ def _reader(
     )
     if unbatched:
         row["unbatched_questions"] = min(unbatched, len(questions))
+        for n in ("plain", "dp_vote"):  # on the unbatched path's questions
+            row[f"{n}_ms_per_token_unbatched_questions"] = 1e3 * statistics.median(
+                per_token(n, r, unbatched) for r in range(repeats)
+            )
         row["unbatched_vs_plain"] = statistics.median(
             per_token("unbatched", r) / per_token("plain", r, unbatched) for r in range(repeats)
         )
@@ -207,22 +213,72 @@ def _reader(
     return row
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__)
+DP_VOTE_GOAL = 3.0  # dp_vote per token ≤ 3× plain RAG on a transformer (the hf: reader)
+
+
+def rows(res: dict[str, Any]) -> list[Row]:
+    """Per reader, DP voting per token against plain RAG (with the goal on the ``hf:``
+    reader); where the unbatched path ran, it against plain RAG and against the batched
+    vote on the same questions."""
+    out = []
+    for r in res["readers"]:
+        hf = str(r["reader"]).startswith("hf")
+        config = {
+            "reader": r["reader"],
+            "voters": res["voters"],
+            "questions": r["questions"],
+            "repeats": res["repeats"],
+            "threads": res["threads"],
+            "device": res["device"],
+        }
+        ratio = r["dp_vote_ms_per_token"] / r["plain_ms_per_token"]
+        out.append(
+            Row(
+                name=f"DP voting per token, {r['reader']} reader, m = {res['voters']}",
+                config={**config, "path": "batched"},
+                measured=r["dp_vote_ms_per_token"],
+                unit="ms/token",
+                baseline="plain RAG (top-5)",
+                baseline_measured=r["plain_ms_per_token"],
+                goal=f"≤ {DP_VOTE_GOAL:g}×" if hf else None,
+                met=ratio <= DP_VOTE_GOAL if hf else None,
+                notes=f"{r['dp_vote_tokens_per_answer']:.1f} tokens per answer, plain "
+                f"{r['plain_tokens_per_answer']:.1f}",
+            )
+        )
+        if "unbatched_questions" not in r:
+            continue
+        q = r["unbatched_questions"]
+        unbatched = {**config, "path": "unbatched", "questions": q}
+        same = f"same tokens as batched: {r['same_tokens']}"
+        for base, label in (("plain", "plain RAG (top-5)"), ("dp_vote", "batched DP voting")):
+            out.append(
+                Row(
+                    name=f"DP voting per token, unbatched, {r['reader']} reader, "
+                    f"m = {res['voters']}, vs {label}",
+                    config=unbatched,
+                    measured=r["unbatched_ms_per_token"],
+                    unit="ms/token",
+                    baseline=f"{label}, same {q} question{'s' * (q > 1)}",
+                    baseline_measured=r[f"{base}_ms_per_token_unbatched_questions"],
+                    notes=same,
+                )
+            )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    p = bench_parser(__doc__, repeats=1)
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--questions", type=int, default=6)
     p.add_argument("--voters", type=int, default=50)
-    p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--unbatched-questions", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument(
         "--device", default="cpu", help="torch device of the hf reader (cpu, cuda, auto)"
     )
-    p.add_argument(
-        "--quick", action="store_true", help="seconds: 300 documents, a tiny random GPT-2"
-    )
-    p.add_argument("--json", default=None)
-    a = p.parse_args(argv)
+    run = start("dp_vote", p, argv)
+    a = run.args
     n, nq, voters = (300, 2, 10) if a.quick else (a.n, a.questions, a.voters)
     corpus = synthesize("knowledge", n, seed=1)
     kb = KnowledgeBase.build(corpus, embedder="lsa")
@@ -230,6 +286,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     qs = [q.question for q in corpus.questions[:nq]]
     result: dict[str, Any] = {
         "voters": voters,
+        "repeats": a.repeats,
         "threads": a.threads,
         "device": a.device,
         "readers": [],
@@ -252,13 +309,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             unbatched=a.unbatched_questions,
         )  # fmt: skip
         result["readers"].append(row)
-    result["python"] = platform.python_version()
     for row in result["readers"]:
         print(json.dumps(row))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
-    return result
+    return run.finish(rows(result), result)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@
 
 Usage::
 
-    python benchmarks/bench_embed.py [--quick] [--json OUT] [--embedders lsa hashing minilm]
-        [--baseline hashing] [--skip-recall]
+    python benchmarks/bench_embed.py [--quick] [--json PATH] [--embedders lsa hashing minilm]
+        [--baseline hashing] [--skip-recall] [--repeats 3]
 
 ``--quick`` is a smoke run of a few seconds (small inputs, no MiniLM unless named).
 Timings vary ±30 % on shared machines: compare ratios within one run.
@@ -20,13 +20,9 @@ Timings vary ±30 % on shared machines: compare ratios within one run.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import sys
-import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _harness import Row, bench_parser, once, start, time_call
 from _knowledge_proxy import make_knowledge_proxy, recall_at
 
 from ragprivacy.embed import Embedder, LsaEmbedder, create_embedder
@@ -97,16 +94,21 @@ def _word_char_lsa(
 
 def _embedder_recall(embedder: Embedder, data: Dataset) -> tuple[dict[int, float], float]:
     docs, questions, gold = data
-    start = time.perf_counter()
-    if isinstance(embedder, LsaEmbedder):
-        embedder.fit(docs)
-    d = embedder.encode(docs, progress=False)
-    q = embedder.encode(questions, progress=False)
-    return recall_at(d, q, gold), time.perf_counter() - start
+
+    def fit_and_encode() -> dict[int, float]:
+        if isinstance(embedder, LsaEmbedder):
+            embedder.fit(docs)
+        d = embedder.encode(docs, progress=False)
+        q = embedder.encode(questions, progress=False)
+        return recall_at(d, q, gold)
+
+    timing = once(fit_and_encode)
+    return timing.value, timing.seconds
 
 
+DEFAULT_LSA = "lsa (default: k=384, words, stop words, p=0.5, n_iter=0)"
 LSA_VARIANTS: dict[str, dict[str, Any]] = {
-    "lsa (default: k=384, words, stop words, p=0.5, n_iter=0)": {},
+    DEFAULT_LSA: {},
     "lsa k=128": {"n_components": 128},
     "lsa k=256": {"n_components": 256},
     "lsa k=512": {"n_components": 512},
@@ -121,9 +123,9 @@ LSA_VARIANTS: dict[str, dict[str, Any]] = {
         "singular_power": 1.0,
     },
 }
-QUICK_VARIANTS = ("lsa (default: k=384, words, stop words, p=0.5, n_iter=0)", "lsa k=128")
+QUICK_VARIANTS = (DEFAULT_LSA, "lsa k=128")
 LARGE_VARIANTS = (
-    "lsa (default: k=384, words, stop words, p=0.5, n_iter=0)",
+    DEFAULT_LSA,
     "lsa + word bigrams",
     "lsa p=1 (TruncatedSVD.transform)",
     "lsa n_iter=5 (converged SVD)",
@@ -143,22 +145,17 @@ def bench_recall(
             recall, seconds = _embedder_recall(LsaEmbedder(**LSA_VARIANTS[variant]), data)
             rows.append(_row(data_name, variant, recall, seconds))
         if extras:
-            start = time.perf_counter()
+            tfidf = once(partial(_tfidf_recall, *data))
             rows.append(
-                _row(
-                    data_name,
-                    "tf-idf cosine, no SVD (reference)",
-                    _tfidf_recall(*data),
-                    time.perf_counter() - start,
-                )
+                _row(data_name, "tf-idf cosine, no SVD (reference)", tfidf.value, tfidf.seconds)
             )
-            start = time.perf_counter()
+            word_char = once(partial(_word_char_lsa, *data, 384))
             rows.append(
                 _row(
                     data_name,
                     "lsa over word + char 3-5-gram TF-IDF, k=384",
-                    _word_char_lsa(*data, 384),
-                    time.perf_counter() - start,
+                    word_char.value,
+                    word_char.seconds,
                 )
             )
         for name in others:
@@ -187,19 +184,19 @@ def _row(data: str, variant: str, recall: dict[int, float], seconds: float) -> d
 def bench_throughput(
     names: Sequence[str], texts: list[str], baseline: str, repeats: int
 ) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in names:
-        start = time.perf_counter()
-        emb = create_embedder(name)
-        if isinstance(emb, LsaEmbedder):
-            emb.fit(texts)
-        setup = time.perf_counter() - start
+
+        def make(name: str = name) -> Embedder:
+            emb = create_embedder(name)
+            if isinstance(emb, LsaEmbedder):
+                emb.fit(texts)
+            return emb
+
+        made = once(make)
+        emb, setup = made.value, made.seconds
         emb.encode(texts[: min(32, len(texts))])  # warm-up
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            emb.encode(texts, progress=False)
-            best = min(best, time.perf_counter() - start)
+        best = time_call(partial(emb.encode, texts, progress=False), repeats=repeats, warmup=0).min
         rows.append(
             {
                 "embedder": name,
@@ -221,31 +218,62 @@ def bench_throughput(
     return rows
 
 
+def rows(res: dict[str, Any]) -> list[Row]:
+    """Encoding throughput of each embedder against the baseline embedder, and recall@5
+    of each alternative against the ``lsa`` defaults on the same data."""
+    out: list[Row] = []
+    throughput = res["throughput"]
+    base = next((r for r in throughput if r["embedder"] == res["baseline"]), throughput[0])
+    for r in throughput:
+        if r is base:
+            continue
+        out.append(
+            Row(
+                name=f"encoding throughput, {r['embedder']}",
+                config={"embedder": r["embedder"], "dim": r["dim"], "texts": r["texts"]},
+                measured=r["texts_per_s"],
+                unit="texts/s",
+                baseline=base["embedder"],
+                baseline_measured=base["texts_per_s"],
+                notes=f"set-up {r['setup_s']:.2f} s",
+            )
+        )
+    defaults = {r["data"]: r for r in res.get("recall", []) if r["embedder"] == DEFAULT_LSA}
+    for r in res.get("recall", []):
+        default = defaults.get(r["data"])
+        if default is None or r is default or not default["recall@5"]:
+            continue
+        out.append(
+            Row(
+                name=f"recall@5, {r['embedder']}, {r['data']}",
+                config={"data": r["data"], "embedder": r["embedder"]},
+                measured=r["recall@5"],
+                unit="recall@5",
+                baseline=DEFAULT_LSA,
+                baseline_measured=default["recall@5"],
+                notes=f"recall@1 {r['recall@1']:.4f}",
+            )
+        )
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="smoke run in seconds")
-    p.add_argument("--json", default=None, help="write the results to this file")
+    p = bench_parser(__doc__, repeats=3, quick_repeats=1, repeats_help="timed encodings (best)")
     p.add_argument("--embedders", nargs="+", default=None)
     p.add_argument("--baseline", default="hashing")
     p.add_argument("--skip-recall", action="store_true")
-    a = p.parse_args(argv)
+    run = start("embed", p, argv)
+    a = run.args
     names = a.embedders or (["lsa", "hashing"] if a.quick else ["lsa", "hashing", "minilm"])
     n_docs = 300 if a.quick else 2000
     texts = make_knowledge_proxy(n_docs, rng=1).docs
-    result: dict[str, Any] = {
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-        },
-        "quick": a.quick,
-    }
+    result: dict[str, Any] = {"baseline": a.baseline}
     print(
         f"throughput: {len(texts)} proxy documents (mean {np.mean([len(t) for t in texts]):.0f}"
         " chars)",
         flush=True,
     )
-    result["throughput"] = bench_throughput(names, texts, a.baseline, 1 if a.quick else 3)
+    result["throughput"] = bench_throughput(names, texts, a.baseline, a.repeats)
     if not a.skip_recall:
         print("recall of the gold document, one question per fact:", flush=True)
         others = [n for n in names if n != "lsa"]
@@ -261,9 +289,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             large = {"knowledge-10000": lambda: knowledge_corpus(10000)}
             result["recall"] = bench_recall(small, list(LSA_VARIANTS), others, extras=True)
             result["recall"] += bench_recall(large, LARGE_VARIANTS, ["hashing"], extras=True)
-    if a.json:
-        Path(a.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return result
+    return run.finish(rows(result), result)
 
 
 if __name__ == "__main__":

@@ -17,21 +17,22 @@ kind (no leak: the scan cannot stop early, the expensive case).
 Usage::
 
     python benchmarks/bench_extraction.py [--n 2000] [--answers 200] [--repeats 3]
-        [--quick] [--json OUT]
+        [--quick] [--json PATH]
 
 Timings vary ±30 % on shared machines: compare the ratio within one run.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import statistics
-import time
+import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, bench_parser, once, start, time_call
 
 from ragprivacy.corpus import background_texts, synthesize
 from ragprivacy.eval.metrics import DatastoreIndex, max_rouge_l, rouge_tokens
@@ -80,24 +81,14 @@ class _BaselineStore:
         return best
 
 
-def _median_time(run: Callable[[], list[float]], repeats: int) -> tuple[float, list[float]]:
-    times, out = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = bench_parser(__doc__, repeats=3, quick_repeats=1)
     parser.add_argument("--n", type=int, default=2000, help="stored documents")
     parser.add_argument("--answers", type=int, default=200, help="answers scanned")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="seconds: 300 documents, 20 answers")
-    parser.add_argument("--json", default=None, help="write the result here")
-    args = parser.parse_args(argv)
-    n, answers, repeats = (300, 20, 1) if args.quick else (args.n, args.answers, args.repeats)
+    run = start("extraction", parser, argv)
+    args = run.args
+    n, answers = (300, 20) if args.quick else (args.n, args.answers)
+    repeats = run.repeats
 
     corpus = synthesize("medical", n, seed=3)
     texts = list(corpus.texts)
@@ -105,38 +96,55 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     others = background_texts("medical", answers - len(copies), seed=4)
     candidates = copies + [" ".join(t.split()[:64]) for t in others]
 
-    t0 = time.perf_counter()
-    base_store = _BaselineStore(texts)
-    base_build = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    store = DatastoreIndex(texts)
-    build = time.perf_counter() - t0
+    base_build = once(lambda: _BaselineStore(texts))
+    build = once(lambda: DatastoreIndex(texts))
+    base_store, store = base_build.value, build.value
 
-    base_s, base = _median_time(lambda: [base_store.best(c) for c in candidates], repeats)
-    cur_s, cur = _median_time(
-        lambda: [max_rouge_l(c, store, threshold=0.0)[0] for c in candidates], repeats
+    base = time_call(lambda: [base_store.best(c) for c in candidates], repeats=repeats, warmup=0)
+    cur = time_call(
+        lambda: [max_rouge_l(c, store, threshold=0.0)[0] for c in candidates],
+        repeats=repeats,
+        warmup=0,
     )
-    agree = all(abs(x - y) < 1e-12 for x, y in zip(base, cur))
-    result: dict[str, Any] = {
+    base_s, cur_s = base.median, cur.median
+    agree = all(abs(x - y) < 1e-12 for x, y in zip(base.value, cur.value))
+    leaks = sum(b > 0.5 for b in cur.value)
+    details: dict[str, Any] = {
         "documents": n,
         "answers": len(candidates),
         "repeats": repeats,
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "same_results": agree,
-        "leaks": sum(b > 0.5 for b in cur),
-        "baseline": {"build_s": base_build, "scan_s": base_s},
-        "current": {"build_s": build, "scan_s": cur_s},
+        "leaks": leaks,
+        "baseline": {"build_s": base_build.seconds, "scan_s": base_s},
+        "current": {"build_s": build.seconds, "scan_s": cur_s},
         "scan_speedup": base_s / cur_s if cur_s > 0 else float("inf"),
     }
+    config = {"documents": n, "answers": len(candidates), "repeats": repeats}
+    rows = [
+        Row(
+            name=f"best ROUGE-L scan, {n:,} documents × {len(candidates)} answers",
+            config=config,
+            measured=cur_s,
+            unit="s",
+            baseline="the earlier scan (LCS table, postings loop)",
+            baseline_measured=base_s,
+            notes=f"same results: {agree}; {leaks} leaks",
+        ),
+        Row(
+            name=f"datastore index build, {n:,} documents",
+            config={"documents": n},
+            measured=build.seconds,
+            unit="s",
+            baseline="the earlier store (token lists, bags, postings)",
+            baseline_measured=base_build.seconds,
+        ),
+    ]
     print(
-        f"{n} documents, {len(candidates)} answers ({result['leaks']} leaks), median of "
+        f"{n} documents, {len(candidates)} answers ({leaks} leaks), median of "
         f"{repeats}: baseline scan {base_s:.3f} s, current {cur_s:.3f} s -> "
-        f"{result['scan_speedup']:.1f}x faster; same results: {agree}"
+        f"{details['scan_speedup']:.1f}x faster; same results: {agree}"
     )
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-    return result
+    return run.finish(rows, details)
 
 
 if __name__ == "__main__":

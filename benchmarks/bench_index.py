@@ -10,8 +10,9 @@ or ``lsa``: LSA vectors of the proxy knowledge corpus, queried with its question
 
 Usage::
 
-    python benchmarks/bench_index.py [--quick] [--json OUT] [--n 100000] [--dim 384]
+    python benchmarks/bench_index.py [--quick] [--json PATH] [--n 100000] [--dim 384]
         [--data random|lsa] [--batch 1000] [--single 200] [--k 10] [--threads N]
+        [--repeats 1]
 
 ``--quick`` is a smoke run of a few seconds. Timings vary ±30 % on shared machines:
 compare ratios within one run.
@@ -19,20 +20,18 @@ compare ratios within one run.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
-import statistics
 import sys
-import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, bench_parser, once, start, time_call, time_interleaved
 
 from ragprivacy.index import create_index
 
@@ -71,6 +70,7 @@ def bench(
     k: int,
     n_single: int,
     threads: int | None,
+    repeats: int = 1,
     backends: Sequence[str] = BACKENDS,
 ) -> list[dict[str, Any]]:
     n, dim = vectors.shape
@@ -79,47 +79,60 @@ def bench(
     truth: np.ndarray | None = None
     for name in backends:
         index = create_index(name, dim=dim, num_threads=threads)
-        start = time.perf_counter()
-        index.add(vectors, ids)
-        build = time.perf_counter() - start
-        index.search(queries[:2], k)  # warm-up
-        start = time.perf_counter()
-        found = index.search(queries, k)
-        batch = time.perf_counter() - start
-        singles = []
-        for q in queries[:n_single]:
-            start = time.perf_counter()
-            index.search(q, k)
-            singles.append(time.perf_counter() - start)
-        score_times = []
-        for q in queries[: min(n_single, 50)]:
-            start = time.perf_counter()
-            index.scores(q)
-            score_times.append(time.perf_counter() - start)
+        build, batch, found, single, scores = _measure(
+            index, vectors, ids, queries, k, n_single, repeats
+        )
         if truth is None:
             truth = found.indices if name == "exact" else create_exact_truth(vectors, queries, k)
-        single = statistics.median(singles)
         row = {
             "backend": name,
             "n": n,
             "dim": dim,
             "k": k,
-            "build_s": round(build, 3),
+            "build_s": build,
             "batch_queries": len(queries),
-            "batch_qps": round(len(queries) / batch, 1),
-            "single_qps": round(1.0 / single, 1),
-            "single_ms": round(1e3 * single, 3),
-            "scores_ms": round(1e3 * statistics.median(score_times), 3),
-            f"recall@{k}": round(_recall(found.indices, truth), 4),
+            "batch_qps": len(queries) / batch,
+            "single_qps": 1.0 / single,
+            "single_ms": 1e3 * single,
+            "scores_ms": 1e3 * scores,
+            f"recall@{k}": _recall(found.indices, truth),
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
     base = next((r for r in rows if r["backend"] == "exact"), rows[0])
     for r in rows:
-        r["build_ratio"] = round(r["build_s"] / max(base["build_s"], 1e-9), 2)
-        r["batch_qps_ratio"] = round(r["batch_qps"] / base["batch_qps"], 2)
-        r["single_qps_ratio"] = round(r["single_qps"] / base["single_qps"], 2)
+        r["build_ratio"] = r["build_s"] / max(base["build_s"], 1e-9)
+        r["batch_qps_ratio"] = r["batch_qps"] / base["batch_qps"]
+        r["single_qps_ratio"] = r["single_qps"] / base["single_qps"]
     return rows
+
+
+def _measure(
+    index: Any,
+    vectors: np.ndarray,
+    ids: list[str],
+    queries: np.ndarray,
+    k: int,
+    n_single: int,
+    repeats: int,
+) -> tuple[float, float, Any, float, float]:
+    """Seconds of the build, of the batch search (median of ``repeats``, after a warm-up
+    search) and its result, and the median seconds of one single-query search and of
+    one query's score vector (a query each)."""
+    build = once(partial(index.add, vectors, ids)).seconds
+    index.search(queries[:2], k)  # warm-up
+    batched = time_call(partial(index.search, queries, k), repeats=repeats, warmup=0)
+    single = time_interleaved(
+        {"search": lambda r: index.search(queries[r], k)},
+        repeats=min(n_single, len(queries)),
+        warmup=0,
+    )["search"]
+    scores = time_interleaved(
+        {"scores": lambda r: index.scores(queries[r])},
+        repeats=min(n_single, 50, len(queries)),
+        warmup=0,
+    )["scores"]
+    return build, batched.median, batched.value, single.median, scores.median
 
 
 def create_exact_truth(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
@@ -136,16 +149,47 @@ def _table(rows: list[dict[str, Any]], k: int) -> None:
     print(head)
     for r in rows:
         print(
-            f"{r['backend']:<11} {r['build_s']:>9.2f} {r['build_ratio']:>6} "
-            f"{r['batch_qps']:>11.0f} {r['batch_qps_ratio']:>6} {r['single_qps']:>11.0f} "
-            f"{r['single_qps_ratio']:>6} {r['scores_ms']:>10.3f} {r[f'recall@{k}']:>10.4f}"
+            f"{r['backend']:<11} {r['build_s']:>9.2f} {r['build_ratio']:>6.2f} "
+            f"{r['batch_qps']:>11.0f} {r['batch_qps_ratio']:>6.2f} {r['single_qps']:>11.0f} "
+            f"{r['single_qps_ratio']:>6.2f} {r['scores_ms']:>10.3f} {r[f'recall@{k}']:>10.4f}"
         )
 
 
+def rows(res: dict[str, Any]) -> list[Row]:
+    """Each backend against ``exact``: batch and single-query throughput, build time and
+    the latency of one query's score vector."""
+    backends = res["backends"]
+    base = next((r for r in backends if r["backend"] == "exact"), backends[0])
+    k = res["k"]
+    out = []
+    for r in backends:
+        if r is base:
+            continue
+        config = {"backend": r["backend"], "n": r["n"], "dim": r["dim"], "k": k,
+                  "data": res["data"], "threads": res["threads"]}  # fmt: skip
+        recall = f"recall@{k} {r[f'recall@{k}']:.4f}"
+        for what, key, unit in (
+            ("batch search", "batch_qps", "queries/s"),
+            ("single-query search", "single_qps", "queries/s"),
+            ("build", "build_s", "s"),
+            ("one query's score vector", "scores_ms", "ms"),
+        ):
+            out.append(
+                Row(
+                    name=f"{what}, {r['backend']}, n = {r['n']:,}, dim {r['dim']}",
+                    config=config,
+                    measured=r[key],
+                    unit=unit,
+                    baseline=base["backend"],
+                    baseline_measured=base[key],
+                    notes=recall if "search" in what else "",
+                )
+            )
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="smoke run in seconds")
-    p.add_argument("--json", default=None, help="write the results to this file")
+    p = bench_parser(__doc__, repeats=1, repeats_help="timed batch searches")
     p.add_argument("--n", type=int, default=None, help="stored vectors (default 10^5)")
     p.add_argument("--dim", type=int, default=None, help="width (default 384)")
     p.add_argument("--data", choices=("random", "lsa"), default="random")
@@ -153,25 +197,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--single", type=int, default=None, help="single queries (default 200)")
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--threads", type=int, default=None)
-    a = p.parse_args(argv)
+    run = start("index", p, argv)
+    a = run.args
     n = a.n or (5000 if a.quick else 100_000)
     dim = a.dim or (64 if a.quick else 384)
     batch = a.batch or (100 if a.quick else 1000)
     single = a.single or (30 if a.quick else 200)
-    start = time.perf_counter()
-    vectors, queries = make_data(a.data, n, dim, batch)
-    print(f"data: {a.data} {vectors.shape} in {time.perf_counter() - start:.1f} s", flush=True)
-    rows = bench(vectors, queries, k=a.k, n_single=single, threads=a.threads)
-    _table(rows, a.k)
-    result = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-        "data": a.data,
-        "threads": a.threads,
-        "rows": rows,
-    }
-    if a.json:
-        Path(a.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return result
+    made = once(lambda: make_data(a.data, n, dim, batch))
+    vectors, queries = made.value
+    print(f"data: {a.data} {vectors.shape} in {made.seconds:.1f} s", flush=True)
+    backends = bench(vectors, queries, k=a.k, n_single=single, threads=a.threads, repeats=a.repeats)
+    _table(backends, a.k)
+    result = {"data": a.data, "threads": a.threads, "k": a.k, "backends": backends}
+    return run.finish(rows(result), result)
 
 
 if __name__ == "__main__":

@@ -10,18 +10,26 @@ datastore search, the mixing), so a regression shows where it is.
 Usage::
 
     python benchmarks/bench_knnlm.py [--n 400] [--prompts 30] [--index exact|faiss-hnsw]
+        [--max-tokens 16] [--repeats 1] [--quick] [--json PATH]
+
+``--quick``: 30 records, 4 prompts, 6 tokens.
 
 Timings vary ±30 % on shared machines: compare ratios within one run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import time
+import statistics
+import sys
 from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, StageTimer, bench_parser, once, start
 
 from ragprivacy.corpus import background_texts, synthesize
 from ragprivacy.generate import Task, create_generator, tokenize
@@ -29,50 +37,37 @@ from ragprivacy.rag import KNN_WINDOW, KNNLM, Query, StandardRAG, knn_datastore
 from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
 
 
-def _per_token(system: object, prompts: list[Query]) -> tuple[float, float]:
+def _per_token(system: Any, prompts: list[Query]) -> tuple[float, float]:
+    """Seconds per generated token over the answers to ``prompts`` (each answer counts
+    at least one token), and tokens per answer."""
     total, tokens = 0.0, 0
     for q in prompts:
-        t = time.perf_counter()
-        r = system.answer(q)  # type: ignore[attr-defined]
-        total += time.perf_counter() - t
-        tokens += max(1, len(r.tokens))
+        answer = once(partial(system.answer, q))
+        total += answer.seconds
+        tokens += max(1, len(answer.value.tokens))
     return total / tokens, tokens / len(prompts)
 
 
-class _Timed:
-    """Wraps a callable and sums its wall time."""
-
-    def __init__(self, fn: object) -> None:
-        self.fn = fn
-        self.seconds = 0.0
-        self.calls = 0
-
-    def __call__(self, *args: object, **kw: object) -> object:
-        t = time.perf_counter()
-        try:
-            return self.fn(*args, **kw)  # type: ignore[operator]
-        finally:
-            self.seconds += time.perf_counter() - t
-            self.calls += 1
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, float]:
-    p = argparse.ArgumentParser(description=__doc__)
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    p = bench_parser(__doc__, repeats=1, repeats_help="timed passes over the prompts")
     p.add_argument("--n", type=int, default=400, help="medical records in the datastore")
     p.add_argument("--prompts", type=int, default=30)
     p.add_argument("--index", default="exact", help="datastore index: exact or faiss-hnsw")
     p.add_argument("--max-tokens", type=int, default=16)
-    p.add_argument("--json", default=None)
-    a = p.parse_args(argv)
+    run = start("knnlm", p, argv)
+    a = run.args
+    if a.quick:
+        a.n, a.prompts, a.max_tokens = 30, 4, 6
     corpus = synthesize("medical", a.n, seed=1)
     bg = background_texts("medical", 1000, seed=2)
     gen = create_generator("reference", background=bg)
     kb = KnowledgeBase.build(corpus, embedder="lsa")
-    t = time.perf_counter()
-    store = KnowledgeBase.build(
-        knn_datastore(corpus), embedder=kb.embedder, index=a.index, progress=False
+    built = once(
+        lambda: KnowledgeBase.build(
+            knn_datastore(corpus), embedder=kb.embedder, index=a.index, progress=False
+        )
     )
-    build_s = time.perf_counter() - t
+    store = built.value
     opts = {"max_tokens": a.max_tokens}
     # continue the opening words of stored records (what an extraction attack sends)
     prompts = [
@@ -81,37 +76,63 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ]
     plain = StandardRAG(TopKRetriever(kb, k=5), gen)
     knn = KNNLM(TopKRetriever(store, k=32), gen, lam=0.1, max_tokens=a.max_tokens)
-    _per_token(plain, prompts[:3])
+    _per_token(plain, prompts[:3])  # warm-up
     _per_token(knn, prompts[:3])
-    t_plain, len_plain = _per_token(plain, prompts)
-    dist = _Timed(gen.next_token_distribution)
-    search = _Timed(knn.retriever.retrieve)
-    mix = _Timed(knn._mix_argmax)
-    gen.next_token_distribution = dist  # type: ignore[method-assign]  # plain RAG is done
-    knn.retriever.retrieve = search  # type: ignore[method-assign]
-    knn._mix_argmax = mix  # type: ignore[method-assign]
-    t_knn, len_knn = _per_token(knn, prompts)
-    tokens = max(1, dist.calls)
-    row = {
+    # kNN-LM's token in parts: the reader's distribution, the datastore search, the mixing
+    stages = StageTimer()
+    parts = [
+        (gen, "next_token_distribution", "reader"),
+        (knn.retriever, "retrieve", "search"),
+        (knn, "_mix_argmax", "mix"),
+    ]
+    t_plain, t_knn, len_plain, len_knn = [], [], 0.0, 0.0
+    for _ in range(a.repeats):
+        seconds, len_plain = _per_token(plain, prompts)
+        t_plain.append(seconds)
+        with stages.patched(parts):
+            seconds, len_knn = _per_token(knn, prompts)
+        t_knn.append(seconds)
+    plain_ms = 1e3 * statistics.median(t_plain)
+    knn_ms = 1e3 * statistics.median(t_knn)
+    tokens = max(1, stages.calls.get("reader", 0))
+    result = {
         "records": a.n,
         "datastore_entries": len(store),
         "datastore_index": a.index,
-        "datastore_build_s": build_s,
-        "plain_ms_per_token": t_plain * 1e3,
-        "knnlm_ms_per_token": t_knn * 1e3,
-        "ratio": t_knn / t_plain,
-        "knnlm_reader_ms_per_token": dist.seconds / tokens * 1e3,
-        "knnlm_search_ms_per_token": search.seconds / tokens * 1e3,
-        "knnlm_mix_ms_per_token": mix.seconds / tokens * 1e3,
+        "datastore_build_s": built.seconds,
+        "repeats": a.repeats,
+        "plain_ms_per_token": plain_ms,
+        "knnlm_ms_per_token": knn_ms,
+        "ratio": knn_ms / plain_ms,
+        **{
+            f"knnlm_{part}_ms_per_token": stages.seconds.get(part, 0.0) / tokens * 1e3
+            for part in ("reader", "search", "mix")
+        },
         "plain_tokens_per_answer": len_plain,
         "knnlm_tokens_per_answer": len_knn,
-        "numpy": np.__version__,
     }
-    print(json.dumps(row))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(row, f, indent=2)
-    return row
+    print(json.dumps(result))
+    row = Row(
+        name=f"kNN-LM per token, {a.index} datastore of {len(store):,} entries",
+        config={
+            "records": a.n,
+            "prompts": len(prompts),
+            "index": a.index,
+            "k": 32,
+            "lam": 0.1,
+            "max_tokens": a.max_tokens,
+            "repeats": a.repeats,
+        },
+        measured=knn_ms,
+        unit="ms/token",
+        baseline="plain RAG (top-5)",
+        baseline_measured=plain_ms,
+        notes=", ".join(
+            f"{part} {result[f'knnlm_{part}_ms_per_token']:.2f}"
+            for part in ("reader", "search", "mix")
+        ),
+    )
+    return run.finish([row], result)
 
 
 if __name__ == "__main__":

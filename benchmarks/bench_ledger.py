@@ -18,24 +18,32 @@ Measures, in one run on this machine:
 Usage::
 
     python benchmarks/bench_ledger.py [--n 20000] [--writers 1 8 64]
-        [--durable-n 2000] [--json out.json]
+        [--durable-n 2000] [--rounds 3] [--skip-single] [--stores ledger budget]
+        [--quick] [--json PATH]
+
+``--rounds`` is also spelled ``--repeats``. ``--quick``: 500 appends, 1 and 8 writers,
+200 durable appends, one round.
 
 Timings vary ±30 % on shared machines: compare ratios within one run.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
+import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, bench_parser, once, start
 
 from ragprivacy.audit import MerkleLog, demo_window, verify_consistency, verify_inclusion
 from ragprivacy.dp import SqliteBudgetStore
@@ -49,54 +57,42 @@ def bench(n: int) -> dict[str, float]:
     out: dict[str, float] = {}
     leaves = _leaves(n)
     log = MerkleLog()
-    t = time.perf_counter()
-    for d in leaves:
-        log.append(d)
-    out["memory_appends_per_s"] = n / (time.perf_counter() - t)
+    out["memory_appends_per_s"] = n / once(lambda: [log.append(d) for d in leaves]).seconds
     with tempfile.TemporaryDirectory() as tmp:
         m = min(n, 2000)
         durable = MerkleLog(Path(tmp) / "one.sqlite")
-        t = time.perf_counter()
-        for d in leaves[:m]:
-            durable.append(d)
-        out["sqlite_appends_per_s_one_per_commit"] = m / (time.perf_counter() - t)
+        one = once(lambda: [durable.append(d) for d in leaves[:m]])
+        out["sqlite_appends_per_s_one_per_commit"] = m / one.seconds
         durable.close()
         batched = MerkleLog(Path(tmp) / "batch.sqlite")
-        t = time.perf_counter()
-        for i in range(0, n, 1000):
-            batched.append_many(leaves[i : i + 1000])
-        out["sqlite_appends_per_s_batch_1000"] = n / (time.perf_counter() - t)
+        many = once(lambda: [batched.append_many(leaves[i : i + 1000]) for i in range(0, n, 1000)])
+        out["sqlite_appends_per_s_batch_1000"] = n / many.seconds
         batched.close()
     rng = np.random.default_rng(0)
     root = log.root()
     inc_gen, inc_ver, con_gen, con_ver = [], [], [], []
     for _ in range(300):
         i = int(rng.integers(0, n))
-        t = time.perf_counter()
-        proof = log.inclusion_proof(i, n)
-        inc_gen.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        ok = verify_inclusion(leaves[i], i, n, proof, root)
-        inc_ver.append(time.perf_counter() - t)
-        if not ok:
+        proof = once(partial(log.inclusion_proof, i, n))
+        inc_gen.append(proof.seconds)
+        ok = once(partial(verify_inclusion, leaves[i], i, n, proof.value, root))
+        inc_ver.append(ok.seconds)
+        if not ok.value:
             raise SystemExit("inclusion proof failed")
         old = int(rng.integers(1, n))
-        t = time.perf_counter()
-        cproof = log.consistency_proof(old, n)
-        con_gen.append(time.perf_counter() - t)
+        cproof = once(partial(log.consistency_proof, old, n))
+        con_gen.append(cproof.seconds)
         old_root = log.root(old)
-        t = time.perf_counter()
-        ok = verify_consistency(old, n, old_root, root, cproof)
-        con_ver.append(time.perf_counter() - t)
-        if not ok:
+        ok = once(partial(verify_consistency, old, n, old_root, root, cproof.value))
+        con_ver.append(ok.seconds)
+        if not ok.value:
             raise SystemExit("consistency proof failed")
     out["inclusion_proof_us"] = 1e6 * statistics.median(inc_gen)
     out["inclusion_verify_us"] = 1e6 * statistics.median(inc_ver)
     out["consistency_proof_us"] = 1e6 * statistics.median(con_gen)
     out["consistency_verify_us"] = 1e6 * statistics.median(con_ver)
-    t = time.perf_counter()
-    w = demo_window(docs=1000, queries_per_account=5)
-    out["audited_queries_per_s_1000_docs"] = len(w.transcript.records) / (time.perf_counter() - t)
+    w = once(lambda: demo_window(docs=1000, queries_per_account=5))
+    out["audited_queries_per_s_1000_docs"] = len(w.value.transcript.records) / w.seconds
     return out
 
 
@@ -111,17 +107,19 @@ def fsync_rate(
         block = os.urandom(256)
         os.write(fd, block)
         os.fsync(fd)
-        t = time.perf_counter()
-        for _ in range(n):
-            os.pwrite(fd, block, 0)
-            sync(fd)
-        return n / (time.perf_counter() - t)
+
+        def syncs() -> None:
+            for _ in range(n):
+                os.pwrite(fd, block, 0)
+                sync(fd)
+
+        return n / once(syncs).seconds
     finally:
         os.close(fd)
         path.unlink()
 
 
-def _threads(writers: int, per: int, op: Callable[[int, int], None]) -> float:
+def _threads(writers: int, per: int, op: Callable[[int, int], object]) -> float:
     """``writers`` threads each call ``op(writer, i)`` for i < per, started together;
     returns the wall time."""
     start = threading.Barrier(writers + 1)
@@ -139,10 +137,12 @@ def _threads(writers: int, per: int, op: Callable[[int, int], None]) -> float:
     for th in threads:
         th.start()
     start.wait()
-    t = time.perf_counter()
-    for th in threads:
-        th.join()
-    elapsed = time.perf_counter() - t
+
+    def join() -> None:
+        for th in threads:
+            th.join()
+
+    elapsed = once(join).seconds
     if errors:
         raise SystemExit(f"a durable write failed: {errors[0]!r}")
     return elapsed
@@ -259,12 +259,83 @@ def _print_concurrent(conc: dict) -> None:
         )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+GROUP_COMMIT_GOAL = 10.0  # 64 writers ≥ 10× the single-writer durable rate
+
+
+def group_commit_rows(conc: dict[str, Any]) -> list[Row]:
+    """Per writer count of one store's concurrent runs, durable appends/s against the
+    single-writer rate before group commit: after (group commit; with the goal at 64
+    writers or more) and, beside it, before (one commit per append)."""
+    single = conc["single_writer_appends_per_s"]
+    if not single:
+        return []
+    what = {"ledger": "appends", "budget": "charges"}[conc["store"]]
+    out = []
+    for r in conc["rows"]:
+        if r["mode"] == "before" and r["writers"] == 1:
+            continue  # the baseline itself
+        grouped = r["mode"] == "after"
+        goal = grouped and r["writers"] >= 64
+        ratio = r["appends_per_s"] / single
+        label = "group commit" if grouped else "one commit per append"
+        writers = f"{r['writers']} writer{'s' * (r['writers'] > 1)}"
+        out.append(
+            Row(
+                name=f"{label}, {conc['store']} store, {writers}",
+                config={
+                    "store": conc["store"],
+                    "writers": r["writers"],
+                    "mode": r["mode"],
+                    "rounds": conc["rounds"],
+                },
+                measured=r["appends_per_s"],
+                unit=f"{what}/s",
+                baseline="one writer, one commit per append",
+                baseline_measured=single,
+                goal=f"≥ {GROUP_COMMIT_GOAL:g}× at 64 writers" if goal else None,
+                met=ratio >= GROUP_COMMIT_GOAL if goal else None,
+                notes=f"efficiency {r['efficiency']:.2f}, {r['appends_per_commit']:.1f} per "
+                f"commit, disk {conc['fsync_per_s']:,.0f} syncs/s",
+            )
+        )
+    return out
+
+
+def rows(res: dict[str, Any]) -> list[Row]:
+    """The SQLite log's appends against the in-memory log's, and group commit."""
+    out = []
+    if "memory_appends_per_s" in res:
+        for key, what in (
+            ("sqlite_appends_per_s_one_per_commit", "SQLite log, one append per transaction"),
+            ("sqlite_appends_per_s_batch_1000", "SQLite log, batches of 1,000"),
+        ):
+            out.append(
+                Row(
+                    name=what,
+                    config={"n": res["n"]},
+                    measured=res[key],
+                    unit="appends/s",
+                    baseline="in-memory log",
+                    baseline_measured=res["memory_appends_per_s"],
+                )
+            )
+    for key, conc in res.items():
+        if key.startswith("concurrent_"):
+            out.extend(group_commit_rows(conc))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    ap = bench_parser(
+        __doc__,
+        repeats=3,
+        quick_repeats=1,
+        repeats_help="rounds of the concurrent runs",
+        repeats_aliases=("--rounds",),
+    )
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--writers", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--durable-n", type=int, default=2000, help="appends per concurrent run")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of the concurrent runs")
     ap.add_argument("--skip-single", action="store_true", help="only the concurrent runs")
     ap.add_argument(
         "--stores",
@@ -273,17 +344,20 @@ def main() -> None:
         default=["ledger", "budget"],
         help="the durable stores of the concurrent runs",
     )
-    ap.add_argument("--json", type=str, default=None)
-    args = ap.parse_args()
-    res: dict = {} if args.skip_single else bench(args.n)
+    run = start("ledger", ap, argv)
+    args = run.args
+    if args.quick:
+        args.n, args.writers, args.durable_n = 500, [1, 8], 200
+    res: dict[str, Any] = {} if args.skip_single else bench(args.n)
     for k, v in res.items():
         print(f"{k:40s} {v:12.1f}")
+    if not args.skip_single:
+        res["n"] = args.n
     for store in args.stores:
-        conc = bench_concurrent(sorted(set(args.writers)), args.durable_n, args.rounds, store)
+        conc = bench_concurrent(sorted(set(args.writers)), args.durable_n, args.repeats, store)
         res[f"concurrent_{store}"] = conc
         _print_concurrent(conc)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
+    return run.finish(rows(res), res)
 
 
 if __name__ == "__main__":

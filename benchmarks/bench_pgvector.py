@@ -24,7 +24,7 @@ Usage::
 
     python benchmarks/bench_pgvector.py [--quick] [--n 100000] [--dim 384] [--queries 30]
         [--sigmas 0.1 0.3 1 3 10 100] [--candidates 64] [--m 16] [--ef-construction 64]
-        [--ef-search 40] [--threads 2] [--url URL] [--json OUT]
+        [--ef-search 40] [--threads 2] [--url URL] [--repeats 1] [--json PATH]
 
 Timings vary ±30 % on shared machines: compare ratios within one run.
 """
@@ -33,18 +33,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _harness import Row, bench_parser, once, start, time_interleaved
 from bench_retrieval import _clustered
 
 from ragprivacy.dp import GaussianNoisyTopK
@@ -52,12 +52,6 @@ from ragprivacy.index import PgvectorIndex
 from ragprivacy.retrieval import lazy_index_topk
 
 RANGE = (-1.0, 1.0)
-
-
-def _timed(fn: Callable[[], object]) -> tuple[float, object]:
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
 
 
 def run(a: argparse.Namespace, url: str) -> dict:
@@ -73,9 +67,9 @@ def run(a: argparse.Namespace, url: str) -> dict:
         maintenance_work_mem=a.maintenance_work_mem,
     )
     try:
-        load_s, _ = _timed(lambda: index.add(data, [str(i) for i in range(a.n)]))
+        load_s = once(lambda: index.add(data, [str(i) for i in range(a.n)])).seconds
         print(f"COPY of {a.n} x {a.dim}: {load_s:.1f} s", flush=True)
-        build_s, _ = _timed(index.build)
+        build_s = once(index.build).seconds
         print(f"HNSW build (m={a.m}, ef_construction={a.ef_construction}): {build_s:.1f} s")
         recall = []
         for q in qs[:10]:
@@ -84,48 +78,51 @@ def run(a: argparse.Namespace, url: str) -> dict:
             recall.append(len(truth & got) / a.k)
         full_mech = {s: GaussianNoisyTopK(sigma=s, k=a.k, simulation=True) for s in a.sigmas}
         gen = np.random.default_rng(1)
-        plain_t: list[float] = []
-        lazy_t: dict[float, list[float]] = {s: [] for s in a.sigmas}
-        full_t: dict[float, list[float]] = {s: [] for s in a.sigmas}
         stats: dict[float, list[tuple[bool, int, int]]] = {s: [] for s in a.sigmas}
         index.search(qs[0], a.k)  # warm-up (plans, caches)
         lazy_index_topk(index, qs[0], a.k, 1.0, candidates=a.candidates, rng=gen)
-        for q in qs[1:]:  # interleaved: every method on every query, in turn
-            plain_t.append(_timed(lambda q=q: index.search(q, a.k))[0])
-            for s in a.sigmas:
-                dt, sel = _timed(
-                    lambda q=q, s=s: lazy_index_topk(
-                        index,
-                        q,
-                        a.k,
-                        s,
-                        candidates=a.candidates,
-                        bound=1.0,
-                        score_range=RANGE,
-                        sensitivity=2.0,
-                        rng=gen,
-                    )
-                )
-                lazy_t[s].append(dt)
-                stats[s].append((sel.fell_back, sel.revealed, sel.rounds))  # type: ignore[attr-defined]
-                full_t[s].append(
-                    _timed(
-                        lambda q=q, s=s: full_mech[s].select(
-                            np.clip(index.scores(q)[0], *RANGE), rng=gen
-                        )
-                    )[0]
-                )
-        plain = statistics.median(plain_t)
+
+        def lazy(s: float) -> Callable[[int], None]:
+            return lambda r: lazy_one(qs[1 + r % a.queries], s)
+
+        def full(s: float) -> Callable[[int], object]:
+            return lambda r: full_mech[s].select(
+                np.clip(index.scores(qs[1 + r % a.queries])[0], *RANGE), rng=gen
+            )
+
+        def lazy_one(q: np.ndarray, s: float) -> None:
+            sel = lazy_index_topk(
+                index,
+                q,
+                a.k,
+                s,
+                candidates=a.candidates,
+                bound=1.0,
+                score_range=RANGE,
+                sensitivity=2.0,
+                rng=gen,
+            )
+            stats[s].append((sel.fell_back, sel.revealed, sel.rounds))
+
+        # Interleaved: every method on every query, in turn (``repeats`` passes over them).
+        fns: dict[str, Callable[[int], object]] = {
+            "plain": lambda r: index.search(qs[1 + r % a.queries], a.k)
+        }
+        for s in a.sigmas:
+            fns[f"lazy {s}"] = lazy(s)
+            fns[f"full {s}"] = full(s)
+        timed = time_interleaved(fns, repeats=a.queries * a.repeats, warmup=0)
+        plain = timed["plain"].median
         rows = []
         for s in a.sigmas:
-            lazy, full = statistics.median(lazy_t[s]), statistics.median(full_t[s])
+            lazy_s, full_s = timed[f"lazy {s}"].median, timed[f"full {s}"].median
             row = {
                 "sigma": s,
                 "plain_hnsw_ms": plain * 1e3,
-                "lazy_ms": lazy * 1e3,
-                "full_scan_ms": full * 1e3,
-                "ratio_lazy": lazy / plain,
-                "ratio_full": full / plain,
+                "lazy_ms": lazy_s * 1e3,
+                "full_scan_ms": full_s * 1e3,
+                "ratio_lazy": lazy_s / plain,
+                "ratio_full": full_s / plain,
                 "fallback_rate": float(np.mean([x[0] for x in stats[s]])),
                 "mean_revealed": float(np.mean([x[1] for x in stats[s]])),
                 "mean_rounds": float(np.mean([x[2] for x in stats[s]])),
@@ -137,6 +134,7 @@ def run(a: argparse.Namespace, url: str) -> dict:
             "dim": a.dim,
             "k": a.k,
             "queries": a.queries,
+            "repeats": a.repeats,
             "candidates": a.candidates,
             "m": a.m,
             "ef_construction": a.ef_construction,
@@ -145,15 +143,38 @@ def run(a: argparse.Namespace, url: str) -> dict:
             "copy_load_s": load_s,
             "hnsw_build_s": build_s,
             "recall_at_k": float(np.mean(recall)),
-            "rows": rows,
+            "sigmas": rows,
         }
     finally:
         index.drop()
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--quick", action="store_true", help="a smoke test: 5,000 x 64, 8 queries")
+def rows(res: dict[str, Any]) -> list[Row]:
+    """Per σ, the lazy path and the full scan against a plain pgvector HNSW search."""
+    out = []
+    size = f"n = {res['n']:,}, dim {res['dim']}"
+    for r in res["sigmas"]:
+        config = {k: res[k] for k in ("n", "dim", "k", "queries", "candidates", "m")}
+        for what, key in (
+            ("lazy noise-then-select over pgvector HNSW", "lazy_ms"),
+            ("full noise over one sequential scan", "full_scan_ms"),
+        ):
+            out.append(
+                Row(
+                    name=f"{what}, {size}, σ = {r['sigma']:g}",
+                    config={**config, "sigma": r["sigma"]},
+                    measured=r[key],
+                    unit="ms",
+                    baseline="plain pgvector HNSW search",
+                    baseline_measured=r["plain_hnsw_ms"],
+                    notes=f"fallback rate {r['fallback_rate']:.2f}" if key == "lazy_ms" else "",
+                )
+            )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    p = bench_parser(__doc__, repeats=1, repeats_help="timed passes over the queries")
     p.add_argument("--n", type=int, default=100_000)
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--k", type=int, default=5)
@@ -166,8 +187,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--maintenance-work-mem", default="1GB")
     p.add_argument("--url", default=None)
-    p.add_argument("--json", default=None)
-    a = p.parse_args()
+    bench = start("pgvector", p, argv)
+    a = bench.args
     if a.quick:
         a.n, a.dim, a.queries, a.sigmas = 5_000, 64, 8, [0.3, 1.0, 10.0]
     stop: Callable[[], None] | None = None
@@ -189,9 +210,7 @@ def main() -> None:
         f"n={result['n']} dim={result['dim']}: COPY {result['copy_load_s']:.1f} s, HNSW build "
         f"{result['hnsw_build_s']:.1f} s, recall@{a.k} {result['recall_at_k']:.2f}"
     )
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+    return bench.finish(rows(result), result)
 
 
 if __name__ == "__main__":

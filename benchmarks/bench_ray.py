@@ -19,24 +19,26 @@ what a membership cell does at a smaller scale.
 Usage::
 
     python benchmarks/bench_ray.py [--workers 2] [--trials 400000] [--rows 6]
-        [--repeats 3] [--quick] [--json OUT]
+        [--repeats 3] [--quick] [--json PATH]
 
 Timings vary ±30 % on shared machines: compare the ratio within one run.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import shutil
 import statistics
+import sys
 import tempfile
-import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, bench_parser, once, start
 
 from ragprivacy.eval import parse_config, run_config
 
@@ -92,29 +94,28 @@ def _start_ray(cpus: int) -> tuple[Any, str | None, float]:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     temp = tempfile.mkdtemp(prefix="r")
-    t0 = time.perf_counter()
-    ray.init(
-        num_cpus=cpus,
-        include_dashboard=False,
-        _temp_dir=temp,
-        log_to_driver=False,
-        logging_level="WARNING",
+    started = once(
+        lambda: ray.init(
+            num_cpus=cpus,
+            include_dashboard=False,
+            _temp_dir=temp,
+            log_to_driver=False,
+            logging_level="WARNING",
+        )
     )
-    return ray, temp, time.perf_counter() - t0
+    return ray, temp, started.seconds
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(__doc__, repeats=3, quick_repeats=1)
     parser.add_argument("--workers", type=int, default=2, help="pool workers = Ray CPUs")
     parser.add_argument("--trials", type=int, default=400_000, help="trials per sweep cell")
     parser.add_argument("--rows", type=int, default=6, help="collusion cells (eps_acc rows)")
     parser.add_argument("--questions", type=int, default=40, help="QA questions per cell")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="a smoke run of seconds")
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
-    args = parser.parse_args(argv)
+    bench = start("ray", parser, argv)
+    args = bench.args
     if args.quick:
-        args.trials, args.rows, args.questions, args.repeats = 20_000, 2, 5, 1
+        args.trials, args.rows, args.questions = 20_000, 2, 5
 
     grid = _grid(args.rows, args.trials, args.questions, args.workers)
     pool_cfg = parse_config(grid)
@@ -128,10 +129,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for r in range(args.repeats):
             found = {}
             for name, cfg in (("pool", pool_cfg), ("ray", ray_cfg)):
-                t0 = time.perf_counter()
-                run = run_config(cfg, work / f"{name}-{r}", workers=args.workers, progress=False)
-                times[name].append(time.perf_counter() - t0)
-                found[name] = _metrics(run.results)
+                out = work / f"{name}-{r}"
+                ran = once(partial(run_config, cfg, out, workers=args.workers, progress=False))
+                times[name].append(ran.seconds)
+                found[name] = _metrics(ran.value.results)
             same = same and found["pool"] == found["ray"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -140,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             shutil.rmtree(temp, ignore_errors=True)
 
     pool_s, ray_s = statistics.median(times["pool"]), statistics.median(times["ray"])
+    cold_s = start_s + times["ray"][0]  # one `ragprivacy run` with address: local
     result: dict[str, Any] = {
         "baseline": "process pool",
         "workers": args.workers,
@@ -151,24 +153,42 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "ray_s": ray_s,
         "ray_start_s": start_s,
         "ratio": ray_s / pool_s,
-        # one `ragprivacy run` with address: local: start Ray, then run with fresh workers
-        "ray_cold_s": start_s + times["ray"][0],
-        "cold_ratio": (start_s + times["ray"][0]) / pool_s,
+        "ray_cold_s": cold_s,
+        "cold_ratio": cold_s / pool_s,
         "runs": times,
         "same_results": same,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "ray": ray.__version__,
     }
     print(
         f"{cells} cells on {args.workers} CPUs, median of {args.repeats}: "
         f"pool {pool_s:.2f} s, ray {ray_s:.2f} s (Ray started in {start_s:.1f} s, "
         f"not counted); ray/pool = {result['ratio']:.2f}; first Ray run with the start "
-        f"{result['ray_cold_s']:.2f} s, ray/pool = {result['cold_ratio']:.2f}; "
+        f"{cold_s:.2f} s, ray/pool = {result['cold_ratio']:.2f}; "
         f"same results: {same}"
     )
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2))
-    return result
+    config = {"cells": cells, "workers": args.workers, "trials": args.trials,
+              "questions": args.questions, "repeats": args.repeats}  # fmt: skip
+    pool = f"process pool ({args.workers} workers)"
+    rows = [
+        Row(
+            name=f"grid of {cells} cells, executor: ray, connected",
+            config=config,
+            measured=ray_s,
+            unit="s",
+            baseline=pool,
+            baseline_measured=pool_s,
+            notes=f"same results: {same}; Ray started in {start_s:.1f} s, not counted",
+        ),
+        Row(
+            name=f"grid of {cells} cells, executor: ray, start + first run",
+            config=config,
+            measured=cold_s,
+            unit="s",
+            baseline=pool,
+            baseline_measured=pool_s,
+        ),
+    ]
+    return bench.finish(rows, result)
 
 
 if __name__ == "__main__":

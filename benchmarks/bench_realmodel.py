@@ -11,7 +11,9 @@ greedy decoding speed, all in one run.
 Usage::
 
     python benchmarks/bench_realmodel.py [--threads 1 2] [--tokens 32] [--repeats 3]
-        [--batch 4] [--json OUT]
+        [--batch 4] [--quick] [--json PATH]
+
+``--quick``: the first thread count, 4 tokens, a batch of 2, one repeat.
 
 Needs the model (``make realmodel``). Timings vary ±30 % on shared machines (the load
 average is printed): compare ratios within one run.
@@ -19,14 +21,15 @@ average is printed): compare ratios within one run.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
-import time
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, Timing, bench_parser, once, start, time_call
 
 from ragprivacy.generate import Prompt, Task, create_generator
 
@@ -43,47 +46,48 @@ QUESTIONS = (
 )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = bench_parser(__doc__, repeats=3, quick_repeats=1)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--tokens", type=int, default=32, help="new tokens per answer")
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    run = start("realmodel", parser, argv)
+    args = run.args
+    if args.quick:
+        args.threads, args.tokens, args.batch = args.threads[:1], 4, 2
 
     import torch
 
     torch.set_num_threads(max(args.threads))
-    start = time.perf_counter()
-    gen = create_generator("smollm2", max_tokens=args.tokens)
-    load_s = time.perf_counter() - start
+    loaded = once(lambda: create_generator("smollm2", max_tokens=args.tokens))
+    gen, load_s = loaded.value, loaded.seconds
     prompts = [Prompt(Task.ANSWER, q, CONTEXT) for q in QUESTIONS[: max(args.batch, 1)]]
-    print(f"load: {load_s:.1f} s  (load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)")
+    print(f"load: {load_s:.1f} s")
 
-    rows: list[dict[str, Any]] = []
+    def rate(outs: Timing[Any]) -> float:
+        return sum(len(o.tokens) for o in outs.value) / outs.seconds
+
+    per_threads: list[dict[str, Any]] = []
     for threads in args.threads:
         torch.set_num_threads(threads)
         gen.generate(prompts[0], max_tokens=2)  # warm-up
-        prefill = min(_timed(lambda: gen.generate(prompts[0], max_tokens=1))[0] for _ in "12")
+        prefill = time_call(lambda: gen.generate(prompts[0], max_tokens=1), repeats=2, warmup=0)
         single, batch = [], []
         for _ in range(args.repeats):
-            seconds, outs = _timed(lambda: [gen.generate(prompts[0])])
-            single.append(sum(len(o.tokens) for o in outs) / seconds)
-            seconds, outs = _timed(lambda: gen.generate_batch(prompts))
-            batch.append(sum(len(o.tokens) for o in outs) / seconds)
-        rows.append(
+            single.append(rate(once(lambda: [gen.generate(prompts[0])])))
+            batch.append(rate(once(lambda: gen.generate_batch(prompts))))
+        per_threads.append(
             {
                 "threads": threads,
-                "prefill_s": prefill,
+                "prefill_s": prefill.min,
                 "tokens_per_s": statistics.median(single),
                 "batch_tokens_per_s": statistics.median(batch),
             }
         )
-    base = rows[0]
+    base = per_threads[0]
     head = ("threads", "prefill s", "tok/s", "ratio", "batch tok/s", "ratio")
     print(" ".join(f"{h:>{w}}" for h, w in zip(head, (7, 9, 7, 6, 11, 6))))
-    for r in rows:
+    for r in per_threads:
         print(
             f"{r['threads']:>7} {r['prefill_s']:>9.2f} {r['tokens_per_s']:>7.1f} "
             f"{r['tokens_per_s'] / base['tokens_per_s']:>6.2f} {r['batch_tokens_per_s']:>11.1f} "
@@ -91,15 +95,30 @@ def main() -> None:
         )
     print(f"(ratios to one prompt at {base['threads']} thread(s); batch of {len(prompts)})")
     print("answer:", repr(gen.generate(prompts[0]).text))
-    if args.json is not None:
-        info = {"python": platform.python_version(), "torch": torch.__version__}
-        args.json.write_text(json.dumps({"load_s": load_s, "rows": rows, **info}, indent=2))
-
-
-def _timed(fn: Any) -> tuple[float, Any]:
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
+    baseline = f"one prompt at {base['threads']} thread{'s' * (base['threads'] > 1)}"
+    rows = []
+    for r in per_threads:
+        config = {"threads": r["threads"], "tokens": args.tokens, "repeats": args.repeats}
+        for what, key, size in (
+            ("one prompt", "tokens_per_s", 1),
+            (f"a batch of {len(prompts)}", "batch_tokens_per_s", len(prompts)),
+        ):
+            if r is base and size == 1:
+                continue  # the baseline itself
+            rows.append(
+                Row(
+                    name=f"greedy decoding, {what}, {r['threads']} thread"
+                    f"{'s' * (r['threads'] > 1)}",
+                    config={**config, "batch": size},
+                    measured=r[key],
+                    unit="new tokens/s",
+                    baseline=baseline,
+                    baseline_measured=base["tokens_per_s"],
+                    notes=f"prefill {r['prefill_s']:.2f} s",
+                )
+            )
+    result = {"load_s": load_s, "tokens": args.tokens, "threads": per_threads}
+    return run.finish(rows, result)
 
 
 if __name__ == "__main__":

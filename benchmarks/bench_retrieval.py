@@ -34,7 +34,7 @@ Repeats are interleaved (one query of every variant in turn) and each figure is 
 Usage::
 
     python benchmarks/bench_retrieval.py [--n 1000000] [--hnsw-n 100000] [--dim 384]
-        [--repeats 15] [--fallback-sigmas 0.1 0.3] [--sweep] [--json out.json] [--quick]
+        [--repeats 15] [--fallback-sigmas 0.1 0.3] [--sweep] [--json PATH] [--quick]
 
 ``--quick`` is a smoke run of a few seconds. Timings vary ±30 % on shared machines:
 compare ratios within one run.
@@ -42,15 +42,17 @@ compare ratios within one run.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import statistics
-import time
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, bench_parser, once, start, time_interleaved
 
 from ragprivacy.corpus import Corpus
 from ragprivacy.dp import PAPER_SCORE_RANGE, ChaCha20Bits, GaussianNoisyTopK
@@ -72,18 +74,8 @@ def _unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
     return x
 
 
-def _interleaved(fns: dict[str, Callable[[int], object]], repeats: int) -> dict[str, float]:
-    """Median seconds of each function over ``repeats`` rounds, one call of each per round
-    (call r gets argument r); one warm-up round first."""
-    for fn in fns.values():
-        fn(0)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for r in range(1, repeats + 1):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn(r)
-            times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(v) for name, v in times.items()}
+def _medians(timed: dict[str, Any]) -> dict[str, float]:
+    return {name: t.median for name, t in timed.items()}
 
 
 def _knowledge_base(data: np.ndarray, index: str, **kw: Any) -> KnowledgeBase:
@@ -141,7 +133,7 @@ def bench_floor(n: int, dim: int, k: int, repeats: int, rng: np.random.Generator
         "embed": lambda r: kb.embedder.encode([texts[r]]),
     }
     try:
-        med = _interleaved(fns, repeats)
+        med = _medians(time_interleaved(fns, repeats=repeats))
     finally:
         faiss.omp_set_num_threads(previous)
     base = min(med["faiss_flat_1t"], med["faiss_flat_2t"])
@@ -272,7 +264,7 @@ def _gather_crossover(kb: KnowledgeBase, vectors: np.ndarray, repeats: int) -> d
 
     for f in fractions:
         fns[f"gather_{f:g}"] = gather(picks[f])
-    med = _interleaved(fns, max(3, repeats // 3))
+    med = _medians(time_interleaved(fns, repeats=max(3, repeats // 3)))
     return {
         "row": "gathered scores of a fraction f against one scan",
         "n": n,
@@ -312,9 +304,8 @@ def _score_of(rows: np.ndarray, q: np.ndarray) -> Callable[[np.ndarray], np.ndar
 def _hnsw(n: int, dim: int, queries: int, rng: np.random.Generator, ef_construction: int) -> Any:
     data, qs = _clustered(rng, n, dim, queries + 1)
     index = create_index("faiss-hnsw", dim=dim, num_threads=1, ef_construction=ef_construction)
-    t = time.perf_counter()
-    index.add(data, [str(i) for i in range(n)])
-    return index, data, qs, time.perf_counter() - t
+    build = once(lambda: index.add(data, [str(i) for i in range(n)]))
+    return index, data, qs, build.seconds
 
 
 def bench_fallback(
@@ -354,7 +345,7 @@ def bench_fallback(
             fell.append(sel.fell_back)
             return sel
 
-        med = _interleaved({"full": full, "lazy": lazy}, repeats)
+        med = _medians(time_interleaved({"full": full, "lazy": lazy}, repeats=repeats))
         row = {
             "row": "lazy noise-then-select, fallback",
             "n": n,
@@ -382,6 +373,11 @@ class _Lookup(HashingEmbedder):
         return self._vectors[[int(t[1:]) for t in texts]]
 
 
+def _query(retriever: NoisyTopKRetriever, texts: list[str]) -> Callable[[int], object]:
+    """Round i retrieves ``texts[i]``."""
+    return lambda i: retriever.retrieve(texts[i])
+
+
 def bench_fallback_retriever(
     index: Any, qs: np.ndarray, k: int, sigmas: Sequence[float], queries: int, candidates: int
 ) -> list[dict]:
@@ -406,15 +402,15 @@ def bench_fallback_retriever(
         for r in range(window):  # fill the memory: the steady state is what is timed
             lazy.retrieve(f"q{r % len(qs)}")
         skipped_before = lazy.fallbacks.skipped
-        times: dict[str, list[float]] = {"full": [], "lazy": []}
-        for r in range(queries):
-            text = f"q{r % len(qs)}"
-            for name, ret in (("full", full), ("lazy", lazy)):
-                t = time.perf_counter()
-                ret.retrieve(text)
-                times[name].append(time.perf_counter() - t)
+
+        texts = [f"q{r % len(qs)}" for r in range(queries)]
+        timed = time_interleaved(
+            {"full": _query(full, texts), "lazy": _query(lazy, texts)},
+            repeats=queries,
+            warmup=0,
+        )
         skipped = lazy.fallbacks.skipped - skipped_before
-        mean = {name: statistics.fmean(v) for name, v in times.items()}
+        mean = {name: t.mean for name, t in timed.items()}
         row = {
             "row": "lazy retriever, fallback remembered",
             "n": n,
@@ -447,7 +443,11 @@ def bench_sweep(
     n = data.shape[0]
     bb = BucketBounds.build(data, buckets=buckets, iterations=5, rng=0)
     rows = np.asarray(index.vectors())
-    plain_t = _interleaved({"p": lambda r: index.search(qs[r % len(qs)][None, :], k)}, len(qs))
+    plain_t = _medians(
+        time_interleaved(
+            {"p": lambda r: index.search(qs[r % len(qs)][None, :], k)}, repeats=len(qs)
+        )
+    )
     out = []
     for sigma in sigmas:
         for mode in ("global", "buckets"):
@@ -476,10 +476,13 @@ def bench_sweep(
                 )
                 stats.append((sel.fell_back, sel.revealed, sel.rounds))
 
-            t_lazy = _interleaved({"l": lazy}, len(qs) - 1)["l"]
+            t_lazy = time_interleaved({"l": lazy}, repeats=len(qs) - 1)["l"].median
             row = {
+                "row": "lazy noise-then-select over HNSW candidates",
                 "n": n,
                 "sigma": sigma,
+                "baseline": "plain HNSW search",
+                "baseline_ms": plain_t["p"] * 1e3,
                 "bound": mode,
                 "buckets": bb.count if mode == "buckets" else 1,
                 "plain_hnsw_ms": plain_t["p"] * 1e3,
@@ -494,13 +497,70 @@ def bench_sweep(
     return out
 
 
+# Goals of the rows by the start of their name: the largest ratio to the baseline, and
+# the largest share of the query the noise may take where one was set.
+GOALS: dict[str, tuple[float, float | None]] = {
+    "exact noisy top-K, float": (1.3, None),
+    "exact noisy top-K, secure": (1.6, 0.20),
+    "lazy noise-then-select, fallback": (1.1, None),
+    "lazy retriever, fallback remembered": (1.1, None),
+}
+_CONFIG_KEYS = ("n", "dim", "sigma", "queries", "bound", "buckets")
+
+
+def rows(res: dict[str, Any]) -> list[Row]:
+    """One row per measurement of a run's details that names a baseline (every list of
+    ``floor``, ``fallback``, ``fallback_retriever``, ``sweep``), with its goal, and the
+    noise's share of the query where a goal caps it."""
+    out: list[Row] = []
+    for section in ("floor", "fallback", "fallback_retriever", "sweep"):
+        for r in res.get(section, []):
+            if "baseline" not in r:  # a supporting measurement, not a ratio to a baseline
+                continue
+            config = {k: r[k] for k in _CONFIG_KEYS if k in r}
+            name = f"{r['row']}, n = {r['n']:,}"
+            if section != "floor":
+                name += f", σ = {r['sigma']:g}"
+            if "bound" in r:
+                name += f", {r['bound']} bound"
+            measured = r["retrieve_ms"] if "retrieve_ms" in r else r["lazy_ms"]
+            goal = next((g for p, g in GOALS.items() if r["row"].startswith(p)), None)
+            notes = f"fallback rate {r['fallback_rate']:.2f}" if "fallback_rate" in r else ""
+            out.append(
+                Row(
+                    name=name,
+                    config=config,
+                    measured=measured,
+                    unit="ms",
+                    baseline=r["baseline"],
+                    baseline_measured=r["baseline_ms"],
+                    goal=None if goal is None else f"≤ {goal[0]:g}×",
+                    met=None if goal is None else measured / r["baseline_ms"] <= goal[0],
+                    notes=notes,
+                )
+            )
+            if goal is not None and goal[1] is not None and "noise_ms" in r:
+                out.append(
+                    Row(
+                        name=f"{name}: noise's share of the query",
+                        config=config,
+                        measured=r["noise_ms"],
+                        unit="ms",
+                        baseline="the whole query",
+                        baseline_measured=measured,
+                        goal=f"≤ {goal[1]:.0%}",
+                        met=r["noise_ms"] / measured <= goal[1],
+                    )
+                )
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = bench_parser(__doc__, repeats=15, quick_repeats=3)
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--hnsw-n", type=int, default=100_000)
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--k", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--fallback-sigmas", type=float, nargs="+", default=[0.1, 0.3])
     p.add_argument("--candidates", type=int, default=64)
     p.add_argument("--ef-construction", type=int, default=200)
@@ -509,14 +569,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "--sigmas", type=float, nargs="+", default=[0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 30.0, 422.0]
     )
     p.add_argument("--buckets", type=int, default=None)
-    p.add_argument("--json", default=None)
-    p.add_argument("--quick", action="store_true", help="smoke run in seconds")
-    a = p.parse_args(argv)
+    run = start("retrieval", p, argv)
+    a = run.args
     if a.quick:
-        a.n, a.hnsw_n, a.dim, a.repeats, a.ef_construction = 20_000, 3_000, 64, 3, 40
+        a.n, a.hnsw_n, a.dim, a.ef_construction = 20_000, 3_000, 64, 40
         a.sigmas = [0.3, 30.0]
     rng = np.random.default_rng(0)
-    result: dict[str, Any] = {"machine_cpus": os.cpu_count(), "quick": a.quick}
+    result: dict[str, Any] = {}
     result["floor"] = bench_floor(a.n, a.dim, a.k, a.repeats, rng) if a.n else []
     for row in result["floor"]:
         print(json.dumps(row), flush=True)
@@ -533,10 +592,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             result["sweep"] = bench_sweep(
                 index, data, qs, a.k, a.sigmas, candidates=a.candidates, buckets=a.buckets
             )
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
-    return result
+    return run.finish(rows(result), result)
 
 
 if __name__ == "__main__":

@@ -15,23 +15,27 @@ path, per draw, at each σ: the figure docs/dp.md quotes.
 
 Usage::
 
-    python benchmarks/bench_samplers.py [--n 1000000] [--repeats 3] [--json out.json]
+    python benchmarks/bench_samplers.py [--n 1000000] [--repeats 3] [--opendp-n 100000]
+        [--quick] [--json PATH]
+
+``--quick``: 20,000 draws (2,000 for OpenDP), one repeat.
 
 Timings vary ±30 % on shared machines: compare ratios within one run.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, bench_parser, start, time_call
 
 from ragprivacy.dp import (
     ChaCha20Bits,
@@ -40,16 +44,6 @@ from ragprivacy.dp import (
     discrete_laplace,
     gaussian_noise_float,
 )
-
-
-def _time(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm up (imports, caches)
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
 
 
 def _opendp_cases(n: int) -> dict[str, Callable[[], object]]:
@@ -95,8 +89,9 @@ def _exact_path_rates(src: ChaCha20Bits, n: int) -> dict[str, float]:
     return out
 
 
-def run(n: int, repeats: int, opendp_n: int) -> dict[str, object]:
-    """Time every sampler; returns a JSON-ready report."""
+def run(n: int, repeats: int, opendp_n: int) -> dict[str, Any]:
+    """Time every sampler (the median of ``repeats`` after a warm-up; one timing of the
+    cases of other sizes); returns a JSON-ready report."""
     src = ChaCha20Bits.from_entropy()
     rng = np.random.default_rng(0)
     cases: dict[str, tuple[int, Callable[[], object]]] = {
@@ -112,28 +107,28 @@ def run(n: int, repeats: int, opendp_n: int) -> dict[str, object]:
     for sigma in (1.0, 50.0, 2.0**20, 3584.4 * 2**20, 2.0**32):
         cases[f"ragprivacy discrete_gaussian sigma=2^{np.log2(sigma):.1f} (secure)"] = (
             n,
-            lambda s=sigma: discrete_gaussian(s, n, bits=src),
+            partial(discrete_gaussian, sigma, n, bits=src),
         )
     for scale in (1.0, 50.0, 2.0**32):
         cases[f"ragprivacy discrete_laplace scale=2^{np.log2(scale):.1f} (secure)"] = (
             n,
-            lambda s=scale: discrete_laplace(s, n, bits=src),
+            partial(discrete_laplace, scale, n, bits=src),
         )
     scores = np.random.default_rng(1).uniform(-1, 1, 100_000)
     for sigma in (0.05, 3584.4):
         mech = GaussianNoisyTopK(sigma=sigma, k=5)
         cases[f"GaussianNoisyTopK sigma={sigma:g}, N=1e5 (secure, per score)"] = (
             scores.size,
-            lambda m=mech: m.select(scores, bits=src),
+            partial(mech.select, scores, bits=src),
         )
     opendp = _opendp_cases(opendp_n)
     for name, fn in opendp.items():
         cases[name] = (opendp_n, fn)
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     base = None
     for name, (count, fn) in cases.items():
-        seconds = _time(fn, repeats if count == n else 1)
+        seconds = time_call(fn, repeats=repeats if count == n else 1).median
         rate = count / seconds
         if base is None:
             base = rate
@@ -141,37 +136,46 @@ def run(n: int, repeats: int, opendp_n: int) -> dict[str, object]:
     for row in rows:
         row["relative_to_numpy"] = row["draws_per_s"] / base  # type: ignore[operator]
     return {
+        "draws": n,
+        "repeats": repeats,
         "exact_path_per_draw": _exact_path_rates(src, n),
-        "machine": platform.platform(),
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "cpu_count": os.cpu_count(),
         "opendp": "measured" if opendp else "not installed (skipped)",
         "results": rows,
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def rows(report: dict[str, Any]) -> list[Row]:
+    """Each sampler's draws per second against numpy's ``standard_normal`` (the first
+    case)."""
+    base, *others = report["results"]
+    return [
+        Row(
+            name=r["sampler"],
+            config={"draws": r["draws"]},
+            measured=r["draws_per_s"],
+            unit="draws/s",
+            baseline=base["sampler"],
+            baseline_measured=base["draws_per_s"],
+        )
+        for r in others
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = bench_parser(__doc__, repeats=3, quick_repeats=1, repeats_help="timings per sampler")
     parser.add_argument("--n", type=int, default=1_000_000, help="draws per timing")
-    parser.add_argument("--repeats", type=int, default=3, help="timings per sampler (median)")
     parser.add_argument("--opendp-n", type=int, default=100_000, help="draws for OpenDP")
-    parser.add_argument("--json", type=str, default=None, help="also write the report here")
-    args = parser.parse_args(argv)
+    bench = start("samplers", parser, argv)
+    args = bench.args
+    if args.quick:
+        args.n, args.opendp_n = 20_000, 2_000
     report = run(args.n, args.repeats, args.opendp_n)
-    width = max(len(r["sampler"]) for r in report["results"])  # type: ignore[index]
-    print(f"{'sampler':<{width}}  {'draws/s':>12}  {'x numpy':>8}")
-    for r in report["results"]:  # type: ignore[union-attr]
-        print(f"{r['sampler']:<{width}}  {r['draws_per_s']:>12.3g}  {r['relative_to_numpy']:>8.3f}")
     print(f"OpenDP: {report['opendp']}")
     print("exact-path comparisons per draw (discrete_gaussian):")
-    for key, rate in report["exact_path_per_draw"].items():  # type: ignore[union-attr]
+    for key, rate in report["exact_path_per_draw"].items():
         print(f"  {key:<14} {rate:.3g}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2)
-    return 0
+    return bench.finish(rows(report), report)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -30,7 +30,11 @@ Usage::
 
     python benchmarks/bench_service.py [--docs 100000] [--queries 600] [--concurrency 1 8]
         [--verify-docs 10000] [--verify-queries 10000] [--timing-queries 300]
-        [--threads 1] [--out DIR] [--quick] [--skip http profile verify timing]
+        [--rounds 3] [--threads 1] [--out DIR] [--json PATH] [--quick]
+        [--skip http profile verify timing]
+
+``--out DIR`` writes ``results.json`` (the same results file as ``--json``) and
+``results.md``; ``--rounds`` is also spelled ``--repeats``.
 
 ``--quick`` runs everything small in well under a minute. Timings vary ±30 % on shared
 machines: compare ratios within one run.
@@ -40,12 +44,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import functools
-import inspect
 import json
 import os
-import platform
 import signal
 import socket
 import statistics
@@ -53,11 +53,27 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import (
+    Machine,
+    Row,
+    StageTimer,
+    bench_parser,
+    markdown_table,
+    once,
+    start,
+    time_call,
+    time_interleaved,
+    write_results,
+)
 
 from ragprivacy.service.app import MAX_BODY_BYTES, RetrieveRequest  # the service's shape
 from ragprivacy.types import Document
@@ -111,15 +127,18 @@ def build_state(
     a key, and an open window. Returns (state, name → key token, build seconds)."""
     from ragprivacy.service import ServiceState, open_window
 
-    t = time.perf_counter()
-    state = ServiceState(directory, embedder=EMBEDDER)
-    state.create_tenant(TENANT, k=K)
-    state.add_documents(TENANT, documents, batch=1024)
-    for name, rate in accounts.items():
-        state.create_account(TENANT, name, epsilon=epsilon, delta=delta, rate_limit=rate)
-    keys = {name: state.create_key(name).token for name in accounts}
-    open_window(state)
-    return state, keys, time.perf_counter() - t
+    def build() -> tuple[Any, dict[str, str]]:
+        state = ServiceState(directory, embedder=EMBEDDER)
+        state.create_tenant(TENANT, k=K)
+        state.add_documents(TENANT, documents, batch=1024)
+        for name, rate in accounts.items():
+            state.create_account(TENANT, name, epsilon=epsilon, delta=delta, rate_limit=rate)
+        keys = {name: state.create_key(name).token for name in accounts}
+        open_window(state)
+        return state, keys
+
+    built = once(build)
+    return *built.value, built.seconds
 
 
 # ---------------------------------------------------------------------------- servers
@@ -303,15 +322,16 @@ def bench_http(
     plain = serve_baseline(state_dir, threads)
     try:
         # the first private request loads the window (documents, fixed point, Merkle tree)
-        t = time.perf_counter()
-        r = httpx.post(
-            private.url + "/v1/retrieve",
-            json={"query": "warm up"},
-            headers={"Authorization": f"Bearer {keys[accounts[0]]}"},
-            timeout=600,
+        first = once(
+            lambda: httpx.post(
+                private.url + "/v1/retrieve",
+                json={"query": "warm up"},
+                headers={"Authorization": f"Bearer {keys[accounts[0]]}"},
+                timeout=600,
+            )
         )
-        r.raise_for_status()
-        out["private_first_request_s"] = time.perf_counter() - t
+        first.value.raise_for_status()
+        out["private_first_request_s"] = first.seconds
         for c in concurrency:
             tokens = [keys[accounts[i]] for i in range(c)]
             warm = qs[:c]
@@ -329,7 +349,7 @@ def bench_http(
                     lt, w = asyncio.run(_drive(url, toks, block, c))
                     lat[name] += lt
                     wall[name] += w
-            row = {
+            row: dict[str, Any] = {
                 "concurrency": c,
                 "plain": _summary(lat["plain"], wall["plain"]),
                 "private": _summary(lat["private"], wall["private"]),
@@ -361,62 +381,18 @@ def bench_closed_window_reads(state: Any, threads: int, repeats: int = 3) -> dic
         path = f"/v1/audit/windows/{wid}/tree-head"
         for label in ("open", "closed"):
             if label == "closed":
-                t = time.perf_counter()
-                close_window(state)
-                out["close_window_s"] = time.perf_counter() - t
-            httpx.get(server.url + path, timeout=600).raise_for_status()  # warm
-            times = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                httpx.get(server.url + path, timeout=600).raise_for_status()
-                times.append(time.perf_counter() - t)
-            out[f"tree_head_{label}_ms"] = 1e3 * statistics.median(times)
+                out["close_window_s"] = once(lambda: close_window(state)).seconds
+            reads = time_call(  # one warm-up read, then the timed ones
+                lambda: httpx.get(server.url + path, timeout=600).raise_for_status(),
+                repeats=repeats,
+            )
+            out[f"tree_head_{label}_ms"] = 1e3 * reads.median
     finally:
         server.stop()
     return out
 
 
 # ---------------------------------------------------------------------------- profile
-class _Stages:
-    """Exclusive wall time per named stage (a nested stage's time is not its caller's)."""
-
-    def __init__(self) -> None:
-        self.totals: dict[str, float] = {}
-        self._stack: list[list[Any]] = []
-
-    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            frame = [name, time.perf_counter(), 0.0]
-            self._stack.append(frame)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._stack.pop()
-                elapsed = time.perf_counter() - frame[1]
-                self.totals[name] = self.totals.get(name, 0.0) + elapsed - frame[2]
-                if self._stack:
-                    self._stack[-1][2] += elapsed
-
-        return timed
-
-    @contextlib.contextmanager
-    def patched(self, targets: list[tuple[Any, str, str]]) -> Iterator[None]:
-        saved = []
-        for owner, attr, name in targets:
-            raw = inspect.getattr_static(owner, attr)
-            saved.append((owner, attr, raw))
-            if isinstance(raw, staticmethod):
-                setattr(owner, attr, staticmethod(self.wrap(name, raw.__func__)))
-            else:
-                setattr(owner, attr, self.wrap(name, raw))
-        try:
-            yield
-        finally:
-            for owner, attr, raw in reversed(saved):
-                setattr(owner, attr, raw)
-
-
 def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) -> dict[str, Any]:
     """Median exclusive ms per stage of one private request, in process."""
     from ragprivacy.audit import noise as audit_noise
@@ -429,10 +405,8 @@ def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) 
     from ragprivacy.service import ServiceProvider, ServiceState, SqliteWitnessStore
 
     sp = ServiceProvider(state)
-    t = time.perf_counter()
-    sp.retrieve(account, "warm up")  # loads the window
-    load = time.perf_counter() - t
-    stages = _Stages()
+    load = once(lambda: sp.retrieve(account, "warm up")).seconds  # loads the window
+    stages = StageTimer()
     targets = [
         (ServiceState, "authenticate", "API key check (scrypt once per key, then cached)"),
         (ServiceProvider, "_current", "window lookup (SQLite)"),
@@ -452,15 +426,16 @@ def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) 
     ]
     per_query: list[dict[str, float]] = []
     totals: list[float] = []
+
+    def request(q: str) -> None:
+        served = sp.retrieve(state.authenticate(token), q)
+        json.dumps(served.to_dict())
+
     with stages.patched(targets):
         for q in queries:
-            stages.totals = {}
-            t = time.perf_counter()
-            who = state.authenticate(token)
-            served = sp.retrieve(who, q)
-            json.dumps(served.to_dict())
-            totals.append(time.perf_counter() - t)
-            per_query.append(dict(stages.totals))
+            stages.reset()
+            totals.append(once(partial(request, q)).seconds)
+            per_query.append(dict(stages.seconds))
     names = list(dict.fromkeys(n for _, _, n in targets))
     out = {n: 1e3 * statistics.median(p.get(n, 0.0) for p in per_query) for n in names}
     out["other (answer_query glue, record, JSON)"] = 1e3 * statistics.median(
@@ -485,13 +460,7 @@ def bench_scores_fix(state: Any, repeats: int = 10) -> dict[str, float]:
     kept = scoring_matrix(fixed)
 
     def med(fn: Callable[[], object]) -> float:
-        fn()
-        ts = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        return 1e3 * statistics.median(ts)
+        return 1e3 * time_call(fn, repeats=repeats).median
 
     assert np.array_equal(integer_scores(fixed, q, 20), integer_scores(kept, q, 20))
     return {
@@ -525,21 +494,20 @@ def bench_verify(
     qs = make_queries(per * accounts, seed=6)
     receipts = root / "verify-receipts"
     receipts.mkdir()
-    t = time.perf_counter()
-    with open(receipts / "receipts.jsonl", "w") as f:
-        for i in range(queries):
-            served = sp.retrieve(f"v{i % accounts}", qs[i])
-            f.write(json.dumps(served.receipt, sort_keys=True) + "\n")
-    serve_s = time.perf_counter() - t
+
+    def serve() -> None:
+        with open(receipts / "receipts.jsonl", "w") as f:
+            for i in range(queries):
+                served = sp.retrieve(f"v{i % accounts}", qs[i])
+                f.write(json.dumps(served.receipt, sort_keys=True) + "\n")
+
+    serve_s = once(serve).seconds
     if sp._provider is not None:
         sp._provider.ledger.close()
-    t = time.perf_counter()
-    close_window(state)
-    close_s = time.perf_counter() - t
+    close_s = once(lambda: close_window(state)).seconds
     wid = state.windows()[-1].window_id
-    t = time.perf_counter()
-    auditor = export_auditor(state, wid, root / "verify-auditor")
-    export_s = time.perf_counter() - t
+    exported = once(lambda: export_auditor(state, wid, root / "verify-auditor"))
+    auditor, export_s = exported.value, exported.seconds
     out: dict[str, Any] = {
         "docs": docs,
         "queries": queries,
@@ -558,15 +526,22 @@ def bench_verify(
                 "import ragprivacy.cli.app, ragprivacy.audit, ragprivacy.service, scipy.stats;"
                 f"from ragprivacy.embed import create_embedder; create_embedder({EMBEDDER!r})"
             )
-            t = time.perf_counter()
-            subprocess.run([sys.executable, "-c", imports], check=True, env=_env(threads))
-            out["cli_startup_s"] = time.perf_counter() - t
+            out["cli_startup_s"] = once(
+                lambda: subprocess.run(
+                    [sys.executable, "-c", imports], check=True, env=_env(threads)
+                )
+            ).seconds
         for mode in ("full", "sampled") if cli else ():
-            t = time.perf_counter()
-            done = subprocess.run(
-                [*cmd, "--mode", mode], capture_output=True, text=True, env=_env(threads)
+            ran = once(
+                partial(
+                    subprocess.run,
+                    [*cmd, "--mode", mode],
+                    capture_output=True,
+                    text=True,
+                    env=_env(threads),
+                )
             )
-            wall = time.perf_counter() - t
+            done, wall = ran.value, ran.seconds
             if done.returncode != 0:
                 raise RuntimeError(f"audit verify {mode} failed: {done.stdout[-800:]}")
             verdict = json.loads(done.stdout)
@@ -574,19 +549,17 @@ def bench_verify(
             out[f"cli_{mode}_verdict"] = verdict["verdict"]
             out[f"cli_{mode}_records_checked"] = verdict["records_checked"]
         # in-process split of the same work
-        t = time.perf_counter()
-        transcript = fetch_window(server.url, wid)
-        out["fetch_s"] = time.perf_counter() - t
+        fetched = once(lambda: fetch_window(server.url, wid))
+        transcript, out["fetch_s"] = fetched.value, fetched.seconds
     finally:
         server.stop()
-    t = time.perf_counter()
-    package = load_window(auditor)[2]
-    recs = [Receipt.from_dict(r) for r in load_receipts(receipts)]
-    out["load_package_and_receipts_s"] = time.perf_counter() - t
+    loaded = once(
+        lambda: (load_window(auditor)[2], [Receipt.from_dict(r) for r in load_receipts(receipts)])
+    )
+    (package, recs), out["load_package_and_receipts_s"] = loaded.value, loaded.seconds
     for mode in ("full", "sampled"):
-        t = time.perf_counter()
-        v = Verifier(mode=mode, rng=0).verify(transcript, recs, package)
-        out[f"verify_{mode}_s"] = time.perf_counter() - t
+        verified = once(partial(Verifier(mode=mode, rng=0).verify, transcript, recs, package))
+        v, out[f"verify_{mode}_s"] = verified.value, verified.seconds
         out[f"verify_{mode}_passed"] = v.passed
         out[f"verify_{mode}_records_checked"] = v.records_checked
     print(json.dumps(out), flush=True)
@@ -614,17 +587,8 @@ def _compare(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> dict[s
     return out
 
 
-def _interleave(fns: dict[str, Callable[[], object]], n: int, seed: int) -> dict[str, list[float]]:
-    """``n`` timed calls of each fn, the order shuffled within every round."""
-    rng = np.random.default_rng(seed)
-    names = list(fns)
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for _ in range(n):
-        for i in rng.permutation(len(names)):
-            t = time.perf_counter()
-            fns[names[i]]()
-            times[names[i]].append(time.perf_counter() - t)
-    return times
+def _ignoring_round(fn: Callable[[], object]) -> Callable[[int], object]:
+    return lambda _: fn()
 
 
 def bench_timing(
@@ -651,20 +615,27 @@ def bench_timing(
         name: docs[target].id in {d for d, _ in sp.retrieve(acct, PROBE).documents}
         for name, (sp, acct) in worlds.items()
     }
-    fns = {name: functools.partial(sp.retrieve, acct, PROBE) for name, (sp, acct) in worlds.items()}
-    times = _interleave(fns, n, seed=7)
+    times = time_interleaved(  # the order drawn anew for every round
+        {
+            name: _ignoring_round(partial(sp.retrieve, acct, PROBE))
+            for name, (sp, acct) in worlds.items()
+        },
+        repeats=n,
+        warmup=0,
+        shuffle=np.random.default_rng(7),
+    )
     out: dict[str, Any] = {
         "docs": len(docs),
         "queries_per_world": n,
         "build_nonmember_state_s": build,
         "target_in_top_k": hits,
-        "member_vs_nonmember": _compare(times["member"], times["nonmember"]),
-        "aa_member_vs_member_copy": _compare(times["member"], times["member_copy"]),
+        "member_vs_nonmember": _compare(times["member"].samples, times["nonmember"].samples),
+        "aa_member_vs_member_copy": _compare(times["member"].samples, times["member_copy"].samples),
     }
     for sp, _ in worlds.values():
         if sp._provider is not None:
             sp._provider.ledger.close()
-    del worlds, fns
+    del worlds
     # contrast: the library retriever, eager and lazy (float simulation; not the service)
     kbs = {}
     for name, state_docs, st in (("member", docs, member), ("nonmember", other_docs, outsider)):
@@ -688,29 +659,24 @@ def bench_timing(
             }
             for r in rets.values():
                 r.retrieve(PROBE)
-            t2 = _interleave(
-                {w: functools.partial(r.retrieve, PROBE) for w, r in rets.items()}, n, 8
+            t2 = time_interleaved(
+                {w: _ignoring_round(partial(r.retrieve, PROBE)) for w, r in rets.items()},
+                repeats=n,
+                warmup=0,
+                shuffle=np.random.default_rng(8),
             )
-            row = _compare(t2["member"], t2["nonmember"])
+            row = _compare(t2["member"].samples, t2["nonmember"].samples)
             out[f"library_sigma{sigma}_{'lazy' if lazy else 'eager'}"] = row
     print(json.dumps(out), flush=True)
     return out
 
 
 # ---------------------------------------------------------------------------- report
-def _load() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "?"
-
-
 def markdown(res: dict[str, Any]) -> str:
     lines = [
         "# bench_service",
         "",
-        f"machine: {res['machine']}; load average at start {res['load_start']}, "
-        f"at end {res['load_end']}; BLAS threads {res['threads']}",
+        f"{Machine.from_dict(res['machine']).summary()}; BLAS threads set to {res['threads']}",
         "",
     ]
     http = res.get("http")
@@ -806,23 +772,82 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------- main
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def rows(res: dict[str, Any]) -> list[Row]:
+    """Private against plain requests per level of clients (throughput, p50 and p99
+    latency); the kept float64 scoring matrix against the per-query conversion; sampled
+    against full verification."""
+    out = []
+    base = "privacy off (plain top-K, same HTTP stack)"
+    for level in res.get("http", {}).get("levels", []):
+        c = level["concurrency"]
+        config = {"docs": res["docs"], "k": K, "clients": c, "threads": res["threads"]}
+        for what, key, unit in (
+            ("throughput", "req_per_s", "req/s"),
+            ("p50 latency", "p50_ms", "ms"),
+            ("p99 latency", "p99_ms", "ms"),
+        ):
+            out.append(
+                Row(
+                    name=f"POST /v1/retrieve, private, {c} client{'s' * (c > 1)}: {what}",
+                    config=config,
+                    measured=level["private"][key],
+                    unit=unit,
+                    baseline=base,
+                    baseline_measured=level["plain"][key],
+                )
+            )
+    fix = res.get("scores_fix")
+    if fix:
+        out.append(
+            Row(
+                name=f"exact integer scores of {res['docs']:,} documents, kept float64 matrix",
+                config={"docs": res["docs"]},
+                measured=fix["cached_float64_ms"],
+                unit="ms",
+                baseline="the int32 matrix converted to float64 per query",
+                baseline_measured=fix["integer_scores_ms"],
+            )
+        )
+    ver = res.get("verify")
+    if ver:
+        out.append(
+            Row(
+                name=f"audit verify of {ver['queries']:,} queries over {ver['docs']:,} "
+                "documents, sampled (in process)",
+                config={"docs": ver["docs"], "queries": ver["queries"]},
+                measured=ver["verify_sampled_s"],
+                unit="s",
+                baseline="full verification",
+                baseline_measured=ver["verify_full_s"],
+                notes=f"{ver['verify_sampled_records_checked']:,} of "
+                f"{ver['verify_full_records_checked']:,} records",
+            )
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    p = bench_parser(
+        __doc__,
+        repeats=3,
+        quick_repeats=2,
+        repeats_help="alternating blocks per level of clients",
+        repeats_aliases=("--rounds",),
+    )
     p.add_argument("--docs", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=600, help="HTTP requests per mode and level")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    p.add_argument("--rounds", type=int, default=3, help="alternating blocks per level")
     p.add_argument("--profile-queries", type=int, default=30)
     p.add_argument("--verify-docs", type=int, default=10_000)
     p.add_argument("--verify-queries", type=int, default=10_000)
     p.add_argument("--timing-queries", type=int, default=300)
     p.add_argument("--threads", type=int, default=1, help="BLAS threads (servers and here)")
     p.add_argument("--skip", nargs="*", default=[], choices=["http", "profile", "verify", "timing"])
-    p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None, help="directory for results.json and results.md")
     p.add_argument("--serve-baseline", default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    a = p.parse_args()
+    run = start("service", p, argv)
+    a = run.args
     if a.serve_baseline:
         import uvicorn
 
@@ -833,19 +858,19 @@ def main() -> None:
             log_level="warning",
             access_log=False,
         )
-        return
+        return None
     if a.quick:
-        a.docs, a.queries, a.concurrency, a.rounds = 1000, 24, [1, 4], 2
+        a.docs, a.queries, a.concurrency = 1000, 24, [1, 4]
         a.profile_queries, a.verify_docs, a.verify_queries, a.timing_queries = 8, 300, 100, 20
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(a.threads)
     res: dict[str, Any] = {
-        "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}",
-        "load_start": _load(),
         "threads": a.threads,
         "docs": a.docs,
-        "args": {k: v for k, v in vars(a).items() if k not in ("serve_baseline", "port")},
+        "args": {
+            k: v for k, v in vars(a).items() if k not in ("serve_baseline", "port", "json", "out")
+        },
     }
     global _PYCACHE
     with tempfile.TemporaryDirectory(prefix="bench_service_") as tmp:
@@ -868,7 +893,7 @@ def main() -> None:
                 {k: v for k, v in keys.items() if k.startswith("c")},
                 queries=a.queries,
                 concurrency=a.concurrency,
-                rounds=a.rounds,
+                rounds=a.repeats,
                 threads=a.threads,
             )
         if "profile" not in a.skip:
@@ -884,14 +909,17 @@ def main() -> None:
             res["verify"] = bench_verify(
                 root, a.verify_docs, a.verify_queries, a.threads, cli=not a.quick
             )
-    res["load_end"] = _load()
-    md = markdown(res)
+    document = run.finish(rows(res), res)
+    md = markdown(document)
+    if document["rows"]:
+        md += "\n\n" + markdown_table(rows(res))
     print(md)
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(res, indent=1))
+        write_results(out / "results.json", document)
         (out / "results.md").write_text(md + "\n")
+    return document
 
 
 if __name__ == "__main__":

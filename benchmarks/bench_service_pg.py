@@ -26,7 +26,10 @@ pgserver's (the tests' fixture, started here), on a Unix socket on the same mach
 Usage::
 
     python benchmarks/bench_service_pg.py [--docs 20000] [--queries 400] [--rounds 3]
-        [--concurrency 8] [--postgres URL] [--out DIR] [--quick]
+        [--concurrency 8] [--postgres URL] [--out DIR] [--json PATH] [--quick]
+
+``--out DIR`` writes ``results.json`` (the same results file as ``--json``); ``--rounds``
+is also spelled ``--repeats``.
 
 ``--quick`` is a smoke run (small, seconds of load). On a 2-core machine two replicas
 share the same two cores as the clients and the database: the ratio there measures
@@ -36,16 +39,13 @@ compare ratios within one run.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
+from _harness import Row, bench_parser, once, start, write_results  # noqa: E402
 from bench_service import (  # noqa: E402  (the service benchmark's data and servers)
     EMBEDDER,
     TENANT,
@@ -127,20 +128,49 @@ async def _spread(
     return [x for lat, _ in done for x in lat], wall
 
 
-def main() -> None:
+def rows(res: dict[str, Any]) -> list[Row]:
+    """Requests/s: PostgreSQL against SQLite with one replica, two replicas against one,
+    and the tenant streamed from its pgvector table against one held in memory."""
+    rate = res["req_per_s"]
+    config = {k: res[k] for k in ("docs", "queries_per_block", "rounds", "concurrency")}
+    return [
+        Row(
+            name=f"{name}, {res['docs']:,} documents, {res['concurrency']} clients",
+            config={**config, "setup": setup},
+            measured=rate[setup],
+            unit="req/s",
+            baseline=baseline,
+            baseline_measured=rate[base],
+        )
+        for name, setup, baseline, base in (
+            ("state in PostgreSQL, one replica (pg-1)", "pg-1", "SQLite state, one replica",
+             "sqlite-1"),
+            ("state in PostgreSQL, two replicas (pg-2)", "pg-2", "pg-1", "pg-1"),
+            ("pgvector table streamed per query (pg-1)", "pg-1",
+             "embeddings held in the replica (pg-1-inline)", "pg-1-inline"),
+        )
+    ]  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from ragprivacy.embed import create_embedder
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(
+        __doc__,
+        repeats=3,
+        quick_repeats=2,
+        repeats_help="alternating blocks per set-up",
+        repeats_aliases=("--rounds",),
+    )
     p.add_argument("--docs", type=int, default=20000)
     p.add_argument("--queries", type=int, default=400, help="per set-up and round")
-    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--postgres", default=None, help="a database URL (default: start pgserver)")
     p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--quick", action="store_true")
-    a = p.parse_args()
+    run = start("service_pg", p, argv)
+    a = run.args
     if a.quick:
-        a.docs, a.queries, a.rounds, a.concurrency = 500, 40, 2, 4
+        a.docs, a.queries, a.concurrency = 500, 40, 4
     tmp = Path(tempfile.mkdtemp(prefix="bench-service-pg-"))
     stop = None
     if a.postgres is None:
@@ -152,10 +182,15 @@ def main() -> None:
     servers: list[Server] = []
     try:
         key_file = tmp / "identity.key"
-        t = time.perf_counter()
-        keys_sqlite = build(str(tmp / "state"), None, a.docs, a.concurrency)
-        keys_pg = build(url, key_file, a.docs, a.concurrency, inline=True)
-        build_s = time.perf_counter() - t
+
+        def build_both() -> tuple[dict[str, str], dict[str, str]]:
+            return (
+                build(str(tmp / "state"), None, a.docs, a.concurrency),
+                build(url, key_file, a.docs, a.concurrency, inline=True),
+            )
+
+        built = once(build_both)
+        (keys_sqlite, keys_pg), build_s = built.value, built.seconds
         sqlite1 = serve(str(tmp / "state"), None)
         servers.append(sqlite1)
         pg = [serve(url, key_file), serve(url, key_file)]
@@ -166,13 +201,13 @@ def main() -> None:
             "pg-2": ([s.url for s in pg], [keys_pg[f"c{i}"] for i in range(a.concurrency)]),
             "pg-1-inline": ([pg[0].url], [keys_pg[f"n{i}"] for i in range(a.concurrency)]),
         }
-        qs = make_queries((a.queries * a.rounds + 2 * a.concurrency) * len(setups), seed=2)
+        qs = make_queries((a.queries * a.repeats + 2 * a.concurrency) * len(setups), seed=2)
         for urls, tokens in setups.values():  # each replica loads the window first
             asyncio.run(_spread(urls, tokens, qs[: 2 * a.concurrency], a.concurrency))
         rates: dict[str, list[float]] = {n: [] for n in setups}
         p50: dict[str, list[float]] = {n: [] for n in setups}
         pos = 2 * a.concurrency
-        for rnd in range(a.rounds):
+        for rnd in range(a.repeats):
             for name, (urls, tokens) in setups.items():
                 block = qs[pos : pos + a.queries]
                 pos += a.queries
@@ -184,7 +219,7 @@ def main() -> None:
         res: dict[str, Any] = {
             "docs": a.docs,
             "queries_per_block": a.queries,
-            "rounds": a.rounds,
+            "rounds": a.repeats,
             "concurrency": a.concurrency,
             "build_s": build_s,
             "req_per_s": med,
@@ -193,21 +228,17 @@ def main() -> None:
             "ratio_pg1_over_sqlite1": med["pg-1"] / med["sqlite-1"],
             "ratio_pgvector_over_inline": med["pg-1"] / med["pg-1-inline"],
             "held_bytes_per_replica": held_bytes(a.docs, create_embedder(EMBEDDER).dim),
-            "cpu_count": os.cpu_count(),
-            "machine": platform.platform(),
-            "commit": subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-            ).stdout.strip(),
         }
         print(json.dumps(res, indent=2))
-        if a.out is not None:
-            a.out.mkdir(parents=True, exist_ok=True)
-            (a.out / "results.json").write_text(json.dumps(res, indent=2))
     finally:
         for s in servers:
             s.stop()
         if stop is not None:
             stop()
+    document = run.finish(rows(res), res)
+    if a.out is not None:
+        write_results(a.out / "results.json", document)
+    return document
 
 
 if __name__ == "__main__":

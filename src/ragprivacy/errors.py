@@ -11,8 +11,19 @@
     │   ├── GeneratorUnavailableError  the generator was not reached (no prompt left)
     │   └── ChargedFailureError  a request failed after private data was read; charged
     ├── BudgetExhaustedError   a privacy budget would be overspent (nothing was charged)
+    ├── ServiceStateError      the request is valid, but the service's state refuses it now
+    │   ├── AuthError            a missing, malformed, unknown or revoked API key
+    │   ├── TenantAccessError    a query for an index outside the account's tenant
+    │   ├── WindowClosedError    no audit window is open for this account
+    │   ├── LogSealedError       an append to a sealed ledger (its window closed)
+    │   └── BusyError            concurrent writers kept overtaking the request; retry it
     ├── RunInterruptedError    a run was stopped by a signal (finished work was kept)
     └── VerificationError      an audit artefact failed verification
+
+``ConfigError`` and ``DataError`` are input errors: the request itself must change. A
+``ServiceStateError`` is not: the same request may succeed at another time or with
+another key, and nothing was spent for it. The HTTP service maps each class to one
+status code, in one table (:mod:`ragprivacy.service.app`).
 
 Every message says what was wrong, the value received, and what to do about it. The
 CLI turns any ``RagPrivacyError`` into one line on stderr and a non-zero exit code.
@@ -21,17 +32,23 @@ CLI turns any ``RagPrivacyError`` into one line on stderr and a non-zero exit co
 from __future__ import annotations
 
 __all__ = [
+    "AuthError",
     "BackendError",
     "BudgetExhaustedError",
+    "BusyError",
     "ChargedFailureError",
     "ConfigError",
     "DataError",
     "DataUnavailableError",
     "GeneratorUnavailableError",
+    "LogSealedError",
     "RagPrivacyError",
     "RunInterruptedError",
+    "ServiceStateError",
+    "TenantAccessError",
     "UnknownBackendError",
     "VerificationError",
+    "WindowClosedError",
 ]
 
 
@@ -97,6 +114,33 @@ class ChargedFailureError(BackendError):
 
 class BudgetExhaustedError(RagPrivacyError):
     """A privacy charge would overspend a budget; nothing was charged for it."""
+
+
+class ServiceStateError(RagPrivacyError):
+    """The request is valid, but the state of the service refuses it now: a key, an open
+    window, a ledger. The same request may succeed later or with another key; nothing
+    was spent for it. Not an input error (:class:`ConfigError`)."""
+
+
+class AuthError(ServiceStateError):
+    """A missing, malformed, unknown or revoked API key (the message names no account)."""
+
+
+class TenantAccessError(ServiceStateError):
+    """A query asked for an index outside its account's tenant (shared_backend is off)."""
+
+
+class WindowClosedError(ServiceStateError):
+    """No audit window is open, or the account joined after the open one was committed."""
+
+
+class LogSealedError(ServiceStateError):
+    """An append to a sealed log (its window closed): nothing was written."""
+
+
+class BusyError(ServiceStateError):
+    """Concurrent writers kept overtaking this request's append to the ledger; nothing was
+    appended or spent, and the request may simply be sent again."""
 
 
 class RunInterruptedError(RagPrivacyError):

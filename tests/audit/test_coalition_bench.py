@@ -3,23 +3,15 @@ IVF searches give the all-pairs baseline's ĉ, and the IVF pair recall is measur
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_coalition.py"
+from tests._bench import run_quick
 
 
 def test_bench_coalition_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("ragprivacy_bench_coalition", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    out = tmp_path / "coalition.json"
-    result = module.main(["--quick", "--json", str(out)])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    res = run_quick("coalition", tmp_path)
+    result = res.details
     assert result["small"]["same_k_hat"] is True
     assert result["small"]["queries"] == 2000 and result["large"]["queries"] == 10000
     assert result["small"]["k_hat"] == 10 and result["large"]["k_hat"] == 10  # P-C, k = 10
@@ -32,3 +24,10 @@ def test_bench_coalition_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str
         assert 0.0 < r["ivf_bound_cell_share"] <= 1.0
     assert result["large"]["ivf_peak_traced_bytes"] > 0
     assert "faster; same k_hat: True" in capsys.readouterr().out
+    rows = {row.name: row for row in res.rows}
+    recall = rows["coalition ĉ, 10,000 × 64, ivf, nprobe 32: ĉ and pair recall at θ*"]
+    assert recall.ratio == result["large"]["ivf_pair_recall"] and recall.met is True
+    assert (
+        rows["coalition ĉ, 2,000 × 64, exact search"].baseline_measured
+        == (result["small"]["baseline_s"])
+    )

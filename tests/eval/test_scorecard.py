@@ -9,6 +9,7 @@ import pytest
 
 from ragprivacy.errors import ConfigError
 from ragprivacy.eval import render_page, scorecard_config, summarize
+from ragprivacy.eval.experiments._systems import entry_spec, parse_system_specs
 from ragprivacy.eval.scorecard.figures import _frontier
 
 
@@ -175,5 +176,7 @@ def test_the_plan_attacks_each_defense_at_each_budget() -> None:
     labels = {s["label"] for s in specs if isinstance(s, dict)}
     assert {"PII redaction", "noisy top-K ε=1", "MURAG ε=1", "noisy top-K ε=10"} <= labels
     murag_1 = next(s for s in specs if isinstance(s, dict) and s["label"] == "MURAG ε=1")
-    assert murag_1["epsilon_token"] == 1.0  # one discovery within the budget
+    # one discovery within the budget: the spec's rule, not the plan, sets ε_0
+    (entry,) = parse_system_specs([murag_1], "system_specs")
+    assert entry_spec(entry, k=5, queries=1, seed=0).vote_epsilon_token == 1.0
     assert {e.type for e in config.experiments} == {"membership", "extraction"}

@@ -4,13 +4,10 @@ tokens."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_dp_vote.py"
+from tests._bench import run_quick
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -18,14 +15,8 @@ pytest.importorskip("torch")
 
 
 def test_bench_dp_vote_quick(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("ragprivacy_bench_dp_vote", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    out = tmp_path / "dp_vote.json"
-    result = module.main(["--quick", "--json", str(out)])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    ref, hf = result["readers"]
+    res = run_quick("dp_vote", tmp_path)
+    ref, hf = res.details["readers"]
     assert ref["reader"] == "reference" and hf["reader"] == "hf-tiny-random"
     assert "unbatched_vs_plain" not in ref  # the reference reader has one voting path
     assert hf["same_tokens"] is True and hf["unbatched_questions"] == 1
@@ -35,3 +26,10 @@ def test_bench_dp_vote_quick(tmp_path: Path) -> None:
         ratio = row["dp_vote_ms_per_token"] / row["plain_ms_per_token"]  # one repeat
         assert row["dp_vote_vs_plain"] == pytest.approx(ratio, rel=1e-9)
     assert hf["unbatched_ms_per_token"] > 0 and hf["unbatched_vs_dp_vote"] > 0
+    rows = {(r.config["reader"], r.config["path"], r.baseline): r for r in res.rows}
+    assert len(rows) == 4  # each reader batched; the hf reader unbatched against both
+    batched = rows["hf-tiny-random", "batched", "plain RAG (top-5)"]
+    assert batched.goal == "≤ 3×" and batched.measured == hf["dp_vote_ms_per_token"]
+    assert rows["reference", "batched", "plain RAG (top-5)"].goal is None
+    slow = rows["hf-tiny-random", "unbatched", "batched DP voting, same 1 question"]
+    assert slow.ratio == pytest.approx(hf["unbatched_vs_dp_vote"], rel=1e-9)  # one repeat

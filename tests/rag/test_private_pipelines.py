@@ -255,10 +255,10 @@ def test_vote_domain_is_cached_for_tuples_only() -> None:
 
 
 def test_attack_experiments_give_knnlm_a_token_datastore() -> None:
-    """``build_system`` turns the document knowledge base into kNN-LM's token datastore
+    """``build_entry`` turns the document knowledge base into kNN-LM's token datastore
     (once per process), so neighbours vote for the next token of a stored record."""
     from ragprivacy.eval.experiments._systems import (
-        build_system,
+        build_entry,
         knn_knowledge_base,
         parse_system_specs,
     )
@@ -268,8 +268,8 @@ def test_attack_experiments_give_knnlm_a_token_datastore() -> None:
     store = knn_knowledge_base(kb, window=3)
     assert store is knn_knowledge_base(kb, window=3) and store is knn_knowledge_base(store)
     assert len(store) == 9 and store.document(0).metadata["next"] == "vault"
-    (spec,) = parse_system_specs([{"name": "knnlm", "window": 3, "lam": 1.0}], "systems")
-    system = build_system(spec, kb=kb, generator=FakeLLM(), k=1, queries=1, seed=0)
+    (entry,) = parse_system_specs([{"name": "knnlm", "window": 3, "lam": 1.0}], "systems")
+    system = build_entry(entry, kb=kb, generator=FakeLLM(), k=1, queries=1, seed=0)
     assert system.retriever.kb is store
     assert system.answer("the vault code").tokens[:2] == ("is", "seven")
 

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_retrieval.py"
+from tests._bench import run_quick
 
 
 def test_bench_retrieval_quick(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("ragprivacy_bench_retrieval", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    out = tmp_path / "retrieval.json"
-    result = module.main(["--quick", "--json", str(out)])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    res = run_quick("retrieval", tmp_path)
+    result = res.details
     floor = {row["row"]: row for row in result["floor"]}
     crossover = floor.pop("gathered scores of a fraction f against one scan")
     assert crossover["scan_ms"] > 0 and crossover["ratio_f_0.125"] > 0
@@ -37,3 +30,19 @@ def test_bench_retrieval_quick(tmp_path: Path) -> None:
     assert [row["sigma"] for row in result["fallback"]] == [0.1, 0.3]
     assert all(row["fallback_rate"] == 1.0 for row in result["fallback"])
     assert "sweep" not in result
+    # one row per measurement against a baseline, and the noise share where capped
+    rows = {row.name: row for row in res.rows}
+    assert set(rows) == {
+        "exact noisy top-K, float, n = 20,000",
+        "noise-first noisy top-K, float, n = 20,000",
+        "exact noisy top-K, secure, n = 20,000",
+        "exact noisy top-K, secure, n = 20,000: noise's share of the query",
+        "noise-first noisy top-K, secure, n = 20,000",
+        *(f"lazy noise-then-select, fallback, n = 3,000, σ = {s}" for s in (0.1, 0.3)),
+        *(f"lazy retriever, fallback remembered, n = 3,000, σ = {s}" for s in (0.1, 0.3)),
+    }
+    secure = floor["exact noisy top-K, secure"]
+    assert rows["exact noisy top-K, secure, n = 20,000"].measured == secure["retrieve_ms"]
+    assert rows["exact noisy top-K, float, n = 20,000"].goal == "≤ 1.3×"
+    share = rows["exact noisy top-K, secure, n = 20,000: noise's share of the query"]
+    assert share.goal == "≤ 20%" and share.met == (share.ratio <= 0.2)

@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_service.py"
+from tests._bench import run_quick
 
 
-def test_the_service_benchmark_runs_and_reports_every_section(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_service_benchmark_runs_and_reports_every_section(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    res = json.loads((out / "results.json").read_text())
+    results = run_quick("service", tmp_path, "--out", str(out), command=True, timeout=600)
+    res = results.details
     for level in res["http"]["levels"]:
         for mode in ("plain", "private"):
             assert level[mode]["requests"] > 0 and level[mode]["p50_ms"] > 0
         assert level["ratio_req_per_s"] > 0
     assert res["verify"]["verify_full_passed"] and res["verify"]["verify_sampled_passed"]
     assert 0 <= res["timing"]["member_vs_nonmember"]["mannwhitney_p"] <= 1
-    assert "| stage | ms |" in (out / "results.md").read_text()
+    md = (out / "results.md").read_text()
+    assert "| stage | ms |" in md and "| row | measured | named baseline |" in md
+    saved = json.loads((out / "results.json").read_text())
+    assert saved == json.loads((tmp_path / "service.json").read_text())
+    throughput = {r.config["clients"]: r for r in results.rows if r.unit == "req/s"}
+    assert set(throughput) == {1, 4}  # the quick run's levels of clients
+    for level in res["http"]["levels"]:
+        row = throughput[level["concurrency"]]
+        assert row.measured == level["private"]["req_per_s"]
+        assert row.ratio == level["ratio_req_per_s"]

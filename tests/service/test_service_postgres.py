@@ -29,7 +29,7 @@ import pytest
 from tests._postgres import fresh_database
 
 from ragprivacy._postgres import PgPool, redact_url
-from ragprivacy.audit import MerkleLog, PostgresLedgerStorage, QueryRecord
+from ragprivacy.audit import LogSealedError, MerkleLog, PostgresLedgerStorage, QueryRecord
 from ragprivacy.cli import main
 from ragprivacy.dp import DocumentBudgetExhaustedError, PostgresBudgetStore
 from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError
@@ -206,7 +206,7 @@ def test_replicas_appending_to_one_window_share_one_append_order(db: str) -> Non
     assert log.seal() == 60
     late = MerkleLog(storage=PostgresLedgerStorage(db, "W1"))
     assert late.sealed and late.root() == log.root()
-    with pytest.raises(ConfigError, match="sealed"):
+    with pytest.raises(LogSealedError, match="sealed"):
         late.append(b"too late")
     for m in (log, other, late):
         m.close()

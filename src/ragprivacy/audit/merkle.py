@@ -42,7 +42,7 @@ from pathlib import Path
 
 from ragprivacy._sqlite import CommitTicket, GroupCommit
 from ragprivacy.audit.ledger_store import LedgerStorage, SqliteLedgerStorage
-from ragprivacy.errors import ConfigError, DataError, VerificationError
+from ragprivacy.errors import ConfigError, DataError, LogSealedError, VerificationError
 
 __all__ = [
     "EMPTY_ROOT",
@@ -179,10 +179,6 @@ def verify_consistency(
         fn >>= 1
         sn >>= 1
     return fr == old_root and sr == new_root and sn == 0
-
-
-class LogSealedError(ConfigError):
-    """An append to a sealed log (its window closed): nothing was written."""
 
 
 Guard = Callable[["MerkleLog"], None]

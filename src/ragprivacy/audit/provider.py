@@ -54,7 +54,7 @@ from ragprivacy.audit.records import (
 )
 from ragprivacy.dp import GaussianNoisyTopK, query_input, top_k_indices
 from ragprivacy.embed import Embedder
-from ragprivacy.errors import BudgetExhaustedError, ConfigError, DataError
+from ragprivacy.errors import BudgetExhaustedError, BusyError, ConfigError, DataError
 
 __all__ = [
     "POLICY_OVERRIDES",
@@ -609,7 +609,7 @@ class AuditedProvider:
                     )
                 except _StaleCount:
                     continue
-        raise ConfigError("The ledger is too busy for this account; retry the query.")
+        raise BusyError("The ledger is too busy for this account; retry the query.")
 
     def _account_lock(self, account: str) -> threading.Lock:
         with self._lock:

@@ -12,8 +12,8 @@ from ragprivacy.corpus import Corpus
 from ragprivacy.eval.cache import CachedGenerator, GenerationCache
 from ragprivacy.eval.config import CorpusSpec, ExperimentConfig
 from ragprivacy.generate import Generator, create_generator, tokenize
-from ragprivacy.rag import RAGSystem, create_system
-from ragprivacy.retrieval import KnowledgeBase, create_retriever
+from ragprivacy.rag import RAGSystem, SystemSpec, build_system
+from ragprivacy.retrieval import KnowledgeBase
 
 __all__ = ["RunContext", "derive_seed", "load_corpus_spec"]
 
@@ -134,10 +134,11 @@ class RunContext:
         return self._generators[corpus_name]
 
     def system(self, spec: str, corpus_name: str, *, k: int = 5, **options: Any) -> RAGSystem:
-        """A RAG system by registry name over the corpus's knowledge base."""
+        """A RAG system by registry name over the corpus's knowledge base
+        (:func:`ragprivacy.rag.build_system`); ``retriever`` names its retriever (default
+        ``topk``), every other option is the system's."""
         generator = self.generator(corpus_name)
-        if spec.partition(":")[0] == "non-rag":
-            return create_system(spec, generator=generator, **options)
-        retriever_spec = options.pop("retriever", "topk")
-        retriever = create_retriever(retriever_spec, self.knowledge_base(corpus_name), k=k)
-        return create_system(spec, retriever=retriever, generator=generator, **options)
+        retriever = options.pop("retriever", None)
+        built = SystemSpec(system=spec, retriever=retriever, k=k, options=options)
+        kb = self.knowledge_base(corpus_name) if built.needs_knowledge_base else None
+        return build_system(built, kb=kb, generator=generator)

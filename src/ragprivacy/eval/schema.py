@@ -5,7 +5,7 @@ dataclasses the loader builds (:class:`~ragprivacy.eval.ExperimentConfig`,
 :class:`~ragprivacy.eval.CorpusSpec`, :class:`~ragprivacy.eval.ModelSpec`,
 :class:`~ragprivacy.eval.RaySpec`,
 :class:`~ragprivacy.eval.ExperimentSpec`, each experiment type's ``options_type`` and the
-``SystemSpec`` of ``systems`` entries), and each key's meaning is the ``Attributes:``
+``SystemEntry`` of ``systems`` entries), and each key's meaning is the ``Attributes:``
 entry of its class's docstring. ``ragprivacy options --markdown`` prints
 :func:`options_markdown`, which docs/options.md holds; a test fails when a key has no
 description or the file is stale.
@@ -34,7 +34,7 @@ from ragprivacy.eval.config import (
     RaySpec,
 )
 from ragprivacy.eval.experiments import experiment_types
-from ragprivacy.eval.experiments._systems import SystemSpec
+from ragprivacy.eval.experiments._systems import SystemEntry
 from ragprivacy.eval.experiments.base import experiment_class
 
 __all__ = ["OptionDoc", "OptionSection", "field_docs", "option_sections", "options_markdown"]
@@ -211,7 +211,7 @@ def option_sections() -> list[OptionSection]:
                 "A system under attack: a registered name, or a mapping with these keys; "
                 "every other key of the mapping is an option of the system."
             ),
-            options=_options(SystemSpec, skip=("options",)),
+            options=_options(SystemEntry, skip=("options",)),
         )
     )
     return sections

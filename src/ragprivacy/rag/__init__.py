@@ -34,6 +34,7 @@ from ragprivacy.rag.remote import (
     classify_answer,
     estimate_tokens,
 )
+from ragprivacy.rag.spec import SystemSpec, build_system
 from ragprivacy.rag.synthetic import (
     BackgroundRandomAPI,
     FillInVariationAPI,
@@ -68,7 +69,9 @@ __all__ = [
     "StandardRAG",
     "SyntheticDatastore",
     "SyntheticRAG",
+    "SystemSpec",
     "VoteResult",
+    "build_system",
     "charged_failure",
     "charged_on_failure",
     "classify_answer",

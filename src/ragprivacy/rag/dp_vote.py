@@ -113,7 +113,7 @@ from ragprivacy.rag.base import (
 from ragprivacy.retrieval import Retriever
 from ragprivacy.types import Completion, PrivacyCost, PrivacyEvent, Response, Retrieval
 
-__all__ = ["EOS", "DPVoteConfig", "DPVoteRAG", "VoteResult", "dp_vote_generate"]
+__all__ = ["EOS", "DPVoteConfig", "DPVoteRAG", "VoteResult", "dp_vote_generate", "voter_count"]
 
 EOS = "</s>"
 
@@ -423,6 +423,18 @@ def _partition(
     return [tuple(shuffled[i * per_voter : (i + 1) * per_voter]) for i in range(voters)]
 
 
+def voter_count(slots: int, docs_per_voter: int) -> int:
+    """m, the voters of Alg. 4 line 4: ``slots`` retrieved documents (the retriever's k)
+    split ``docs_per_voter`` each; refuses a split that is not even."""
+    check_positive_int("docs_per_voter", docs_per_voter)
+    if slots % docs_per_voter:
+        raise ConfigError(
+            f"The {slots} retrieved documents cannot be split evenly into voters of "
+            f"{docs_per_voter}; choose k as a multiple of docs_per_voter."
+        )
+    return slots // docs_per_voter
+
+
 class _Voting(RAGSystem):
     """Shared machinery: voter settings, the vote, the optional answer memory."""
 
@@ -447,12 +459,7 @@ class _Voting(RAGSystem):
         self.generator = generator
         self.prompt_budget = prompt_budget
         self.docs_per_voter = check_positive_int("docs_per_voter", docs_per_voter)
-        if slots % self.docs_per_voter:
-            raise ConfigError(
-                f"The {slots} retrieved documents cannot be split evenly into voters of "
-                f"{self.docs_per_voter}; choose k as a multiple of docs_per_voter."
-            )
-        self.voters = slots // self.docs_per_voter
+        self.voters = voter_count(slots, self.docs_per_voter)
         self.vote = DPVoteConfig(
             epsilon_token=epsilon_token,
             theta=theta,

@@ -57,9 +57,10 @@ from ragprivacy.rag.base import (
     RAGSystem,
     _response,
     charged_on_failure,
+    register_system,
 )
 from ragprivacy.rag.defenses import LexiconParaphraser, Paraphraser
-from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
+from ragprivacy.retrieval import KnowledgeBase, Retriever, TopKRetriever
 from ragprivacy.types import Document, NoOpEvent, PrivacyCost, Response
 
 __all__ = [
@@ -331,3 +332,26 @@ class SyntheticRAG(RAGSystem):
                 "delta": self.datastore.delta,
             },
         }
+
+
+def _make_pe(
+    *,
+    generator: Generator,
+    datastore: SyntheticDatastore | None = None,
+    retriever: Retriever | None = None,
+    k: int = 5,
+    instruction: str | None = None,
+) -> SyntheticRAG:
+    """``create_system("pe", generator=..., datastore=synthetic_datastore(...), k=...)``:
+    plain RAG over a DP synthetic datastore. It reads no private document when it
+    answers, so it takes no retriever over them (one given is not used); ``k`` is what
+    its own top-K over the synthetic documents retrieves."""
+    if datastore is None:
+        raise ConfigError(
+            "The 'pe' system answers over a DP synthetic datastore; pass "
+            "datastore=synthetic_datastore(...) (the private_rag experiment builds one per ε)."
+        )
+    return SyntheticRAG(datastore, generator, k=k, instruction=instruction)
+
+
+register_system("pe", _make_pe)

@@ -46,16 +46,12 @@ from ragprivacy.dp import (
     query_input,
     simulation_rng,
 )
-from ragprivacy.errors import ConfigError
+from ragprivacy.errors import ConfigError, TenantAccessError
 from ragprivacy.retrieval.base import Retriever
 from ragprivacy.retrieval.knowledge_base import KnowledgeBase
 from ragprivacy.types import Retrieval
 
 __all__ = ["TenantAccessError", "TenantRetriever", "TenantSelection"]
-
-
-class TenantAccessError(ConfigError):
-    """A query asked for an index outside its account's tenant (shared_backend is off)."""
 
 
 @dataclass(frozen=True, slots=True)

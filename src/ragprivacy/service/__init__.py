@@ -7,7 +7,11 @@ provider core of :mod:`ragprivacy.audit`), :func:`open_window` / :func:`close_wi
 :func:`export_auditor` (the admin's window steps), :class:`Client` (an account's HTTP client
 that keeps its receipts) and :func:`fetch_window` (a verifier's view of a running
 service); voting tenants (DP-voted answers only) are :class:`VotingTenants`. The HTTP
-app is :func:`ragprivacy.service.app.create_app` (the ``service`` extra). See
+app is :func:`ragprivacy.service.app.create_app` (the ``service`` extra): thin routes over
+:class:`ragprivacy.service.serving.Serving`, which holds what each route does, with a
+request and a response model per route in :mod:`ragprivacy.service.protocol`. A valid
+request that the service's state refuses (:class:`AuthError`, :class:`WindowClosedError`,
+…) raises a :class:`ragprivacy.errors.ServiceStateError`, not an input error. See
 docs/service.md.
 """
 

@@ -25,75 +25,155 @@ private retrieval would void the guarantee. Public audit endpoints (no key):
 Every refusal is a 4xx with a one-line ``detail`` (401 bad key, 409 no open window, 413
 oversized body, 422 malformed body, 429 with ``Retry-After`` over the rate limit, 404
 unknown window, 400 a prompt that could overflow the generator's context) and spends
-nothing. **A failure after retrieval is an answer** (:mod:`ragprivacy.service.failures`):
-a generation that fails once the documents were read is a 502 that was charged like an
-answer, because whether it fails can depend on the documents; only a generator that
-was never reached is a 503 that spends nothing, a few times per account and window. An
-unexpected error is a 500 that names nothing.
+nothing; so does a 503 with ``Retry-After`` when the ledger was too busy for the
+account's query. **A failure after retrieval is an answer**
+(:mod:`ragprivacy.service.failures`): a generation that fails once the documents were read
+is a 502 that was charged like an answer, because whether it fails can depend on the
+documents; only a generator that was never reached is a 503 that spends nothing, a few
+times per account and window. An unexpected error is a 500 that names nothing.
+
+This module holds only the edges: the routes, each of which parses its request model
+(:mod:`ragprivacy.service.protocol`), calls one method of
+:class:`~ragprivacy.service.serving.Serving` and returns its response model; the body
+limit; and :data:`ERROR_STATUS`, the one table from an error to its status code.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
-import uuid
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragprivacy.errors import (
+    AuthError,
     BackendError,
     BudgetExhaustedError,
+    BusyError,
+    ChargedFailureError,
     ConfigError,
+    DataError,
     GeneratorUnavailableError,
+    LogSealedError,
     RagPrivacyError,
+    ServiceStateError,
+    TenantAccessError,
+    WindowClosedError,
 )
 from ragprivacy.generate import Generator, PromptBudget, create_generator
-from ragprivacy.service.provider import ServiceProvider, WindowClosedError
-from ragprivacy.service.state import AuthError, ServiceState
-from ragprivacy.types import Completion
+from ragprivacy.service.protocol import (
+    AnswerRequest,
+    AnswerResponse,
+    BudgetResponse,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatRequest,
+    CoalitionResponse,
+    CommitmentsResponse,
+    ProofResponse,
+    RecordsResponse,
+    RetrieveRequest,
+    RetrieveResponse,
+    TreeHeadResponse,
+    WindowSummary,
+    sse_events,
+)
+from ragprivacy.service.provider import ServiceProvider
+from ragprivacy.service.serving import NotFoundError, Serving
+from ragprivacy.service.state import ServiceState
 
-__all__ = ["MAX_BODY_BYTES", "app_from_env", "create_app"]
+__all__ = [
+    "ERROR_STATUS",
+    "MAX_BODY_BYTES",
+    "ErrorStatus",
+    "app_from_env",
+    "create_app",
+    "error_status",
+]
 
 MAX_BODY_BYTES = 64 * 1024
 _log = logging.getLogger("ragprivacy.service")
 
 
-class RetrieveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1, max_length=4096)
-    k: int | None = Field(default=None, ge=1, le=100)
+@dataclass(frozen=True, slots=True)
+class ErrorStatus:
+    """How the service answers one class of error: the status, its headers and, where the
+    error's own message must not reach the caller, the fixed ``detail`` sent instead (else
+    the message's first line)."""
+
+    error: type[Exception]
+    status: int
+    detail: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
 
-class AnswerRequest(RetrieveRequest):
-    max_tokens: int | None = Field(default=None, ge=1, le=512)
+#: Error → HTTP answer, most specific first: the first row the error is an instance of
+#: decides. Every ``RagPrivacyError`` reaches a row, and so does anything else (500).
+ERROR_STATUS: tuple[ErrorStatus, ...] = (
+    # one body for every bad key: it names no account and no reason
+    ErrorStatus(AuthError, 401, "Invalid API key.", (("WWW-Authenticate", "Bearer"),)),
+    ErrorStatus(TenantAccessError, 403),
+    ErrorStatus(WindowClosedError, 409),
+    ErrorStatus(LogSealedError, 409),
+    ErrorStatus(BusyError, 503, headers=(("Retry-After", "1"),)),
+    ErrorStatus(ServiceStateError, 409),
+    ErrorStatus(NotFoundError, 404, "Not found."),
+    # the rate limit resets only with the next window, which the admin opens
+    ErrorStatus(BudgetExhaustedError, 429, headers=(("Retry-After", "3600"),)),
+    # its message names the upstream's address: the operator's, not the account's
+    ErrorStatus(
+        GeneratorUnavailableError,
+        503,
+        "The generator could not be reached; nothing was charged. Retry later.",
+    ),
+    ErrorStatus(ChargedFailureError, 502),  # its message withholds the backend's
+    ErrorStatus(BackendError, 502),
+    ErrorStatus(ConfigError, 400),
+    ErrorStatus(DataError, 400),
+    ErrorStatus(RagPrivacyError, 400),
+    # never the message: it may hold data
+    ErrorStatus(Exception, 500, "Internal error; nothing was spent or recorded."),
+)
 
 
-class ChatMessage(BaseModel):
-    role: str = Field(max_length=32)
-    content: str = Field(max_length=4096)
-
-
-class ChatRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # OpenAI clients send more than we use
-    model: str = Field(default="ragprivacy", max_length=128)
-    messages: list[ChatMessage] = Field(min_length=1, max_length=64)
-    max_tokens: int | None = Field(default=None, ge=1, le=512)
-    stream: bool = False
-    logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+def error_status(exc: BaseException) -> ErrorStatus:
+    """The row of :data:`ERROR_STATUS` that answers ``exc``."""
+    return next(row for row in ERROR_STATUS if isinstance(exc, row.error))
 
 
 def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+async def _on_error(_: Request, exc: Exception) -> JSONResponse:
+    row = error_status(exc)
+    if row.error is Exception:
+        _log.error("internal error (%s)", type(exc).__name__)  # never the message
+    lines = str(exc).splitlines()
+    detail = row.detail or (lines[0] if lines else type(exc).__name__)
+    return _error(row.status, detail, dict(row.headers) or None)
+
+
+async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    # An unroutable path (e.g. a window id with an encoded '/') is unknown like any
+    # other: the one 404 body, so a path reveals nothing the router matched.
+    if exc.status_code == 404:
+        return _error(404, "Not found.")
+    return _error(exc.status_code, str(exc.detail).splitlines()[0], dict(exc.headers or {}))
+
+
+async def _on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    return _error(422, f"Malformed request: {where or 'body'}: {first.get('msg', 'invalid')}.")
 
 
 def create_app(
@@ -107,236 +187,110 @@ def create_app(
     URL with the ``identity_key`` file); ``prompt_budget`` shapes answers' prompts
     (default :class:`PromptBudget()` with the generator's context)."""
     state = ServiceState(state_dir, create=False, identity_key=identity_key)
-    provider = ServiceProvider(state, prompt_budget=prompt_budget)
     gen = create_generator(generator) if isinstance(generator, str) else generator
-    app = FastAPI(
+    serving = Serving(ServiceProvider(state, prompt_budget=prompt_budget), gen)
+    app = _App(
         title="ragprivacy",
         summary="Multi-tenant private RAG with a verifiable audit.",
         version="1",
     )
-
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
+    app.exception_handler(StarletteHTTPException)(_on_http)
+    app.exception_handler(RequestValidationError)(_on_invalid)
+    for caught in (RagPrivacyError, Exception):  # Exception: the 500 row, after the rest
+        app.exception_handler(caught)(_on_error)
+    _add_routes(app, serving)
+    return app
 
-    @app.exception_handler(StarletteHTTPException)
-    async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # An unroutable path (e.g. a window id with an encoded '/') is unknown like any
-        # other: the one 404 body, so a path reveals nothing the router matched.
-        if exc.status_code == 404:
-            return _error(404, "Not found.")
-        return _error(exc.status_code, str(exc.detail).splitlines()[0], dict(exc.headers or {}))
 
-    @app.exception_handler(AuthError)
-    async def on_auth(_: Request, exc: AuthError) -> JSONResponse:
-        return _error(401, "Invalid API key.", {"WWW-Authenticate": "Bearer"})
-
-    @app.exception_handler(BudgetExhaustedError)
-    async def on_budget(_: Request, exc: BudgetExhaustedError) -> JSONResponse:
-        # The rate limit resets only with the next window, which the admin opens.
-        return _error(429, str(exc).splitlines()[0], {"Retry-After": "3600"})
-
-    @app.exception_handler(WindowClosedError)
-    async def on_window(_: Request, exc: WindowClosedError) -> JSONResponse:
-        return _error(409, str(exc).splitlines()[0])
-
-    @app.exception_handler(GeneratorUnavailableError)
-    async def on_unreached(_: Request, exc: GeneratorUnavailableError) -> JSONResponse:
-        # its message names the upstream's address: the operator's, not the account's
-        return _error(503, "The generator could not be reached; nothing was charged. Retry later.")
-
-    @app.exception_handler(BackendError)
-    async def on_backend(_: Request, exc: BackendError) -> JSONResponse:
-        return _error(502, str(exc).splitlines()[0])
-
-    @app.exception_handler(RagPrivacyError)
-    async def on_bad_input(_: Request, exc: RagPrivacyError) -> JSONResponse:
-        return _error(400, str(exc).splitlines()[0])
-
-    @app.exception_handler(RequestValidationError)
-    async def on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return _error(422, f"Malformed request: {where or 'body'}: {first.get('msg', 'invalid')}.")
-
-    @app.exception_handler(Exception)
-    async def on_crash(_: Request, exc: Exception) -> JSONResponse:
-        _log.error("internal error (%s)", type(exc).__name__)  # never the message: it may hold data
-        return _error(500, "Internal error; nothing was spent or recorded.")
+def _add_routes(app: FastAPI, serving: Serving) -> None:
+    """The routes: each parses its request, calls one :class:`Serving` method and returns
+    its response model."""
 
     def account(authorization: Annotated[str | None, Header()] = None) -> str:
-        if not authorization or not authorization.startswith("Bearer "):
-            raise AuthError("Missing API key.")
-        return state.authenticate(authorization[len("Bearer ") :])
+        return serving.authenticate(authorization)
 
     auth = Depends(account)
 
-    @app.post("/v1/retrieve")
-    def retrieve(body: RetrieveRequest, who: str = auth) -> dict[str, Any]:
-        return provider.retrieve(who, body.query, k=body.k).to_dict()
+    @app.post("/v1/retrieve", response_model=RetrieveResponse)
+    def retrieve(body: RetrieveRequest, who: str = auth) -> RetrieveResponse:
+        return serving.retrieve(who, body)
 
-    def answered(
-        who: str, query: str, k: int | None, max_tokens: int | None
-    ) -> tuple[Completion, dict[str, Any]]:
-        """The account's answer (its tenant's mode) and the fields that ride with it."""
-        if provider.votes(who):
-            for name, value in (("k", k), ("max_tokens", max_tokens)):
-                if value is not None:
-                    raise ConfigError(
-                        f"'{name}' does not apply to this account's tenant: it releases a "
-                        "DP-voted answer whose length and documents the vote fixes."
-                    )
-            voted = provider.answer_voted(who, query, gen)
-            done = Completion(voted.text, voted.response.tokens)
-            return done, {
-                "window_id": provider.window_id(),
-                "documents": [],
-                "receipt": None,
-                "privacy": voted.privacy,
-                "budget": voted.budget,
-            }
-        served, completion = provider.answer(who, query, gen, k=k, max_tokens=max_tokens)
-        return completion, served.to_dict()
+    @app.post("/v1/answer", response_model=AnswerResponse)
+    def answer(body: AnswerRequest, who: str = auth) -> AnswerResponse:
+        return serving.answer(who, body)
 
-    @app.post("/v1/answer")
-    def answer(body: AnswerRequest, who: str = auth) -> dict[str, Any]:
-        completion, fields = answered(who, body.query, body.k, body.max_tokens)
-        return {"answer": completion.text, **fields}
+    @app.post("/v1/chat/completions", response_model=ChatCompletion, responses=_STREAMED)
+    def chat(body: ChatRequest, who: str = auth) -> ChatCompletion | StreamingResponse:
+        out = serving.chat(who, body)
+        if isinstance(out, ChatCompletion):
+            return out
+        return StreamingResponse(sse_events(out), media_type="text/event-stream")
 
-    @app.post("/v1/chat/completions", response_model=None)
-    def chat(body: ChatRequest, who: str = auth) -> dict[str, Any] | StreamingResponse:
-        users = [m.content for m in body.messages if m.role == "user" and m.content.strip()]
-        if not users:
-            raise ConfigError("The chat needs a non-empty user message (it is the query).")
-        if body.logprobs or body.top_logprobs:
-            if not provider.logprobs_allowed(who):
-                raise ConfigError(
-                    "This account's tenant does not allow log-probabilities (a noisy_topk "
-                    "tenant may, with 'tenant create --logprobs'); ask without them."
-                )
-            if body.top_logprobs:
-                raise ConfigError(
-                    "'top_logprobs' is not supported: only the chosen tokens' log-"
-                    "probabilities are returned (logprobs=true)."
-                )
-        # The whole answer exists (and is charged) before the first byte is sent, so a
-        # refusal is still an ordinary 4xx and a stream never stops halfway for a reason
-        # the account pays for.
-        completion, extra = answered(who, users[-1], None, body.max_tokens)
-        extra.pop("documents")  # the chat answer carries the text, not the documents
-        head = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "created": int(time.time()),
-            "model": body.model,
-        }
-        if body.stream:
-            return StreamingResponse(
-                _sse_chunks(head, completion.text, extra), media_type="text/event-stream"
-            )
-        return {
-            **head,
-            "object": "chat.completion",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": completion.text},
-                    "finish_reason": "stop",
-                    "logprobs": _logprobs(completion) if body.logprobs else None,
-                }
-            ],
-            "usage": {
-                "prompt_tokens": 0,
-                "completion_tokens": len(completion.tokens),
-                "total_tokens": len(completion.tokens),
-            },
-            "ragprivacy": extra,
-        }
-
-    @app.get("/v1/budget")
-    def budget(who: str = auth) -> dict[str, Any]:
-        return provider.budget(who)
+    @app.get("/v1/budget", response_model=BudgetResponse)
+    def budget(who: str = auth) -> BudgetResponse:
+        return serving.budget(who)
 
     # ------------------------------------------------------------------ public audit
-    def _window(window_id: str) -> Any:
-        try:
-            return state.window(window_id)
-        except ConfigError:
-            raise _NotFound from None
+    @app.get("/v1/audit/windows", response_model=list[WindowSummary])
+    def windows() -> list[WindowSummary]:
+        return serving.windows()
 
-    @app.exception_handler(_NotFound)
-    async def on_missing(_: Request, exc: _NotFound) -> JSONResponse:
-        return _error(404, "Not found.")
+    @app.get("/v1/audit/windows/{window_id}/commitments", response_model=CommitmentsResponse)
+    def commitments(window_id: str) -> CommitmentsResponse:
+        return serving.commitments(window_id)
 
-    @app.get("/v1/audit/windows")
-    def windows() -> list[dict[str, Any]]:
-        return [{"window_id": w.window_id, "status": w.status} for w in state.windows()]
+    @app.get("/v1/audit/windows/{window_id}/tree-head", response_model=TreeHeadResponse)
+    def tree_head(window_id: str) -> TreeHeadResponse:
+        return serving.tree_head(window_id)
 
-    @app.get("/v1/audit/windows/{window_id}/commitments")
-    def commitments(window_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = _window(window_id).commitments
-        return out
-
-    @app.get("/v1/audit/windows/{window_id}/tree-head")
-    def tree_head(window_id: str) -> dict[str, Any]:
-        _window(window_id)
-        return provider.tree_head(window_id).to_dict()
-
-    @app.get("/v1/audit/windows/{window_id}/records")
+    @app.get("/v1/audit/windows/{window_id}/records", response_model=RecordsResponse)
     def records(
         window_id: str,
         start: Annotated[int, Query(ge=0)] = 0,
         end: Annotated[int | None, Query(ge=0)] = None,
-    ) -> list[str]:
-        _window(window_id)
-        return provider.records(window_id, start, end)
+    ) -> RecordsResponse:
+        return serving.records(window_id, start, end)
 
-    @app.get("/v1/audit/windows/{window_id}/proofs/inclusion")
+    @app.get("/v1/audit/windows/{window_id}/proofs/inclusion", response_model=ProofResponse)
     def inclusion(
         window_id: str, position: Annotated[int, Query(ge=0)], size: Annotated[int, Query(ge=1)]
-    ) -> list[str]:
-        _window(window_id)
-        return provider.inclusion_proof(window_id, position, size)
+    ) -> ProofResponse:
+        return serving.inclusion_proof(window_id, position, size)
 
-    @app.get("/v1/audit/windows/{window_id}/proofs/consistency")
+    @app.get("/v1/audit/windows/{window_id}/proofs/consistency", response_model=ProofResponse)
     def consistency(
         window_id: str, old: Annotated[int, Query(ge=0)], new: Annotated[int, Query(ge=0)]
-    ) -> list[str]:
-        _window(window_id)
-        return provider.consistency_proof(window_id, old, new)
+    ) -> ProofResponse:
+        return serving.consistency_proof(window_id, old, new)
 
-    @app.get("/v1/audit/windows/{window_id}/coalition")
-    def coalition(window_id: str) -> dict[str, Any]:
-        w = _window(window_id)
-        if w.coalition is None:
-            raise _NotFound
-        out: dict[str, Any] = w.coalition
-        return out
-
-    return app
+    @app.get("/v1/audit/windows/{window_id}/coalition", response_model=CoalitionResponse)
+    def coalition(window_id: str) -> CoalitionResponse:
+        return serving.coalition(window_id)
 
 
-def _logprobs(completion: Completion) -> dict[str, Any] | None:
-    """OpenAI's ``choices[].logprobs`` for the chosen tokens (None when the generator
-    exposes no probabilities)."""
-    if completion.logprobs is None:
-        return None
-    return {
-        "content": [
-            {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-            for t, lp in zip(completion.tokens, completion.logprobs)
-        ]
-    }
+_CHUNK_REF = "#/components/schemas/ChatCompletionChunk"
+#: The chat's other answer: ``stream=true`` sends :class:`ChatCompletionChunk` events.
+_STREAMED: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"$ref": _CHUNK_REF}}}}
+}
 
 
-def _sse_chunks(head: dict[str, Any], text: str, extra: dict[str, Any]) -> Iterator[str]:
-    """An answer as OpenAI's ``chat.completion.chunk`` server-sent events: the text in one
-    delta, then the finish reason with the ``ragprivacy`` field, then ``[DONE]``."""
-    chunk = {**head, "object": "chat.completion.chunk"}
-    deltas = [
-        {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None},
-        {"index": 0, "delta": {}, "finish_reason": "stop"},
-    ]
-    yield f"data: {json.dumps({**chunk, 'choices': [deltas[0]]})}\n\n"
-    yield f"data: {json.dumps({**chunk, 'choices': [deltas[1]], 'ragprivacy': extra})}\n\n"
-    yield "data: [DONE]\n\n"
+class _App(FastAPI):
+    """The app, whose OpenAPI document also holds the stream chunk's schema (no route
+    returns it as a model, so FastAPI would not list it)."""
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            schema = super().openapi()
+            _, defs = models_json_schema(
+                [(ChatCompletionChunk, "serialization")],
+                ref_template="#/components/schemas/{model}",
+            )
+            known = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, model in defs.get("$defs", {}).items():
+                known.setdefault(name, model)
+        return self.openapi_schema or {}
 
 
 class _TooLarge(Exception):
@@ -395,10 +349,6 @@ class _BodyLimit:
         except _TooLarge:
             if not started:
                 await self._refuse(send)
-
-
-class _NotFound(Exception):
-    """A window (or its coalition claim) that does not exist yet: 404, one body for all."""
 
 
 def app_from_env() -> FastAPI:

@@ -18,6 +18,7 @@ import httpx
 from ragprivacy.errors import (
     BackendError,
     BudgetExhaustedError,
+    BusyError,
     ChargedFailureError,
     ConfigError,
     GeneratorUnavailableError,
@@ -71,6 +72,8 @@ class Client:
             raise BudgetExhaustedError(_detail(r))
         if r.status_code == 502:  # failed after retrieval: charged like an answer
             raise ChargedFailureError(f"{path}: HTTP 502: {_detail(r)}")
+        if r.status_code == 503 and "retry-after" in r.headers:  # busy: nothing spent
+            raise BusyError(f"{path}: HTTP 503: {_detail(r)}")
         if r.status_code == 503:  # the service's generator was never reached: free
             raise GeneratorUnavailableError(f"{path}: HTTP 503: {_detail(r)}")
         if r.status_code >= 400:

@@ -57,7 +57,7 @@ from ragprivacy.audit import (
     SignedTreeHead,
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
-from ragprivacy.errors import ConfigError
+from ragprivacy.errors import ConfigError, WindowClosedError
 from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
@@ -75,10 +75,6 @@ __all__ = [
 ]
 
 _TEN_YEARS_NS = 10 * 365 * 24 * 3600 * 10**9
-
-
-class WindowClosedError(ConfigError):
-    """No audit window is open, or the account joined after the open one was committed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,22 +255,26 @@ class ServiceProvider:
         self.prompt_budget = prompt_budget if prompt_budget is not None else PromptBudget()
         self._lock = threading.Lock()
         self._window_id: str | None = None
+        self._window: Window | None = None
         self._provider: AuditedProvider | None = None
         self._texts: dict[str, dict[str, str]] = {}
         self._voting: VotingTenants | None = None
         self._closed: dict[str, MerkleLog] = {}  # closed windows' ledgers, read-only
 
     def _current(self) -> tuple[Window, AuditedProvider]:
-        open_ = self.state.open_windows()
-        if not open_:
+        """The open window and its provider. One indexed look-up of the open window's id
+        per call; the window's row (its JSON snapshot and commitments), its provider and
+        its texts are loaded only when that id changes."""
+        window_id = self.state.open_window_id()
+        if window_id is None:
             raise WindowClosedError("No audit window is open; the service answers only inside one.")
-        window = open_[0]
         with self._lock:
-            if self._window_id != window.window_id or self._provider is None:
+            if self._window_id != window_id or self._provider is None or self._window is None:
+                window = self.state.window(window_id)
                 if self._provider is not None:
                     self._provider.ledger.close()
                 self._provider = _provider(self.state, window)
-                self._window_id = window.window_id
+                self._window_id, self._window = window_id, window
                 self._texts = {}
                 for t, count in window.snapshot["tenants"].items():
                     ids, texts = self.state.texts(t, count)
@@ -287,14 +287,14 @@ class ServiceProvider:
                     self.state.embedder(),
                     prompt_budget=self.prompt_budget,
                 )
-            return window, self._provider
+            return self._window, self._provider
 
     def close(self) -> None:
         """Close the ledgers this object opened (the open window's and closed ones')."""
         with self._lock:
             if self._provider is not None:
                 self._provider.ledger.close()
-                self._provider, self._window_id = None, None
+                self._provider, self._window_id, self._window = None, None, None
             for log in self._closed.values():
                 log.close()
             self._closed.clear()

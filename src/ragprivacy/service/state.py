@@ -45,7 +45,7 @@ from ragprivacy.audit import (
 )
 from ragprivacy.dp import BudgetStore
 from ragprivacy.embed import Embedder, create_embedder
-from ragprivacy.errors import BudgetExhaustedError, ConfigError, DataError
+from ragprivacy.errors import AuthError, BudgetExhaustedError, ConfigError, DataError
 from ragprivacy.rag import DPVoteConfig
 from ragprivacy.service.backend import SqliteBackend, StateBackend, open_backend
 from ragprivacy.service.keys import ApiKey, hash_secret, new_key, parse_key, secret_matches
@@ -65,10 +65,6 @@ FREE_FAILURES = 3
 MURAG_ADA_EPSILON_THR = 1.0
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-
-
-class AuthError(ConfigError):
-    """A missing, malformed, unknown or revoked API key (the message names no account)."""
 
 
 def _name(kind: str, value: str) -> str:
@@ -600,7 +596,17 @@ class ServiceState:
         return _window(row)
 
     def open_windows(self) -> list[Window]:
-        return [w for w in self.windows() if w.status == "open"]
+        rows = self._rows(
+            "SELECT window_id, number, status, snapshot, commitments, coalition, tree_head "
+            "FROM windows WHERE status = 'open' ORDER BY number"
+        )
+        return [_window(r) for r in rows]
+
+    def open_window_id(self) -> str | None:
+        """The open window's id (None when none is open): one cheap look-up that parses
+        nothing, for a server that caches the window itself."""
+        row = self._one("SELECT window_id FROM windows WHERE status = 'open' ORDER BY number")
+        return None if row is None else str(row[0])
 
     def window_seed(self, window_id: str) -> bytes:
         row = self._one("SELECT seed FROM windows WHERE window_id = ?", (window_id,))

@@ -42,8 +42,8 @@ from ragprivacy.embed import Embedder
 from ragprivacy.errors import BudgetExhaustedError, ChargedFailureError, GeneratorUnavailableError
 from ragprivacy.generate import Generator, PromptBudget
 from ragprivacy.index import create_index
-from ragprivacy.rag import DPVoteRAG, MuRAG, MuRAGAda, RAGSystem, charged_failure
-from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
+from ragprivacy.rag import RAGSystem, SystemSpec, build_system, charged_failure
+from ragprivacy.retrieval import KnowledgeBase
 from ragprivacy.service.failures import record_failure
 from ragprivacy.service.state import ServiceState
 from ragprivacy.types import Document, Response
@@ -128,32 +128,31 @@ class VotingTenants:
 
     def _build(self, tenant: str, generator: Generator) -> RAGSystem:
         opts = self._tenant(tenant)
-        retriever = TopKRetriever(self._kb(tenant), k=int(opts["k"]))
         eps_q = float(opts["epsilon_q"])
-        budget = self.prompt_budget.for_generator(generator)
-        if opts["mode"] == "dp_vote":
-            return DPVoteRAG(retriever, generator, epsilon=eps_q, prompt_budget=budget)
-        m = int(opts["max_retrievals"])
-        store = self.state.budget_store(tenant, m * eps_q)
-        if opts["mode"] == "murag":
-            return MuRAG(
-                retriever,
-                generator,
-                tau=float(opts["tau"]),
-                epsilon_q=eps_q,
-                max_retrievals=m,
-                store=store,
-                prompt_budget=budget,
-            )
-        return MuRAGAda(
-            retriever,
-            generator,
-            epsilon_q=eps_q,
-            epsilon_thr=float(opts["epsilon_thr"]),
-            max_retrievals=m,
-            store=store,
-            prompt_budget=budget,
+        # dp_vote takes its per-answer ε as 'epsilon'; MURAG/-ADA take 'epsilon_q', M and
+        # their own threshold (τ, ε_thr), and keep their filters in the tenant's store
+        privacy: dict[str, Any] = (
+            {"epsilon": eps_q}
+            if opts["mode"] == "dp_vote"
+            else {
+                "epsilon_q": eps_q,
+                "max_retrievals": int(opts["max_retrievals"]),
+                **{key: float(opts[key]) for key in ("tau", "epsilon_thr") if key in opts},
+            }
         )
+        spec = SystemSpec(
+            system=opts["mode"],
+            retriever="topk",  # exact top-K: the vote's guarantee covers the retrieval
+            k=int(opts["k"]),
+            prompt_budget=self.prompt_budget.for_generator(generator),
+            **privacy,
+        )
+        store = (
+            None
+            if spec.max_retrievals is None
+            else self.state.budget_store(tenant, spec.max_retrievals * eps_q)
+        )
+        return build_system(spec, kb=self._kb(tenant), generator=generator, store=store)
 
     def budget(self, account: str) -> dict[str, Any]:
         """What ``account`` has used and has left in the window."""

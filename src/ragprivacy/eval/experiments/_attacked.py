@@ -20,8 +20,8 @@ from ragprivacy.eval.experiments._budgeted import BudgetedSystem
 from ragprivacy.eval.experiments._privacy_tally import PrivacyTally
 from ragprivacy.eval.experiments._systems import (
     ONE_BY_ONE_SYSTEMS,
-    SystemSpec,
-    build_system,
+    SystemEntry,
+    build_entry,
     parse_system_specs,
 )
 from ragprivacy.eval.experiments.base import Experiment
@@ -63,7 +63,7 @@ class AttackedSystemsExperiment(Experiment):
         specs = parse_system_specs(
             self.options.system_specs or spec.systems, f"experiments[{index}].systems"
         )
-        self.systems: dict[str, SystemSpec] = {s.label: s for s in specs}
+        self.systems: dict[str, SystemEntry] = {s.label: s for s in specs}
 
     def _config_key(self) -> str:
         return memo_key(self.config.to_dict(), self.index)
@@ -111,7 +111,7 @@ class AttackedSystemsExperiment(Experiment):
 
         def build(queries: int) -> RAGSystem:
             builds[0] += 1
-            inner = build_system(
+            inner = build_entry(
                 spec,
                 kb=kb if spec.uses_data else None,
                 generator=gen,

@@ -3,7 +3,7 @@
 Budgeted systems refuse once spent (:class:`~ragprivacy.errors.BudgetExhaustedError`).
 With ``budget: run`` (default) the attacker uses one account for the whole cell
 (evaluation and calibration targets), and the system's budgets are sized for the cell's
-queries (see :func:`~ragprivacy.eval.experiments._systems.build_system`); with
+queries (see :func:`~ragprivacy.eval.experiments._systems.entry_spec`); with
 ``budget: target`` every target is attacked from a fresh account of a freshly built
 system, so each membership test meets the full per-account budget (and per-document
 filters start unspent). A query the system refuses is answered with an empty public

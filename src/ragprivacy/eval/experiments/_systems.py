@@ -1,4 +1,4 @@
-"""Systems under attack: their specs, and building a system from one.
+"""Systems under attack: their config entries, and building a system from one.
 
 The attack experiments (``membership``, ``extraction``) name the systems they attack in
 ``system_specs``; each entry is a registered system name, or a mapping::
@@ -19,7 +19,8 @@ a token-level datastore built from the knowledge base's documents
 (:func:`knn_knowledge_base`; ``datastore_stride`` keeps every n-th position,
 ``datastore_index`` picks its index, e.g. ``faiss-hnsw`` for large corpora).
 
-**Offline defaults** (:func:`build_system`). Private retrievers and DP-voting systems are
+**Offline defaults** (:func:`entry_spec`; :func:`build_entry` builds the system through
+:func:`ragprivacy.rag.build_system`). Private retrievers and DP-voting systems are
 built in their *simulation* mode (float noise from a stream seeded by the run; the secure
 samplers give the same distributions, far more slowly), and the exponential mechanism of
 DP voting ranges over the words of the corpus and of the background text (a public
@@ -45,11 +46,12 @@ from ragprivacy.generate import Generator, GreedySteps, Prompt, TokenDistributio
 from ragprivacy.rag import (
     KNN_WINDOW,
     RAGSystem,
-    create_system,
+    SystemSpec,
+    build_system,
     knn_datastore,
     system_names,
 )
-from ragprivacy.retrieval import KnowledgeBase, create_retriever, retriever_names
+from ragprivacy.retrieval import KnowledgeBase, retriever_names
 from ragprivacy.types import Completion
 
 __all__ = [
@@ -57,9 +59,11 @@ __all__ = [
     "ONE_BY_ONE_SYSTEMS",
     "VOTING_SYSTEMS",
     "GenerationsOnlyCache",
-    "SystemSpec",
-    "build_system",
+    "SystemEntry",
+    "build_entry",
+    "entry_spec",
     "knn_knowledge_base",
+    "paper_noisy_topk",
     "parse_system_specs",
     "redacted_knowledge_base",
 ]
@@ -73,7 +77,7 @@ _RETRIEVER_SYSTEMS = ("dp_projection", "noisy_topk", "projection", "threshold")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SystemSpec:
+class SystemEntry:
     """One system under attack (see the module docstring).
 
     Attributes:
@@ -110,7 +114,9 @@ class SystemSpec:
                 )
             object.__setattr__(self, "retriever", self.name)
             object.__setattr__(self, "name", "rag")
-        check_choice("system", self.name, [*system_names(), *_RETRIEVER_SYSTEMS])
+        # pe answers over a DP synthetic datastore, which only private_rag builds
+        attacked = [n for n in system_names() if n != "pe"]
+        check_choice("system", self.name, [*attacked, *_RETRIEVER_SYSTEMS])
         if self.redact_pii is not None:
             check_choice("redact_pii", str(self.redact_pii).partition(":")[0], pii_detector_names())
         check_choice("retriever", self.retriever, retriever_names())
@@ -147,9 +153,9 @@ class SystemSpec:
         return self.name.partition(":")[0] not in ("non-rag", "remote")
 
 
-def parse_system_specs(entries: Sequence[Any], where: str) -> tuple[SystemSpec, ...]:
-    """Parse ``system_specs`` entries (names or mappings) into :class:`SystemSpec`\\ s."""
-    out: list[SystemSpec] = []
+def parse_system_specs(entries: Sequence[Any], where: str) -> tuple[SystemEntry, ...]:
+    """Parse ``system_specs`` entries (names or mappings) into :class:`SystemEntry`\\ s."""
+    out: list[SystemEntry] = []
     for i, entry in enumerate(entries):
         at = f"{where}[{i}]"
         if isinstance(entry, str):
@@ -172,9 +178,9 @@ def parse_system_specs(entries: Sequence[Any], where: str) -> tuple[SystemSpec, 
     return tuple(out)
 
 
-def _spec(where: str, **kw: Any) -> SystemSpec:
+def _spec(where: str, **kw: Any) -> SystemEntry:
     try:
-        return SystemSpec(**kw)
+        return SystemEntry(**kw)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     except TypeError as exc:
@@ -269,8 +275,49 @@ def knn_knowledge_base(
     return hit[1]
 
 
-def build_system(
-    spec: SystemSpec,
+def entry_spec(entry: SystemEntry, *, k: int, queries: int, seed: int) -> SystemSpec:
+    """The :class:`~ragprivacy.rag.SystemSpec` of ``entry`` under the offline defaults
+    (see the module docstring): simulated private retrievers and votes seeded from
+    ``seed``, ``noisy_topk`` sized for ``queries``, ``k`` where the entry gives none."""
+    ropts = dict(entry.retriever_options)
+    if entry.retriever in _SIMULATED_RETRIEVERS:
+        ropts.setdefault("simulation", True)
+    if entry.retriever == "projection" or (
+        entry.retriever in _SIMULATED_RETRIEVERS and ropts["simulation"]
+    ):
+        ropts.setdefault("rng", seed)  # R's seed; in simulation also the noise stream
+    if entry.retriever == "noisy_topk":
+        ropts = {**paper_noisy_topk(queries), **ropts}
+    sopts = dict(entry.options)
+    if entry.name == "knnlm":  # the datastore's settings: build_entry builds it
+        for key in ("datastore_stride", "datastore_index"):
+            sopts.pop(key, None)
+    simulation = sopts.pop("simulation", True)
+    rng = sopts.pop("rng", seed + 1)
+    return SystemSpec(
+        system=entry.name,
+        retriever=entry.retriever if entry.uses_data else None,
+        retriever_options=ropts if entry.uses_data else {},
+        k=entry.k or k,
+        simulation=simulation,
+        rng=rng,
+        options=sopts,
+    )
+
+
+def paper_noisy_topk(queries: int) -> dict[str, Any]:
+    """``noisy_topk``'s options in the papers' setting: its σ calibrated exactly for the
+    ``queries`` the account will make (so they compose to exactly (ε_acc, δ_acc)), its
+    scores clipped to :data:`~ragprivacy.dp.PAPER_SCORE_RANGE` (Δ = 1)."""
+    return {
+        "queries_per_account": max(1, int(queries)),
+        "calibration": "exact",
+        "score_range": PAPER_SCORE_RANGE,
+    }
+
+
+def build_entry(
+    entry: SystemEntry,
     *,
     kb: KnowledgeBase | None,
     generator: Generator,
@@ -279,55 +326,35 @@ def build_system(
     seed: int,
     vocabulary: Callable[[], Sequence[str]] | None = None,
 ) -> RAGSystem:
-    """Build the system ``spec`` describes (simulation defaults, budgets sized for
-    ``queries``; see the module docstring).
+    """Build the system ``entry`` describes (:func:`entry_spec`, then
+    :func:`ragprivacy.rag.build_system`), over ``kb`` with its PII redacted or turned
+    into kNN-LM's datastore where the entry says so.
 
     Args:
-        spec: the system.
-        kb: the knowledge base (``None`` only for ``non-rag``).
+        entry: the system.
+        kb: the knowledge base (``None`` only for systems that use no data).
         generator: the generator.
-        k: retrieved documents when the spec gives none.
+        k: retrieved documents when the entry gives none.
         queries: the queries the account will make (sizes ``noisy_topk``'s window).
         seed: seed of the simulation streams.
         vocabulary: the DP-voting word domain, built on demand.
     """
-    if not spec.uses_data:
-        return create_system(spec.name, generator=generator, **spec.options)
+    spec = entry_spec(entry, k=k, queries=queries, seed=seed)
+    if not entry.uses_data:
+        return build_system(spec, generator=generator)
     if kb is None:
-        raise ConfigError(f"System {spec.label!r} needs a knowledge base; none was given.")
-    sopts = dict(spec.options)
-    if spec.redact_pii is not None:
-        kb = redacted_knowledge_base(kb, spec.redact_pii)
-    if spec.name == "knnlm":
+        raise ConfigError(f"System {entry.label!r} needs a knowledge base; none was given.")
+    if entry.redact_pii is not None:
+        kb = redacted_knowledge_base(kb, entry.redact_pii)
+    if entry.name == "knnlm":
         kb = knn_knowledge_base(
             kb,
-            window=int(sopts.get("window", KNN_WINDOW)),
-            stride=int(sopts.pop("datastore_stride", 1)),
-            index=str(sopts.pop("datastore_index", "exact")),
+            window=int(entry.options.get("window", KNN_WINDOW)),
+            stride=int(entry.options.get("datastore_stride", 1)),
+            index=str(entry.options.get("datastore_index", "exact")),
         )
-    ropts = dict(spec.retriever_options)
-    if spec.retriever in _SIMULATED_RETRIEVERS:
-        ropts.setdefault("simulation", True)
-    if spec.retriever == "projection" or (
-        spec.retriever in _SIMULATED_RETRIEVERS and ropts["simulation"]
-    ):
-        ropts.setdefault("rng", seed)  # R's seed; in simulation also the noise stream
-    if spec.retriever == "noisy_topk":
-        ropts.setdefault("queries_per_account", max(1, int(queries)))
-        ropts.setdefault("calibration", "exact")
-        ropts.setdefault("score_range", PAPER_SCORE_RANGE)
-    retriever = create_retriever(spec.retriever, kb, k=spec.k or k, **ropts)
-    if spec.name in (*VOTING_SYSTEMS, "knnlm"):
+    if entry.name in ONE_BY_ONE_SYSTEMS:
         inner = getattr(generator, "inner", None)
         if isinstance(inner, Generator):
             generator = GenerationsOnlyCache(generator, inner)
-    if spec.name in VOTING_SYSTEMS:
-        sopts.setdefault("simulation", True)
-        sopts.setdefault("rng", seed + 1)
-        if vocabulary is not None and "vocabulary" not in sopts:
-            sopts["vocabulary"] = tuple(vocabulary())  # one tuple: DP voting caches its index
-        if spec.name == "murag_ada" and "epsilon_token" not in sopts:
-            eps_q = float(sopts.get("epsilon_q", 10.0))
-            thr = float(sopts.get("epsilon_thr", 1.0))
-            sopts["epsilon_token"] = min(2.0, eps_q - thr)
-    return create_system(spec.name, retriever=retriever, generator=generator, **sopts)
+    return build_system(spec, kb=kb, generator=generator, vocabulary=vocabulary)

@@ -60,15 +60,15 @@ from ragprivacy.eval.experiments._membership_report import (
 )
 from ragprivacy.eval.experiments._systems import (
     NO_LOGPROB_SYSTEMS,
-    SystemSpec,
+    SystemEntry,
     parse_system_specs,
 )
 from ragprivacy.eval.experiments.base import Experiment, ReportSection, register_experiment
 from ragprivacy.eval.metrics import match, rouge_l
 from ragprivacy.eval.metrics.membership import binary_metrics, membership_metrics, roc_curve
 from ragprivacy.generate import Generator, Task
-from ragprivacy.rag import NonRAG, Query, StandardRAG, defense_names
-from ragprivacy.retrieval import KnowledgeBase, create_retriever
+from ragprivacy.rag import Query, SystemSpec, build_system, defense_names
+from ragprivacy.retrieval import KnowledgeBase
 
 __all__ = ["MembershipExperiment", "MembershipOptions"]
 
@@ -280,7 +280,7 @@ class MembershipExperiment(AttackedSystemsExperiment):
 
     def _system(
         self, ctx: RunContext, label: str, k: int, defense: str, seed: int
-    ) -> tuple[BudgetedSystem, Generator, SystemSpec]:
+    ) -> tuple[BudgetedSystem, Generator, SystemEntry]:
         """The system ``label`` under ``defense`` over the members, built per budget
         scope."""
         spec = self.systems[label]
@@ -308,7 +308,7 @@ class MembershipExperiment(AttackedSystemsExperiment):
                 inside, embedder=embedder or o.embedder or models.embedder, index=models.index
             )
             gen = self._generator(ctx, o.shadow_generator, gen_opts)
-            system = StandardRAG(create_retriever("topk", kb, k=self.spec.k), gen)
+            system = build_system(SystemSpec(system="rag", k=self.spec.k), kb=kb, generator=gen)
             n = min(o.shadow_targets, len(inside), len(outside))
             return ShadowData(system, tuple(inside)[:n], tuple(outside)[:n])
 
@@ -410,7 +410,7 @@ class MembershipExperiment(AttackedSystemsExperiment):
         releases nothing still has, so a private system's utility reads against it."""
 
         def measure() -> float:
-            base = NonRAG(self._generator(ctx))
+            base = build_system(SystemSpec(system="non-rag"), generator=self._generator(ctx))
             replies = [r.text for r in base.answer_batch([q for q, _ in items])]
             if metric == "match":
                 return float(np.mean([match(t, refs) for t, (_, refs) in zip(replies, items)]))

@@ -81,17 +81,15 @@ from ragprivacy._validation import (
 )
 from ragprivacy.corpus import Corpus, QAItem
 from ragprivacy.dp import (
-    PAPER_SCORE_RANGE,
     PE_DEFAULT_ITERATIONS,
     PE_DEFAULT_SAMPLES,
-    PrivacyEvent,
-    SelfComposedEvent,
     compose,
     event_epsilon,
 )
 from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.eval.config import ExperimentConfig, ExperimentSpec
 from ragprivacy.eval.context import RunContext
+from ragprivacy.eval.experiments._systems import paper_noisy_topk
 from ragprivacy.eval.experiments.base import (
     Experiment,
     ReportSection,
@@ -105,24 +103,14 @@ from ragprivacy.rag import (
     DPVoteRAG,
     FillInVariationAPI,
     MuRAG,
-    MuRAGAda,
-    NaiveMultiRAG,
-    NonRAG,
     RAGSystem,
-    StandardRAG,
+    SyntheticDatastore,
     SyntheticRAG,
+    SystemSpec,
+    build_system,
     synthetic_datastore,
 )
-from ragprivacy.retrieval import (
-    DPProjectionRetriever,
-    KnowledgeBase,
-    NoisyTopKRetriever,
-    ProjectionRetriever,
-    Retriever,
-    TopKRetriever,
-    adaptive_screen,
-    score_bins,
-)
+from ragprivacy.retrieval import KnowledgeBase, adaptive_screen, score_bins
 from ragprivacy.types import Document, Response
 
 __all__ = ["PrivateRAGExperiment", "PrivateRAGOptions"]
@@ -328,11 +316,6 @@ _ABLATION_AXES: dict[str, tuple[str, str, bool]] = {
 """Per ablation: the cell key it varies, the plot's x label and whether x is logarithmic."""
 
 
-def _repeated(event: PrivacyEvent, n: int, delta: float) -> float:
-    """ε at ``delta`` of ``n`` answers each charged ``event``."""
-    return event_epsilon(SelfComposedEvent(event, n), delta)[0]
-
-
 def charged_total(system: RAGSystem, responses: list[Response]) -> tuple[float, float]:
     """(ε, δ) of everything ``system`` charged while giving ``responses``.
 
@@ -407,91 +390,87 @@ class PrivateRAGExperiment(Experiment):
 
     # ------------------------------------------------------------------ systems
 
-    def _system(
-        self, cell: dict[str, Any], ctx: RunContext, kb: KnowledgeBase, n: int, rng: Any
-    ) -> tuple[RAGSystem, float]:
-        """The cell's system and the total ε of ``n`` answers, from the event each answer
-        is charged (every answer of these systems is charged the same event; MURAG: the
-        per-document budget; PE: its release)."""
+    def _spec(self, cell: dict[str, Any], n: int, rng: Any) -> SystemSpec:
+        """The cell's system: the grid's ε in the parameter the system takes, budgets
+        sized for the ``n`` answers of one account, simulated noise from ``rng``."""
         o = self.options
-        gen = ctx.generator(self.corpus_name)
         name, eps = cell["system"], cell.get("epsilon", math.nan)
-        big_k = self.spec.k
+        seeded = {"simulation": True, "rng": rng}
         vote = {
+            "k": self.spec.k,
             "epsilon_token": o.epsilon_token,
             "docs_per_voter": o.docs_per_voter,
             "max_tokens": o.max_tokens,
-            "vocabulary": ctx.vocabulary(self.corpus_name),
-            "simulation": True,
+            **seeded,
+        }
+        screened = {
+            **vote,
+            "tau": cell.get("tau", o.tau),
+            "epsilon_q": eps,
+            "epsilon_thr": o.epsilon_thr,
+            "max_retrievals": o.max_retrievals,
+            "bin_size": o.bin_size,
+        }
+        clip_only = bool(cell.get("clip_only", False))
+        projection = {
+            "dim": cell.get("dim", o.rp_dim),
+            "kind": cell.get("kind", "gaussian"),
+            "variance": cell.get("variance"),
             "rng": rng,
         }
-        if name == "non-rag":
-            return NonRAG(gen), 0.0
-        if name == "rag":
-            return StandardRAG(TopKRetriever(kb, k=o.rag_k), gen), math.inf
-        r: Retriever
-        if name == "projection":
-            r = ProjectionRetriever(
-                kb,
-                k=o.rag_k,
-                dim=cell.get("dim", o.rp_dim),
-                kind=cell.get("kind", "gaussian"),
-                variance=cell.get("variance"),
-                rng=rng,
-            )
-            return StandardRAG(r, gen), math.inf
-        if name == "dp_projection":
-            clip_only = bool(cell.get("clip_only", False))
-            r = DPProjectionRetriever(
-                kb,
-                k=o.rag_k,
-                dim=o.rp_dim,
-                epsilon=eps if not clip_only else 1.0,
-                delta=o.dp_delta,
-                clip=cell.get("clip", o.dp_clip),
-                clip_only=clip_only,
-                simulation=True,
-                rng=rng,
-            )
-            total = _repeated(r.event, n, o.dp_delta)  # what the calibration delivers
-            return StandardRAG(r, gen), total
-        if name == "pe":
-            return self._pe(ctx, kb, gen, eps, rng)
-        if name == "noisy_topk":
-            r = NoisyTopKRetriever(
-                kb,
-                k=o.rag_k,
-                epsilon_acc=eps,
-                delta_acc=1e-6,
-                queries_per_account=n,
-                calibration="exact",
-                score_range=PAPER_SCORE_RANGE,  # the paper's Δ = 1, with clipping
-                simulation=True,
-                rng=rng,
-            )
-            return StandardRAG(r, gen), _repeated(r.mechanism.event, n, r.delta_acc)
-        top = TopKRetriever(kb, k=big_k)
-        if name in ("dp_vote", "naive_multi"):
-            voting: DPVoteRAG = (
-                DPVoteRAG(top, gen, epsilon=eps, **vote)
-                if name == "dp_vote"
-                else NaiveMultiRAG(top, gen, epsilon_q=eps, total_epsilon=n * eps, **vote)
-            )
-            return voting, _repeated(voting.vote.event(eps), n, voting.vote.delta)
-        cls = MuRAG if name == "murag" else MuRAGAda
-        if cls is MuRAGAda:  # ε_RAG = ε_q − ε_thr must pay at least one discovery
-            vote["epsilon_token"] = min(o.epsilon_token, eps - o.epsilon_thr)
-        sys = cls(
-            top,
-            gen,
-            tau=cell.get("tau", o.tau),
-            epsilon_q=eps,
-            epsilon_thr=o.epsilon_thr,
-            max_retrievals=o.max_retrievals,
-            bin_size=o.bin_size,
-            **vote,
+        dp_projection = {
+            "dim": o.rp_dim,
+            "epsilon": eps if not clip_only else 1.0,
+            "delta": o.dp_delta,
+            "clip": cell.get("clip", o.dp_clip),
+            "clip_only": clip_only,
+            **seeded,
+        }
+        noisy = {"epsilon_acc": eps, "delta_acc": 1e-6, **paper_noisy_topk(n), **seeded}
+
+        def rag_over(retriever: str, options: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "system": "rag",
+                "k": o.rag_k,
+                "retriever": retriever,
+                "retriever_options": options,
+            }
+
+        settings: dict[str, dict[str, Any]] = {
+            "non-rag": {"system": "non-rag"},
+            "rag": {"system": "rag", "k": o.rag_k},
+            "projection": rag_over("projection", projection),
+            "dp_projection": rag_over("dp_projection", dp_projection),
+            "noisy_topk": rag_over("noisy_topk", noisy),
+            "pe": {"system": "pe", "k": o.rag_k},
+            "dp_vote": {"system": "dp_vote", "epsilon": eps, **vote},
+            # Alg. 5: the account's cap is T·ε_q for T answers
+            "naive_multi": {
+                "system": "naive_multi",
+                "epsilon_q": eps,
+                "total_epsilon": n * eps,
+                **vote,
+            },
+            "murag": {"system": "murag", **screened},
+            "murag_ada": {"system": "murag_ada", **screened},
+        }
+        return SystemSpec(**settings[name])
+
+    def _system(
+        self, cell: dict[str, Any], ctx: RunContext, kb: KnowledgeBase, n: int, rng: Any
+    ) -> RAGSystem:
+        """The cell's system over ``kb`` (:meth:`_spec`; PE over its synthetic datastore,
+        built from ``kb`` at the cell's ε)."""
+        spec = self._spec(cell, n, rng)
+        gen = ctx.generator(self.corpus_name)
+        store = self._pe(ctx, kb, gen, cell["epsilon"], rng) if spec.name == "pe" else None
+        return build_system(
+            spec,
+            kb=kb,
+            generator=gen,
+            datastore=store,
+            vocabulary=lambda: ctx.vocabulary(self.corpus_name),
         )
-        return sys, sys.total_epsilon
 
     def _kind(self, ctx: RunContext) -> str:
         """The synthetic kind of PE's public documents: the corpus's (``knowledge`` for
@@ -500,16 +479,16 @@ class PrivateRAGExperiment(Experiment):
 
     def _pe(
         self, ctx: RunContext, kb: KnowledgeBase, gen: Any, eps: float, rng: Any
-    ) -> tuple[RAGSystem, float]:
-        """Plain RAG over a PE synthetic datastore at total (ε, δ) (see the module
-        docstring)."""
+    ) -> SyntheticDatastore:
+        """PE's synthetic datastore from ``kb``'s documents at total (ε, δ) (see the
+        module docstring)."""
         o = self.options
         n = len(kb)
         delta = o.pe_delta if o.pe_delta is not None else 1.0 / (n * math.log(max(n, 3)))
         kind = self._kind(ctx)
         # the variations are many one-off prompts: the call cache would only grow
         inner = getattr(gen, "inner", gen)
-        store = synthetic_datastore(
+        return synthetic_datastore(
             kb.corpus,
             random_api=BackgroundRandomAPI(kind),
             variation_api=FillInVariationAPI(inner, mask_rate=o.pe_mask_rate),
@@ -523,8 +502,6 @@ class PrivateRAGExperiment(Experiment):
             simulation=True,
             rng=rng,
         )
-        release = event_epsilon(store.result.event, store.delta)[0]  # = store.epsilon
-        return SyntheticRAG(store, gen, k=o.rag_k), release
 
     # ------------------------------------------------------------------ cells
 
@@ -556,7 +533,7 @@ class PrivateRAGExperiment(Experiment):
                 )
             # asked hop by hop: the budget covers one query per hop
             queries = chain_queries(chains)
-            system, _ = self._system(cell, ctx, kb, queries, rng)
+            system = self._system(cell, ctx, kb, queries, rng)
             by_id = {q.id: q for q in corpus.questions}
             recorder = _Recording(system)
             rows = multihop_rows(recorder, kb, chains, "evaluator", by_id)
@@ -569,7 +546,7 @@ class PrivateRAGExperiment(Experiment):
                 "multihop": multihop_means(rows),
                 "multihop_ci95": multihop_intervals(rows),
             }
-        system, _ = self._system(cell, ctx, kb, len(questions), rng)
+        system = self._system(cell, ctx, kb, len(questions), rng)
         vectors = kb.embedder.encode([q.question for q in questions])
         true_top = [
             set(np.argsort(-row, kind="stable")[:50].tolist()) for row in kb.index.scores(vectors)

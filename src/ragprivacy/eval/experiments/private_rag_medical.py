@@ -28,13 +28,13 @@ from ragprivacy._stats import mean_interval
 from ragprivacy.corpus import Corpus
 from ragprivacy.eval.context import RunContext
 from ragprivacy.eval.experiments.base import ReportSection, format_interval, register_experiment
-from ragprivacy.eval.experiments.private_rag import PrivateRAGExperiment
+from ragprivacy.eval.experiments.private_rag import PrivateRAGExperiment, charged_total
 from ragprivacy.eval.metrics import perplexity, rouge_l
 from ragprivacy.generate import Prompt, Task
 from ragprivacy.index import create_index
 from ragprivacy.rag import Query
 from ragprivacy.retrieval import KnowledgeBase
-from ragprivacy.types import Document
+from ragprivacy.types import Document, Response
 
 __all__ = ["PrivateRAGMedicalExperiment", "medical_split"]
 
@@ -98,9 +98,10 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
     ) -> dict[str, Any]:
         o = self.options
         kb, items = medical_split(ctx, self.corpus_name, o.copies, o.questions, self.seed)
-        system, total = self._system(cell, ctx, kb, len(items), rng)
+        system = self._system(cell, ctx, kb, len(items), rng)
         gen = ctx.generator(self.corpus_name)
         rouge, ppl, charged = [], [], 0
+        responses: list[Response] = []
         for patient, reference in items:
             q = Query(
                 patient,
@@ -109,12 +110,14 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
                 options={"max_tokens": o.max_tokens},
             )
             r = system.answer(q, account="evaluator")
+            responses.append(r)
             rouge.append(rouge_l(r.text, reference))
             charged += len(r.privacy.per_document)
             if cell["system"] in _NON_PRIVATE:
                 context = kb.texts(r.retrieval.indices) if r.retrieval is not None else ()
                 scored = gen.score(Prompt(Task.CONTINUE, patient, tuple(context)), reference)
                 ppl.append(perplexity(scored.logprobs))
+        total, total_delta = charged_total(system, responses)  # from what was charged
         return {
             "system": system.describe() if hasattr(system, "describe") else {},
             "n": len(items),
@@ -122,6 +125,7 @@ class PrivateRAGMedicalExperiment(PrivateRAGExperiment):
             "rouge_l_ci95": list(mean_interval(rouge, unit=True)),
             "perplexity": float(np.exp(np.mean(np.log(ppl)))) if ppl else math.nan,
             "total_epsilon": total,
+            "total_delta": total_delta,
             "documents_charged": charged,
         }
 

@@ -12,9 +12,9 @@ Rows (systems under attack), on the user's documents or a synthetic corpus:
 * per ε of ``epsilons``: ``noisy top-K`` — Gaussian noise-then-select retrieval
   (collusion paper eq. 2.1) at ε_acc = ε per account, and ``MURAG`` — Private-RAG
   Alg. 1 at ε_q = ε per query (below ε = 2, one discovery of ε_0 = ε instead of the
-  default ε_0 = 2). Each target is attacked from a fresh account of a
-  freshly built system (``budget: target``), so every membership test meets the full
-  budget; ε is what one target's test spends.
+  default ε_0 = 2: :attr:`ragprivacy.rag.SystemSpec.vote_epsilon_token`). Each target
+  is attacked from a fresh account of a freshly built system (``budget: target``), so
+  every membership test meets the full budget; ε is what one target's test spends.
 
 Columns: the membership attacks (default :data:`SCORECARD_ATTACKS`, the ones that need
 no shadow RAG) and the extraction modes (targeted PII, untargeted copying). Utility is
@@ -40,8 +40,6 @@ __all__ = ["SCORECARD_ATTACKS", "SCORECARD_EPSILONS", "SCORECARD_MODES", "scorec
 SCORECARD_ATTACKS = ("mba", "rag-mia", "min-k", "interrogation")
 #: Budgets of the DP defenses by default: a strong and a weak one.
 SCORECARD_EPSILONS = (1.0, 10.0)
-#: MURAG's default ε_0, the budget of one discovery (Private-RAG Alg. 1)
-_EPSILON_TOKEN = 2.0
 #: Extraction modes of a scorecard.
 SCORECARD_MODES = ("targeted", "untargeted")
 
@@ -58,10 +56,10 @@ def _dp_specs(epsilons: tuple[float, ...]) -> list[dict[str, Any]]:
                 "budget": "target",
                 "label": f"noisy top-K ε={shown}",
             },
+            # below the vote's default ε_0 one discovery of all of ε_q
+            # (ragprivacy.rag.SystemSpec.vote_epsilon_token)
             {"name": "murag", "epsilon_q": eps, "budget": "target", "label": f"MURAG ε={shown}"},
         ]
-        if eps < _EPSILON_TOKEN:  # below one discovery's default ε_0: one discovery of ε
-            specs[-1]["epsilon_token"] = eps
     return specs
 
 

@@ -1,0 +1,293 @@
+"""What each HTTP route does, without HTTP: :class:`Serving` turns a request model into a
+response model over a :class:`~ragprivacy.service.ServiceProvider` and a generator.
+
+The routes of :mod:`ragprivacy.service.app` parse a request, call one method here and
+return what it returns; every refusal is an exception of :mod:`ragprivacy.errors` (or
+:class:`NotFoundError`), which the app maps to a status code in one table. Nothing here
+reads a header or builds a response. Needs the ``service`` extra (pydantic).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from ragprivacy.errors import AuthError, ConfigError, RagPrivacyError
+from ragprivacy.generate import Generator
+from ragprivacy.service.protocol import (
+    AnswerBudget,
+    AnswerPrivacy,
+    AnswerRequest,
+    AnswerResponse,
+    AssistantMessage,
+    BudgetResponse,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatRequest,
+    ChoiceLogprobs,
+    ChunkChoice,
+    ChunkDelta,
+    CoalitionResponse,
+    CommitmentsResponse,
+    NoisyTopKBudget,
+    NoisyTopKBudgetStatus,
+    NoisyTopKPrivacy,
+    ProofResponse,
+    RagprivacyFields,
+    RecordsResponse,
+    RetrievedDocument,
+    RetrieveRequest,
+    RetrieveResponse,
+    SignedReceipt,
+    TokenLogprob,
+    TreeHeadResponse,
+    Usage,
+    VotedPrivacy,
+    VotingBudget,
+    WindowSummary,
+)
+from ragprivacy.service.provider import ServedAnswer, ServiceProvider
+from ragprivacy.service.state import Window
+from ragprivacy.types import Completion
+
+__all__ = ["NotFoundError", "Serving"]
+
+_VOTED_PRIVACY: TypeAdapter[Any] = TypeAdapter(VotedPrivacy)
+
+
+class NotFoundError(RagPrivacyError):
+    """A public audit resource that does not exist (yet): an unknown window, or the
+    coalition claim of a window still open. One answer for all, so that a request
+    learns nothing from which it was."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Answered:
+    """An account's answer and the fields that ride with it."""
+
+    completion: Completion
+    window_id: str
+    documents: list[RetrievedDocument]
+    receipt: SignedReceipt | None
+    privacy: AnswerPrivacy
+    budget: AnswerBudget
+
+    def fields(self) -> RagprivacyFields:
+        """The chat's ``ragprivacy`` field: the chat carries the text, not the documents."""
+        return RagprivacyFields(
+            window_id=self.window_id,
+            receipt=self.receipt,
+            privacy=self.privacy,
+            budget=self.budget,
+        )
+
+
+def _documents(served: ServedAnswer) -> list[RetrievedDocument]:
+    return [RetrievedDocument(id=i, text=t) for i, t in served.documents]
+
+
+class Serving:
+    """The service's handlers over ``provider`` (the open window's private answers and
+    the public audit) with ``generator`` for answers; thread-safe like the provider."""
+
+    def __init__(self, provider: ServiceProvider, generator: Generator) -> None:
+        self.provider = provider
+        self.generator = generator
+
+    # ------------------------------------------------------------------ accounts
+    def authenticate(self, authorization: str | None) -> str:
+        """The account of an ``Authorization: Bearer KEY`` header; :class:`AuthError`
+        (naming nothing) for a missing, malformed, unknown or revoked key."""
+        if not authorization or not authorization.startswith("Bearer "):
+            raise AuthError("Missing API key.")
+        return self.provider.state.authenticate(authorization[len("Bearer ") :])
+
+    def retrieve(self, account: str, request: RetrieveRequest) -> RetrieveResponse:
+        """``POST /v1/retrieve``: the private top-K (refused for a voting tenant)."""
+        served = self.provider.retrieve(account, request.query, k=request.k)
+        return RetrieveResponse(
+            window_id=served.window_id,
+            documents=_documents(served),
+            receipt=SignedReceipt(served.receipt),
+            privacy=NoisyTopKPrivacy.model_validate(served.privacy),
+            budget=NoisyTopKBudget.model_validate(served.budget),
+        )
+
+    def answer(self, account: str, request: AnswerRequest) -> AnswerResponse:
+        """``POST /v1/answer``: the account's answer in its tenant's mode."""
+        done = self._answered(account, request.query, request.k, request.max_tokens)
+        return AnswerResponse(
+            answer=done.completion.text,
+            window_id=done.window_id,
+            documents=done.documents,
+            receipt=done.receipt,
+            privacy=done.privacy,
+            budget=done.budget,
+        )
+
+    def chat(
+        self, account: str, request: ChatRequest
+    ) -> ChatCompletion | list[ChatCompletionChunk]:
+        """``POST /v1/chat/completions``: the answer to the last user message, whole or
+        (``stream``) as the chunks to send. The whole answer exists (and is charged)
+        before the first chunk is sent, so a refusal is still an ordinary 4xx and a
+        stream never stops halfway for a reason the account pays for."""
+        users = [m.content for m in request.messages if m.role == "user" and m.content.strip()]
+        if not users:
+            raise ConfigError("The chat needs a non-empty user message (it is the query).")
+        if request.logprobs or request.top_logprobs:
+            if not self.provider.logprobs_allowed(account):
+                raise ConfigError(
+                    "This account's tenant does not allow log-probabilities (a noisy_topk "
+                    "tenant may, with 'tenant create --logprobs'); ask without them."
+                )
+            if request.top_logprobs:
+                raise ConfigError(
+                    "'top_logprobs' is not supported: only the chosen tokens' log-"
+                    "probabilities are returned (logprobs=true)."
+                )
+        done = self._answered(account, users[-1], None, request.max_tokens)
+        head: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "created": int(time.time()),
+            "model": request.model,
+        }
+        text = done.completion.text
+        if request.stream:
+            return [
+                ChatCompletionChunk(
+                    **head,
+                    object="chat.completion.chunk",
+                    choices=[
+                        ChunkChoice(
+                            index=0,
+                            delta=ChunkDelta(role="assistant", content=text),
+                            finish_reason=None,
+                        )
+                    ],
+                ),
+                ChatCompletionChunk(
+                    **head,
+                    object="chat.completion.chunk",
+                    choices=[ChunkChoice(index=0, delta=ChunkDelta(), finish_reason="stop")],
+                    ragprivacy=done.fields(),
+                ),
+            ]
+        tokens = len(done.completion.tokens)
+        return ChatCompletion(
+            **head,
+            object="chat.completion",
+            choices=[
+                ChatChoice(
+                    index=0,
+                    message=AssistantMessage(role="assistant", content=text),
+                    finish_reason="stop",
+                    logprobs=_logprobs(done.completion) if request.logprobs else None,
+                )
+            ],
+            usage=Usage(prompt_tokens=0, completion_tokens=tokens, total_tokens=tokens),
+            ragprivacy=done.fields(),
+        )
+
+    def budget(self, account: str) -> BudgetResponse:
+        """``GET /v1/budget``: what the account has left in the open window."""
+        left = self.provider.budget(account)
+        if self.provider.votes(account):
+            return VotingBudget.model_validate(left)
+        return NoisyTopKBudgetStatus.model_validate(left)
+
+    def _answered(
+        self, account: str, query: str, k: int | None, max_tokens: int | None
+    ) -> _Answered:
+        """The account's answer (its tenant's mode) and the fields that ride with it."""
+        provider = self.provider
+        if provider.votes(account):
+            for name, value in (("k", k), ("max_tokens", max_tokens)):
+                if value is not None:
+                    raise ConfigError(
+                        f"'{name}' does not apply to this account's tenant: it releases a "
+                        "DP-voted answer whose length and documents the vote fixes."
+                    )
+            voted = provider.answer_voted(account, query, self.generator)
+            return _Answered(
+                completion=Completion(voted.text, voted.response.tokens),
+                window_id=provider.window_id(),
+                documents=[],
+                receipt=None,
+                privacy=_VOTED_PRIVACY.validate_python(voted.privacy),
+                budget=VotingBudget.model_validate(voted.budget),
+            )
+        served, completion = provider.answer(
+            account, query, self.generator, k=k, max_tokens=max_tokens
+        )
+        return _Answered(
+            completion=completion,
+            window_id=served.window_id,
+            documents=_documents(served),
+            receipt=SignedReceipt(served.receipt),
+            privacy=NoisyTopKPrivacy.model_validate(served.privacy),
+            budget=NoisyTopKBudget.model_validate(served.budget),
+        )
+
+    # ------------------------------------------------------------------ public audit
+    def _window(self, window_id: str) -> Window:
+        try:
+            return self.provider.state.window(window_id)
+        except ConfigError:  # the state's "no window": the one 404
+            raise NotFoundError("Not found.") from None
+
+    def windows(self) -> list[WindowSummary]:
+        """``GET /v1/audit/windows``: every window and its status."""
+        return [
+            WindowSummary(window_id=w.window_id, status=w.status)
+            for w in self.provider.state.windows()
+        ]
+
+    def commitments(self, window_id: str) -> CommitmentsResponse:
+        """The window's signed phase-A commitments, as stored."""
+        return CommitmentsResponse(self._window(window_id).commitments)
+
+    def tree_head(self, window_id: str) -> TreeHeadResponse:
+        """The window's signed current (or final) tree head."""
+        self._window(window_id)
+        return TreeHeadResponse(self.provider.tree_head(window_id).to_dict())
+
+    def records(self, window_id: str, start: int, end: int | None) -> RecordsResponse:
+        """The ledger's records ``[start, end)`` (to its end when ``end`` is None)."""
+        self._window(window_id)
+        return RecordsResponse(self.provider.records(window_id, start, end))
+
+    def inclusion_proof(self, window_id: str, position: int, size: int) -> ProofResponse:
+        """RFC 9162 inclusion proof of the record at ``position`` in the tree of ``size``."""
+        self._window(window_id)
+        return ProofResponse(self.provider.inclusion_proof(window_id, position, size))
+
+    def consistency_proof(self, window_id: str, old: int, new: int) -> ProofResponse:
+        """RFC 9162 consistency proof between the trees of sizes ``old`` and ``new``."""
+        self._window(window_id)
+        return ProofResponse(self.provider.consistency_proof(window_id, old, new))
+
+    def coalition(self, window_id: str) -> CoalitionResponse:
+        """The certified coalition claim of a closed window."""
+        claim = self._window(window_id).coalition
+        if claim is None:
+            raise NotFoundError("Not found.")
+        return CoalitionResponse(claim)
+
+
+def _logprobs(completion: Completion) -> ChoiceLogprobs | None:
+    """OpenAI's ``choices[].logprobs`` for the chosen tokens (None when the generator
+    exposes no probabilities)."""
+    if completion.logprobs is None:
+        return None
+    return ChoiceLogprobs(
+        content=[
+            TokenLogprob(token=t, logprob=lp, bytes=list(t.encode()), top_logprobs=[])
+            for t, lp in zip(completion.tokens, completion.logprobs)
+        ]
+    )
