@@ -3,9 +3,9 @@ and refuse (unless forced) one this machine cannot finish.
 
 Without them ``collusion sweep --trials 1000000000`` is killed by the kernel after a
 minute with no message, and a corpus of 10⁸ synthetic documents runs for days. Estimates
-are linear cost models whose constants were measured on a 2-core machine (the figures
-quoted next to each model); they are meant to be right within a small factor, which is
-all a refusal needs.
+are linear cost models whose constants were measured on a 2-core machine (docs/scale.md,
+"The resource guards' cost models"); they are meant to be right within a small factor,
+which is all a refusal needs.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """BLAS thread limits for one block of code, shared by the embedders and the indices.
 
-threadpoolctl's ``threadpool_limits`` rescans every loaded shared object on each call
-(10-15 ms with faiss, torch and scipy loaded; 0.19 ms a call with the index layer
-imported, against 0.014 ms for the cached controller, measured on an idle machine): the
-controller is built once and rebuilt only when modules were imported since.
+threadpoolctl's ``threadpool_limits`` rescans every loaded shared object on each call,
+which costs far more than reusing a controller (benchmarks/README.md, "Embedders and
+indices"): the controller is built once and rebuilt only when modules were imported since.
 """
 
 from __future__ import annotations

@@ -31,10 +31,10 @@ index they use:
   a sample of pairs (m = d: one float64 pass, no verification).
 
 Candidate generation for large windows (``search``): on i.i.d. queries in 384-d no exact
-bound prunes much, so the exact search above costs O(N²·d) (73 s at N = 10⁵ on the
-development machine). Two inverted-file (IVF) searches propose pairs instead; every
-proposed pair is verified in float64 as above, so a proposed pair is never wrong, but a
-pair that is not proposed is lost:
+bound prunes much, so the exact search above costs O(N²·d) (its time at N = 10⁵:
+benchmarks/README.md, "Coalition estimator"). Two inverted-file (IVF) searches propose
+pairs instead; every proposed pair is verified in float64 as above, so a proposed pair is
+never wrong, but a pair that is not proposed is lost:
 
 - ``"ivf-bound"`` (exact): spherical k-means cells with centroids μ_c and angular radii
   r_c = max over the cell's queries of ∠(y, μ_c). A pair with cos ≥ θ − TIE is at an

@@ -102,9 +102,9 @@ def fixed_point(vectors: FloatArray) -> np.ndarray:
 
 def scoring_matrix(fixed_vectors: np.ndarray) -> np.ndarray:
     """The fixed-point embeddings as float64, the form :func:`integer_scores` multiplies
-    (every entry an integer, so exact). Keep it beside the index: converting 10⁵ × 384
-    int32 entries on every query cost 55 of its 75 ms of scoring (benchmarks/
-    bench_service.py), at the price of 8 bytes per entry."""
+    (every entry an integer, so exact). Keep it beside the index: converting the int32
+    entries on every query was most of a query's scoring time (benchmarks/README.md, "The
+    service"), and keeping them costs 8 bytes per entry."""
     out = np.asarray(fixed_vectors, dtype=np.float64)
     out.flags.writeable = False
     return out

@@ -52,7 +52,12 @@ from ragprivacy.audit.records import (
     topk_hash,
     verify_signature,
 )
-from ragprivacy.dp import GaussianNoisyTopK, query_input, top_k_indices
+from ragprivacy.dp import (
+    GaussianNoisyTopK,
+    noise_first_min_scored,
+    query_input,
+    top_k_indices,
+)
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import BudgetExhaustedError, BusyError, ConfigError, DataError
 
@@ -239,10 +244,6 @@ class AuditorPackage:
 ScoreAt = Callable[[IntArray], IntArray]
 
 
-NOISE_FIRST_MIN_SCORED = 64
-"""The fewest slots a noise-first selection scores (with ``8·K``, whichever is larger)."""
-
-
 def exact_selection(mechanism: GaussianNoisyTopK, noise: IntArray, score_at: ScoreAt) -> IntArray:
     """The account's noise-then-select TopK(clip(s) + z) (collusion paper eq. 2.1), asking
     ``score_at`` only for the slots whose noise leaves them a chance.
@@ -270,7 +271,7 @@ def exact_selection(mechanism: GaussianNoisyTopK, noise: IntArray, score_at: Sco
     if mechanism.bounds_units() is None:  # no clipping: no bound to prune with
         return mechanism.select_units(score_at(np.arange(z.shape[0], dtype=np.int64)), z)
     return mechanism.select_units_noise_first(
-        z, score_at, min_scored=max(NOISE_FIRST_MIN_SCORED, 8 * mechanism.k)
+        z, score_at, min_scored=noise_first_min_scored(mechanism.k)
     )
 
 
@@ -611,6 +612,16 @@ class AuditedProvider:
                     continue
         raise BusyError("The ledger is too busy for this account; retry the query.")
 
+    def _check_rate_limit(self, account: str, used: int) -> None:
+        """Refuse a query of ``account`` that has ``used`` its rate limit (checked before
+        the selection, and again under the ledger's lock by the append's guard)."""
+        limit = self._policies[account].rate_limit
+        if used >= limit and not self.misbehaviour.ignore_rate_limit:
+            raise BudgetExhaustedError(
+                f"Account {account!r} has used its {limit} queries in this window; wait for "
+                "the next window."
+            )
+
     def _account_lock(self, account: str) -> threading.Lock:
         with self._lock:
             return self._account_locks.setdefault(account, threading.Lock())
@@ -677,12 +688,7 @@ class AuditedProvider:
                 last_ts = rec.ts
             if count != expected:
                 raise _StaleCount
-            limit = self._policies[account].rate_limit
-            if expected >= limit and not self.misbehaviour.ignore_rate_limit:
-                raise BudgetExhaustedError(
-                    f"Account {account!r} has used its {limit} queries in this window; wait "
-                    "for the next window."
-                )
+            self._check_rate_limit(account, expected)
             if log.size and ts <= last_ts:
                 if restamp:
                     raise _StaleCount
@@ -704,12 +710,7 @@ class AuditedProvider:
         restamp: bool = False,
         scores: np.ndarray | None = None,
     ) -> QueryAnswer:
-        limit = self._policies[account].rate_limit
-        if expected >= limit and not self.misbehaviour.ignore_rate_limit:
-            raise BudgetExhaustedError(
-                f"Account {account!r} has used its {limit} queries in this window; wait for "
-                "the next window."
-            )
+        self._check_rate_limit(account, expected)
         bad = self.misbehaviour
         tenant = bad.record_tenant.get(account, self.accounts[account])
         scored = bad.cross_tenant.get(account, tenant)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ragprivacy.dp.account import (
     DEFAULT_SCORE_RANGE,
     NOISE_FIRST_MAX_FRACTION,
+    NOISE_FIRST_MIN_SCORED,
     PAPER_SCORE_RANGE,
     AccountCounter,
     AccountPolicy,
@@ -17,6 +18,7 @@ from ragprivacy.dp.account import (
     NoisySelection,
     Reservation,
     derived_bits,
+    noise_first_min_scored,
     query_input,
 )
 from ragprivacy.dp.accounting import (
@@ -174,6 +176,7 @@ __all__ = [
     "MiaPrediction",
     "NNHistogram",
     "NOISE_FIRST_MAX_FRACTION",
+    "NOISE_FIRST_MIN_SCORED",
     "NoOpEvent",
     "NoisyCounts",
     "NoisySelection",
@@ -242,6 +245,7 @@ __all__ = [
     "mia_advantage_upper",
     "mia_prediction",
     "nearest_neighbor_votes",
+    "noise_first_min_scored",
     "noisy_prefix_threshold",
     "optimal_pure_composition",
     "pe_epsilon",

@@ -59,6 +59,7 @@ from ragprivacy.errors import BudgetExhaustedError, ConfigError
 __all__ = [
     "DEFAULT_SCORE_RANGE",
     "NOISE_FIRST_MAX_FRACTION",
+    "NOISE_FIRST_MIN_SCORED",
     "PAPER_SCORE_RANGE",
     "AccountCounter",
     "AccountPolicy",
@@ -66,6 +67,7 @@ __all__ = [
     "NoisySelection",
     "Reservation",
     "derived_bits",
+    "noise_first_min_scored",
     "query_input",
 ]
 
@@ -78,9 +80,20 @@ PAPER_SCORE_RANGE: Final[tuple[float, float]] = (0.0, 1.0)
 _REC_LABEL = "rec_q"
 
 #: :meth:`GaussianNoisyTopK.select_noise_first` scores everything at once when more than
-#: this fraction of a row's documents are candidates: gathered scores of n/16 documents
-#: cost 0.80x one scan, of n/8 1.33x (10^6 x 384, ``benchmarks/bench_retrieval.py``).
+#: this fraction of a row's documents are candidates: past about n/16 documents, gathering
+#: their scores costs about as much as one scan or more (benchmarks/README.md, "Private
+#: retrieval"; docs/dp.md).
 NOISE_FIRST_MAX_FRACTION: Final[float] = 0.0625
+#: The fewest documents a noise-first selection scores per query (with 8·K, whichever is
+#: larger): padding C to a constant keeps the number of rows read from depending on the
+#: noise in practice (a count of rows read, seen beside the answer, says more than it).
+NOISE_FIRST_MIN_SCORED: Final[int] = 64
+
+
+def noise_first_min_scored(k: int) -> int:
+    """The noise-first floor for top-``k``: max(:data:`NOISE_FIRST_MIN_SCORED`, 8k), the
+    ``min_scored`` every noise-first caller passes (and the lazy path's candidate count)."""
+    return max(NOISE_FIRST_MIN_SCORED, 8 * int(k))
 
 
 def query_input(

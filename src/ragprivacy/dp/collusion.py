@@ -55,8 +55,9 @@ __all__ = [
 ]
 
 COLLUSION_METHODS = ("advanced", "rdp", "pld", "exact", "all")
-# PLD is opt-in: it composes k·n losses numerically (≈1 s at k·n = 10^5, ≈5 s at 10^6,
-# minutes at 10^7) and, for these Gaussians, only cross-checks the exact route.
+# PLD is opt-in: it composes k·n losses numerically (seconds to minutes at large k·n;
+# docs/dp.md, "Collusion bounds") and, for these Gaussians, only cross-checks the exact
+# route.
 DEFAULT_COLLUSION_METHODS: tuple[str, ...] = ("advanced", "rdp", "exact")
 
 

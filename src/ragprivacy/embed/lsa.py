@@ -134,8 +134,8 @@ class LsaEmbedder(Embedder):
         config: the settings (default :class:`LsaConfig`).
         num_threads: BLAS/LAPACK threads while fitting and encoding (``None``: the BLAS
             default). One by default: the QR and SVD of a fit are small, and on a shared,
-            busy machine two threads were measured 5-20x slower than one. A runtime
-            setting, not part of the fingerprint.
+            busy machine two threads were measured slower than one (benchmarks/README.md,
+            "Embedders and indices"). A runtime setting, not part of the fingerprint.
         **overrides: fields of :class:`LsaConfig` to change, e.g. ``n_components=256``.
 
     >>> emb = LsaEmbedder(n_components=2).fit(

@@ -12,9 +12,9 @@ never at package import.
 
 The :meth:`~SentenceTransformerEmbedder.fingerprint` binds to the model's bytes: its
 state digest is a SHA-256 over every file of the model folder except documentation
-(``*.md``) and hidden files, read in full (about 0.1 s for MiniLM's 90 MB) and cached per
-process by (path, size, mtime) of each file. Runtime settings that do not change the
-vectors beyond float rounding (device, threads, batch size) are not part of it.
+(``*.md``) and hidden files, read in full once and cached per process by (path, size,
+mtime) of each file. Runtime settings that do not change the vectors beyond float
+rounding (device, threads, batch size) are not part of it.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ voting — is :class:`~ragprivacy.generate.hf.HFGenerator`'s, unchanged.
 
 Deviation from a llama.cpp runtime: the quantised weights are expanded to ``float32``
 (``dtype``), so the model computes in full precision on the dequantised values rather than
-with quantised kernels; that costs memory and speed (for SmolLM2-135M about 0.5 GB and
-≈ 15 tokens/s greedy on 2 CPU threads) but gives exact log-probabilities, which
-llama-cpp-python's ``echo`` log-probabilities are not (its issue 1276).
+with quantised kernels; that costs memory and speed (benchmarks/README.md, "The real
+model") but gives exact log-probabilities, which llama-cpp-python's ``echo``
+log-probabilities are not (its issue 1276).
 
 Nothing is downloaded; ``torch`` and ``transformers`` are imported only when a model is
 built.

@@ -36,7 +36,7 @@ class ExactIndex(VectorIndex):
     ``chunk_bytes`` of scores at a time), finds each row's k-th largest score with
     ``np.partition`` and sorts the k best, breaking ties by lower position (also at the
     cut-off). A query against n stored vectors costs one GEMV over ``n x dim`` floats,
-    bound by memory bandwidth (about 5 ms at 10^5 x 384 on an idle two-core machine).
+    bound by memory bandwidth (benchmarks/README.md, "Embedders and indices").
     ``add`` appends in amortised O(new rows) by growing a buffer.
 
     When ``k`` exceeds the number of stored vectors, results are padded with position

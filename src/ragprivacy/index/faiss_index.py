@@ -124,8 +124,7 @@ class _FaissIndex(VectorIndex):
 
         FAISS's own inner-product kernel (``fvec_inner_products_ny``, split over two
         threads) was measured against it on a busy 2-core machine and was no faster
-        (10^6 x 384: 480 ms on two threads, 382 ms on one, BLAS 307 ms; 10^5: 79 / 50 /
-        50 ms), so the BLAS product stays."""
+        (benchmarks/README.md, "Embedders and indices"), so the BLAS product stays."""
         q = as_queries(queries, self.dim)
         with blas_threads(self.num_threads):
             return np.asarray(q @ self._stored().T, dtype=np.float32)
@@ -269,7 +268,7 @@ class FaissHnswIndex(_FaissIndex):
 
     :meth:`search` may miss true neighbours (recall@10 is measured against the exact scan
     in the benchmarks); :meth:`scores` stays exact. Building costs far more than a flat
-    index (about 40 s for 2x10^4 random 384-d vectors on two cores).
+    index (benchmarks/README.md, "Embedders and indices").
 
     Args:
         dim: vector width.

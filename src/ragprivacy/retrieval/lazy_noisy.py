@@ -64,13 +64,10 @@ The bounds u_b need not be tight for exactness, only certified; tight bounds mak
 rounds reveal fewer documents. In high-dimensional embeddings the ball bound
 q·c_b + ‖q‖r_b is loose (r_b is large unless the bucket's documents nearly coincide), so at
 small σ — where u_b > τ for most buckets — most documents are revealed and the fallback
-runs. Measured (``benchmarks/bench_retrieval.py``, 10⁵ clustered 384-d unit vectors, K = 5,
-c = 64 HNSW candidates, one run on a loaded 2-core machine): the fallback ran on every
-query for σ ≤ 0.3 and on none for σ ≥ 1; against a plain HNSW top-K the global bound
-u = 1 took 2.1× at σ = 1 and 1.3–1.5× for σ ∈ [3, 422], while √n k-means buckets had a
-median bound of 1.0 (radii ≈ 1) and only added overhead (2.4–7.7×). At 10⁶: fallback on
-81 % of queries at σ = 0.3, none for σ ≥ 1; global bound 1.9× at σ = 1, 1.25–1.37× for
-σ ∈ [3, 422]; 1000 buckets 3.9–10.5×.
+runs. Measured on clustered 384-d unit vectors with HNSW candidates (benchmarks/README.md,
+"Private retrieval"): the fallback runs on nearly every query at small σ and on none at
+large σ; the global bound u = 1 costs more than a plain HNSW top-K, and k-means buckets,
+whose bounds were no tighter (radii ≈ 1), only added overhead.
 
 Privacy: the output law is the full Gaussian mechanism's, so the guarantee of
 :class:`~ragprivacy.dp.GaussianNoisyTopK` applies. **Timing side channel**: the run time
@@ -156,11 +153,11 @@ class FallbackMemory:
 
     A lazy selection that falls back has paid for a candidate search (an HNSW search)
     before it learns that its bounds are too loose for the rounds (small σ): it then costs
-    the full path plus that search (1.27–1.34× the full path at 10⁵ × 384,
-    benchmarks/README.md). When most of an account's recent selections fell back, its
-    next one likely will too: this memory tells the retriever to run the full
-    noise-then-select instead, without the search, and to try the lazy path again on
-    every ``probe_every``-th query so that it notices when the account's queries change.
+    the full path plus that search (benchmarks/README.md, "Private retrieval"). When most
+    of an account's recent selections fell back, its next one likely will too: this
+    memory tells the retriever to run the full noise-then-select instead, without the
+    search, and to try the lazy path again on every ``probe_every``-th query so that it
+    notices when the account's queries change.
 
     Rule, per account: over the account's last ``window`` lazy outcomes (fell back or
     not), skip the search when the window is full and at least ``skip_at`` of them fell

@@ -61,6 +61,7 @@ from ragprivacy.dp import (
     DEFAULT_SCORE_RANGE,
     AccountCounter,
     AccountPolicy,
+    noise_first_min_scored,
     simulation_rng,
 )
 from ragprivacy.errors import ConfigError
@@ -101,7 +102,8 @@ class NoisyTopKRetriever(Retriever):
         lazy: the exact lazy variant over the index's top ``candidates`` (simulation only);
             its fallbacks are remembered per account in :attr:`fallbacks` (a
             :class:`~ragprivacy.retrieval.FallbackMemory`).
-        candidates: candidate-set size for ``lazy`` (default ``max(64, 8k)``); with
+        candidates: candidate-set size for ``lazy`` (default
+            ``dp.noise_first_min_scored(k)``); with
             ``noise_first``, the fewest documents scored per query (the candidates padded
             with the next largest noises, so the count is constant unless more are
             candidates).
@@ -167,7 +169,9 @@ class NoisyTopKRetriever(Retriever):
                 "The lazy noise-then-select draws float noise: set simulation=True with "
                 "lazy=True (the secure path noises every score with the exact sampler)."
             )
-        self.candidates = check_positive_int("candidates", candidates or max(64, 8 * self.k))
+        self.candidates = check_positive_int(
+            "candidates", candidates or noise_first_min_scored(self.k)
+        )
         self.score_bound = float(score_bound)
         if buckets is not None and not isinstance(buckets, BucketBounds):
             raise ConfigError(f"The 'buckets' parameter must be a BucketBounds; got {buckets!r}.")

@@ -43,6 +43,7 @@ from ragprivacy.dp import (
     NoisySelection,
     Reservation,
     derived_bits,
+    noise_first_min_scored,
     query_input,
     simulation_rng,
 )
@@ -88,16 +89,17 @@ class TenantRetriever(Retriever):
         simulation: use the dp layer's float fast path (keyword ``rng``) instead of the
             secure discrete Gaussian; for experiments only.
         window_seed: with secure noise, derive each query's noise from
-            H(s_W ‖ rec_q), rec_q = (W, account, tenant, H(q), j) (§5.3 A2,
-            :func:`ragprivacy.dp.query_input`; j is the account's query number in the
-            window) instead of OS entropy. At least 32 bytes.
+            H(s_W ‖ rec_q), rec_q = (W, a, t(a), H(q), j) (§5.3 A2,
+            :func:`ragprivacy.dp.query_input`; a is the account, t(a) its tenant, j its
+            query number in the window) instead of OS entropy. At least 32 bytes.
         window_id: the name W of the current window (``open_window`` starts the next).
         noise_first: score only the documents each query's noise leaves in the race
             (:meth:`~ragprivacy.dp.GaussianNoisyTopK.select_noise_first`, through the
             index's ``scores_at``): the same output as scoring every document, and which
             documents are scored depends on the noise alone (so, like the noise, it must
-            not be observable next to the output); at least ``max(64, 8k)`` per query,
-            so the count is constant unless more are candidates. Used for accounts whose
+            not be observable next to the output); at least
+            ``dp.noise_first_min_scored(k)`` per query, so the count is constant unless
+            more are candidates. Used for accounts whose
             policy has a score range; ``False`` scores every document.
         rng: the simulation stream.
 
@@ -287,7 +289,7 @@ class TenantRetriever(Retriever):
     ) -> TenantSelection:
         index = self._tenants[target].index
         mech = acc.mechanism
-        pad = max(64, 8 * self.k)  # the fewest documents noise first scores per query
+        pad = noise_first_min_scored(self.k)
         cache: list[FloatArray] = []
 
         def scores() -> FloatArray:  # every score of the batch, computed at most once

@@ -20,7 +20,7 @@ from ragprivacy.errors import ConfigError
 
 __all__ = ["ApiKey", "hash_secret", "new_key", "parse_key", "secret_matches"]
 
-_SCRYPT_N = 2**14  # ~16 MiB, ~30 ms per check on one core: slow for a guesser, fine per request
+_SCRYPT_N = 2**14  # 128·N·r = 16 MiB per check: slow for a guesser, fine per request
 _SCRYPT_R = 8
 _SCRYPT_P = 1
 _KEY = re.compile(r"rpk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")

@@ -563,7 +563,8 @@ class ServiceState:
         )
         # A key this process verified before is checked by a keyed hash in memory (the
         # revocation is still read from the state every time): scrypt is there for a
-        # stolen state file, and paying it on every request cost 64 of a request's 74 ms.
+        # stolen state file, and paying it on every request was most of a request's time
+        # (benchmarks/README.md, "The service").
         tag = hmac.new(self._session_key, secret.encode(), hashlib.sha256).digest()
         if row is not None and row[3] is None:
             known = self._verified.get(key_id)

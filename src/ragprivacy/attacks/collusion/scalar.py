@@ -17,8 +17,8 @@ Adversaries:
 
 Simulation uses exact sufficient statistics: the mean of kn i.i.d. N(μ_b, σ²) answers
 *is* one N(μ_b, σ²/(kn)) draw (:meth:`~ragprivacy.dp.ScalarMechanism.pooled_means`), so a
-trial costs one Gaussian draw whatever k and n are (10⁴ trials in well under a
-millisecond instead of ~20 s). These are simulations of the mechanism (the dp layer's
+trial costs one Gaussian draw whatever k and n are (docs/audit.md, "The attack and its
+sweeps"). These are simulations of the mechanism (the dp layer's
 float fast path, :func:`ragprivacy.dp.gaussian_noise_float`), not a deployment
 protecting data.
 """

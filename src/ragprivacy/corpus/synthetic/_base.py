@@ -132,8 +132,8 @@ def _check_options(kind: str, generator: SyntheticGenerator, options: dict[str, 
 
 
 # Cost of the built-in kinds per document (seconds, bytes of the finished corpus in
-# memory), measured on a 2-core machine at n = 2,000-250,000 and rounded up: 1.2-1.9 ms
-# and 1.9-5 kB per document, over about 100 MB for Faker and the name pools.
+# memory), over a fixed memory for Faker and the name pools: measured on a 2-core machine
+# at n = 2,000-250,000 and rounded up (docs/scale.md, "The resource guards' cost models").
 _COSTS = {
     "email": (1.5e-3, 4e3),
     "knowledge": (1.3e-3, 6e3),

@@ -34,7 +34,7 @@ __all__ = [
 
 def faker_for(seed: int, locale: str = "en_US") -> Faker:
     """A fresh ``Faker`` for ``locale`` seeded for this call only."""
-    from faker import Faker  # imported on first use: it takes ~60 ms
+    from faker import Faker  # imported on first use: it is slow to import
 
     fake = Faker(locale)
     fake.seed_instance(int(seed))

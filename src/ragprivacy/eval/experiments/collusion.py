@@ -272,12 +272,12 @@ def topk_sweep(
     )
 
 
-# Cost model of one cell, measured on a 2-core machine (numpy's normal and binomial draws,
-# then the rank-based AUC with its DeLong SE): the scalar sweep takes 1.6-1.8 µs and the
-# exact top-K sweep 1.2 µs per trial and cell, plus about 2 s per ε_acc row to set up the
-# top-K harness; the service mode about 10 µs per query sent. Peak memory grows by about
-# 130-145 bytes per trial (both worlds' statistics, their concatenation, ranks and sort
-# buffers) over the interpreter with numpy and scipy loaded (about 170 MB).
+# Cost model of one cell (numpy's normal and binomial draws, then the rank-based AUC with
+# its DeLong SE): time per trial and cell for each mechanism, a set-up per ε_acc row for
+# the top-K harness, time per query sent in the service mode; memory per trial (both
+# worlds' statistics, their concatenation, ranks and sort buffers) over the interpreter
+# with numpy and scipy loaded. Measured on a 2-core machine and rounded up (docs/scale.md,
+# "The resource guards' cost models").
 _BASE_MEMORY = 200e6
 _BYTES_PER_TRIAL = 160.0
 _SECONDS_PER_TRIAL = {"scalar": 2.0e-6, "topk": 1.5e-6}

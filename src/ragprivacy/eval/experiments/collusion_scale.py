@@ -11,17 +11,17 @@
   two observation surfaces: the *user-observable* hit indicator (planted slot in the noisy
   top-5) and the *instrumented* pooled noisy score at the planted slot.
 
-Encoding dominates the cost (MiniLM: ~150–370 passages/s per quiet core), so the passage
-embeddings are computed once and cached in float32 chunks under a user-chosen directory
-(:func:`cached_embeddings`; a stopped run resumes at the next chunk), with batching and a
-threads setting.
+Encoding dominates the cost (MiniLM's rate: docs/audit.md, "The attack and its sweeps"),
+so the passage embeddings are computed once and cached in float32 chunks under a
+user-chosen directory (:func:`cached_embeddings`; a stopped run resumes at the next
+chunk), with batching and a threads setting.
 
 How noise on every score stays exact and fast: for a fixed index and a fixed probe, the
 kn answers of a coalition are i.i.d., so the hit count is exactly Binomial(kn, p_b) with
 p_b = P(planted slot in TopK(s + N(0, σ²I))) over *all* N scores, computed once per world
 by quadrature (:func:`ragprivacy.dp.hit_probability`: O(N·K) per node);
 the scores are the exact inner products of all N stored vectors (``index.scores`` reads
-the HNSW index's flat storage: one GEMV, ~5 ms at 10⁵ × 384), not only the ANN
+the HNSW index's flat storage: one GEMV, bound by memory bandwidth), not only the ANN
 candidates. The HNSW graph is not used to select: an ANN walk cannot add noise to scores
 it never visits. For contrast the result also gives p_b over the ``ef_search`` HNSW
 candidates only (what noising only the ANN candidates would return). A full-scale check
@@ -254,7 +254,8 @@ def production_scale_check(
         passages: slots of the tenant index (the planted slot included).
         eps, ks, n, trials, top_k: the sweep of §4.4 (σ by eq. 3.4 with the paper's Δ = 1).
         embedder: ``"minilm"`` (the reported figure) or ``"lsa"`` (fitted on the corpus;
-            ~100× faster on a CPU, for trying the pipeline) or an :class:`Embedder`.
+            far faster on a CPU, for trying the pipeline; docs/audit.md) or an
+            :class:`Embedder`.
         index, hnsw_m, ef_construction, ef_search: the index (paper: HNSW M = 64,
             ef_cstr = 200, ef_q = 128).
         target_gap, unique, candidates: pick the target/decoy pair: among ``candidates``
