@@ -261,11 +261,11 @@ def exact_selection(mechanism: GaussianNoisyTopK, noise: IntArray, score_at: Sco
     of every committed embedding.
 
     C is padded with the next-largest noises to at least
-    max(:data:`NOISE_FIRST_MIN_SCORED`, 8K) slots, so the number of rows read is constant
-    in practice: which rows are read depends on the noise and must stay as secret as it
-    (a log of the rows read, seen beside the answer, says more than the answer). When C
-    is more than :data:`~ragprivacy.dp.NOISE_FIRST_MAX_FRACTION` of the index (σ not
-    large against Δ) every slot is scored in one pass instead.
+    :func:`ragprivacy.dp.noise_first_min_scored` (max(64, 8K)) slots, so the number of
+    rows read is constant in practice: which rows are read depends on the noise and must
+    stay as secret as it (a log of the rows read, seen beside the answer, says more than
+    the answer). When C is more than :data:`~ragprivacy.dp.NOISE_FIRST_MAX_FRACTION` of
+    the index (σ not large against Δ) every slot is scored in one pass instead.
     """
     z = np.asarray(noise, dtype=np.int64)
     if mechanism.bounds_units() is None:  # no clipping: no bound to prune with
