@@ -4,10 +4,10 @@ AboveThreshold instance (re-drawn threshold), and the answer's event states ≤ 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from tests._voting_llm import VOCAB, FakeLLM
 
 import ragprivacy.rag.dp_vote as dp_vote_module
 from ragprivacy.corpus import Corpus
@@ -19,40 +19,10 @@ from ragprivacy.dp import (
     max_pure_steps,
 )
 from ragprivacy.errors import ConfigError
-from ragprivacy.generate import Generator, Prompt, TokenDistribution, tokenize
+from ragprivacy.generate import Prompt
 from ragprivacy.rag import DPVoteConfig, DPVoteRAG, MuRAG, NaiveMultiRAG, dp_vote_generate
 from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
-from ragprivacy.types import Completion, Document
-
-VOCAB = ["alpha", "beta", "I", "don't", "know", ".", "</s>"]
-
-
-class FakeLLM(Generator):
-    """Answers 'alpha' when a context document holds 'secret alpha', else "I don't know."."""
-
-    name = "fake"
-
-    def _answer(self, prompt: Prompt) -> list[str]:
-        if any("secret alpha" in d for d in prompt.context):
-            return ["alpha"]
-        return tokenize("I don't know.")
-
-    def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
-        return self.generate_batch([prompt])[0]
-
-    def generate_batch(
-        self, prompts: Sequence[Prompt], *, max_tokens: int | None = None
-    ) -> list[Completion]:
-        return [Completion(" ".join(self._answer(p)), tuple(self._answer(p))) for p in prompts]
-
-    def next_token_distribution(
-        self, prompt: Prompt, prefix: Sequence[str] | str = ()
-    ) -> TokenDistribution:
-        return TokenDistribution(("beta", "</s>"), (0.6, 0.4))
-
-    def score(self, prompt: Prompt, continuation: str) -> Completion:
-        toks = tokenize(continuation)
-        return Completion(continuation, tuple(toks), tuple(-1.0 for _ in toks))
+from ragprivacy.types import Document
 
 
 @pytest.fixture()

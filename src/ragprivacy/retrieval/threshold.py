@@ -17,9 +17,9 @@ Neighbouring relation: add/remove one document. Guarantee (Private-RAG Thm 1–2
 document pays only for the queries whose screened set it enters, and is dropped once its
 budget M·ε_q cannot pay the next charge, so each ends ε-DP with ε = M·ε_q (Feldman & Zrnic
 2021, Cor. 3.3). The charges are made *before* the documents are returned (and so before
-any generation). A request is reserve → compute → commit or release: the charges of a
-screening whose request then fails (the generator errs, the caller cancels) are given
-back with :meth:`ThresholdRetriever.release`, since nothing was released to anyone.
+any generation). They stay charged if the request then fails (a failure is an answer:
+``ragprivacy.rag.charged_on_failure``); :meth:`ThresholdRetriever.release` gives them back
+only for a generator that was never reached, and for a screening's own discarded attempt.
 
 Races: budgets are read, then charged. If another writer spends a document's budget in
 between, the store refuses the charge whole; the screening then gives back what it had
@@ -27,7 +27,9 @@ already charged for this query and screens again on the budgets as they now are,
 exhausted documents fall out of A_t (Alg. 1 line 2) instead of failing the request, and
 no document id ever reaches an error message. A retry draws the adaptive threshold's
 noise afresh; the discarded attempt released nothing. After ``_MAX_SCREENS`` attempts
-under constant contention the request fails with nothing charged.
+under constant contention the request fails with no document charged (the service
+still counts the account's answer: whether the races were lost depends on which documents
+the screening picked).
 
 Deviation: the MURAG-ADA charge is two atomic store charges (A'_t pays ε_thr + ε_RAG, then
 A_t \\ A'_t pays ε_thr), both computed from one read of the budgets; with the in-memory
@@ -315,7 +317,8 @@ class ThresholdRetriever(Retriever):
 
     def release(self, retrievals: Sequence[Retrieval], *, account: str | None = None) -> None:
         """Give back the filter charges of ``retrievals`` (or screenings' retrievals) whose
-        request failed before anything was released; each charge is given back once."""
+        request failed in a way that cannot depend on the data (a generator that was never
+        reached: ``rag.charged_on_failure``); each charge is given back once."""
         for retrieval in retrievals:
             for charge_id in retrieval.charge_ids:
                 self.filter.store.release(charge_id)

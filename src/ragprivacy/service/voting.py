@@ -39,7 +39,12 @@ from typing import Any
 
 from ragprivacy.corpus import Corpus
 from ragprivacy.embed import Embedder
-from ragprivacy.errors import BudgetExhaustedError, ChargedFailureError, GeneratorUnavailableError
+from ragprivacy.errors import (
+    BudgetExhaustedError,
+    ChargedFailureError,
+    ConfigError,
+    GeneratorUnavailableError,
+)
 from ragprivacy.generate import Generator, PromptBudget
 from ragprivacy.index import create_index
 from ragprivacy.rag import RAGSystem, SystemSpec, build_system, charged_failure
@@ -196,9 +201,13 @@ class VotingTenants:
                 raise charged_failure(exc) from None
             self.state.release_answer(self.window_id, account)
             raise
-        except Exception:  # refused before retrieval (the systems turn every later error
-            self.state.release_answer(self.window_id, account)  # into a charged one)
+        except ConfigError:  # the prompt check, before retrieval: from the query alone
+            self.state.release_answer(self.window_id, account)
             raise
+        except Exception as exc:  # after the scores were read (a screening that lost every
+            # race for its documents' budgets, a retrieval backend): it may depend on them
+            record_failure(self.state, self.window_id, account, exc)
+            raise charged_failure(exc) from None
         cost = response.privacy
         budget = self.budget(account)
         privacy = {
