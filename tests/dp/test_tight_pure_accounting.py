@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 from scipy.special import comb
@@ -120,6 +120,7 @@ def test_sarus_setting_per_token_epsilon() -> None:
     steps=st.integers(1, 300),
     delta=st.sampled_from([0.0, 1e-8, 1e-6, 1e-4, 1e-2]),
 )
+@example(epsilon=1.9375, steps=229, delta=0.0)  # 229 · (ε/229) rounds up by an ulp
 def test_calibrated_steps_never_overshoot(epsilon: float, steps: int, delta: float) -> None:
     eps0 = calibrate_pure_steps(epsilon, delta, steps)
     assert eps0 >= epsilon / steps * (1 - 1e-12)  # never below the pure split

@@ -235,7 +235,8 @@ def _check_target(epsilon: float, delta: float) -> tuple[float, float]:
 def calibrate_pure_steps(epsilon: float, delta: float, steps: int) -> float:
     """The largest ε₀ such that ``steps`` adaptive ε₀-DP mechanisms are (ε, δ)-DP together.
 
-    ``delta = 0``: ε/steps (basic composition, exact for pure DP). ``delta > 0``: the ε₀
+    ``delta = 0``: ε/steps (basic composition, exact for pure DP), rounded down to the float
+    whose ``steps``-fold sum does not exceed ε. ``delta > 0``: the ε₀
     whose exact composition (:func:`~ragprivacy.dp.accounting.optimal_pure_composition`,
     Kairouz, Oh & Viswanath 2015, Thm 3.3) at δ equals ε, found by bisection to ~1e-12
     relative and rounded down, so composing the result ``steps`` times never exceeds ε at
@@ -256,6 +257,8 @@ def calibrate_pure_steps(epsilon: float, delta: float, steps: int) -> float:
     epsilon, delta = _check_target(epsilon, delta)
     steps = check_positive_int("steps", steps)
     lo = epsilon / steps
+    while steps * lo > epsilon:  # ε/steps can round up by an ulp: never overshoot
+        lo = math.nextafter(lo, 0.0)
     if delta == 0:
         return lo
     hi = 2 * lo
