@@ -56,7 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Row, bench_parser, once, start, time_interleaved
 
 import ragprivacy.audit.coalition as coalition
-from ragprivacy.audit import coalition_pairs, coalition_sizes, pair_recall, simulate_window
+from ragprivacy.audit import simulate_window
+from ragprivacy.audit.coalition import coalition_pairs, coalition_sizes, pair_recall
 
 THETA = 0.80
 TAU = 2000

@@ -45,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, bench_parser, once, start
 
-from ragprivacy.audit import MerkleLog, demo_window, verify_consistency, verify_inclusion
+from ragprivacy.audit import MerkleLog, verify_consistency, verify_inclusion
+from ragprivacy.audit.demo import demo_window
 from ragprivacy.dp import SqliteBudgetStore
 
 

@@ -396,13 +396,14 @@ def bench_closed_window_reads(state: Any, threads: int, repeats: int = 3) -> dic
 def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) -> dict[str, Any]:
     """Median exclusive ms per stage of one private request, in process."""
     from ragprivacy.audit import noise as audit_noise
-    from ragprivacy.audit import provider as audit_provider
+    from ragprivacy.audit import selection as audit_selection
+    from ragprivacy.audit import window as audit_window
     from ragprivacy.audit.commitments import TenantCommitment
     from ragprivacy.audit.merkle import MerkleLog
     from ragprivacy.audit.proofs import AuditorReexecution
     from ragprivacy.audit.records import ProviderKey
     from ragprivacy.dp import GaussianNoisyTopK
-    from ragprivacy.service import ServiceProvider, ServiceState, SqliteWitnessStore
+    from ragprivacy.service import ServiceProvider, ServiceState, StateWitnessStore
 
     sp = ServiceProvider(state)
     load = once(lambda: sp.retrieve(account, "warm up")).seconds  # loads the window
@@ -410,14 +411,14 @@ def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) 
     targets = [
         (ServiceState, "authenticate", "API key check (scrypt once per key, then cached)"),
         (ServiceProvider, "_current", "window lookup (SQLite)"),
-        (audit_provider.AuditedProvider, "_embed", "embedding + fixed point + H(q)"),
+        (audit_window.AuditWindow, "_embed", "embedding + fixed point + H(q)"),
         (audit_noise, "integer_scores", "integer scores (the slots the noise leaves)"),
-        (audit_provider, "derived_noise", "derived noise (DGS, all N)"),
-        (audit_provider, "noise_digest", "noise digest (SHA-256)"),
+        (audit_selection, "derived_noise", "derived noise (DGS, all N)"),
+        (audit_selection, "noise_digest", "noise digest (SHA-256)"),
         (GaussianNoisyTopK, "select_units", "clip + noise + top-K select"),
         (TenantCommitment, "opening", "Merkle openings (K)"),
         (AuditorReexecution, "prove_record", "witness digest pi_q"),
-        (SqliteWitnessStore, "put", "witness write (SQLite, fsync)"),
+        (StateWitnessStore, "put", "witness write (SQLite, fsync)"),
         (MerkleLog, "append", "ledger append (guard, fsync)"),
         (MerkleLog, "root", "receipt root"),
         (ProviderKey, "sign", "receipt signature (Ed25519)"),

@@ -24,11 +24,18 @@ SHARED = {
     "_registry",
     "_sqlite",
     "_postgres",
+    "_storage",
     "_typing",
     "__main__",
 }
 
 DOC = SRC.parents[1] / "docs" / "architecture.md"
+
+#: Support modules kept out of their layer's public names on purpose, and who may import
+#: them by path: the cheating provider and the synthetic window of the worked example are
+#: for testing and demonstrating the verifier (``ragprivacy audit demo --tamper``), never
+#: for serving (docs/architecture.md, "The serving core").
+DEMO_SUPPORT = {"ragprivacy.audit.cheats": {"cli"}, "ragprivacy.audit.demo": {"cli"}}
 
 
 def _allowed_from_doc() -> dict[str, set[str]]:
@@ -166,6 +173,8 @@ def _submodule_imports(imports: list[tuple[int, str, list[str]]], own: str) -> l
         if parts[0] != "ragprivacy" or len(parts) < 2 or parts[1] in SHARED | {own}:
             continue
         layer = parts[1]
+        if own in DEMO_SUPPORT.get(name, ()):
+            continue
         if len(parts) > 2:
             bad.append(f"line {line}: {name}")
             continue
@@ -209,6 +218,20 @@ def test_other_layers_are_imported_through_their_public_init(layer: str) -> None
         f"layer {layer!r} imports submodules of other layers (import their public names "
         f"from ragprivacy.<layer> instead): {bad}"
     )
+
+
+def test_the_cheating_provider_is_reached_only_by_the_demo() -> None:
+    """No serving code imports the cheating provider: the honest AuditWindow has no
+    switch for any deviation, and only the demo (and the tests) build a cheat."""
+    users = set()
+    for path in SRC.rglob("*.py"):
+        for _, name, names in _file_imports(path):
+            if name == "ragprivacy.audit.cheats" or (
+                name == "ragprivacy.audit" and "cheats" in names
+            ):
+                users.add(str(path.relative_to(SRC)))
+    assert users <= {"audit/demo.py", "cli/audit_cmd.py"}, users
+    assert "Misbehaviour" not in (SRC / "audit" / "window.py").read_text(encoding="utf-8")
 
 
 def _release_calls(tree: ast.AST) -> list[int]:

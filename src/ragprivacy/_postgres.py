@@ -21,6 +21,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ragprivacy._storage import connection_lost, map_backend_errors, read_retrying
 from ragprivacy.errors import BackendError, ConfigError
 
 __all__ = [
@@ -103,38 +104,6 @@ def connect(url: str, *, autocommit: bool = True) -> Any:
         raise _unreachable(url, exc) from None
 
 
-def connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` says the connection to the server is gone (psycopg's
-    ``OperationalError``: the server restarted, failed over, or ended the backend with
-    ``pg_terminate_backend``), so that a fresh connection may succeed."""
-    try:
-        import psycopg
-    except ImportError:
-        return False
-    if type(exc).__name__ == "PoolTimeout":  # every connection busy: none was lost
-        return False
-    return isinstance(exc, psycopg.OperationalError)
-
-
-def _busy(url: str, exc: BaseException) -> BackendError | None:
-    """A one-line error for a pool that had no free connection in time, or ``None``."""
-    if type(exc).__name__ != "PoolTimeout":
-        return None
-    return BackendError(
-        f"Every pooled connection to the PostgreSQL database {redact_url(url)} stayed busy "
-        "past the wait; nothing was done. Retry, or lower the load on this replica."
-    )
-
-
-def _lost_error(url: str, exc: BaseException) -> BackendError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    first = re.sub(r"(?i)password\S*", "password=***", first)
-    return BackendError(
-        f"Lost the connection to the PostgreSQL database {redact_url(url)} ({first}); the "
-        "statement was rolled back. Retry: the next request reconnects."
-    )
-
-
 def create_schema(conn: Any, schema: str, name: str) -> None:
     """Run the ``CREATE ... IF NOT EXISTS`` statements of ``schema`` once, in one
     transaction under an advisory lock named ``name``, in the schema ``ragprivacy``:
@@ -177,6 +146,8 @@ class PgPool:
                 "pip install 'ragprivacy[postgres]'."
             ) from None
         self.url = url
+        #: how messages name the database (its password never printed)
+        self.name = f"the PostgreSQL database {redact_url(url)}"
         self._closed = False
         self._lock = threading.Lock()
         connect(url).close()  # fail fast, naming the database, if it cannot be reached
@@ -208,22 +179,14 @@ class PgPool:
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows of one ``?``-placeholder query (run once more on a fresh connection
         if the first one was lost: a read changes nothing)."""
-        for attempt in (0, 1):
-            try:
-                with self._pool.connection() as conn:
-                    return list(conn.execute(qmark(sql), tuple(params)).fetchall())
-            except Exception as exc:
-                busy = _busy(self.url, exc)
-                if busy is not None:
-                    raise busy from None
-                if not connection_lost(exc):
-                    raise
-                self._replace_lost()
-                if attempt:
-                    raise _lost_error(self.url, exc) from None
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    def _replace_lost(self) -> None:
+        def once() -> list[tuple[Any, ...]]:
+            with self._pool.connection() as conn:
+                return list(conn.execute(qmark(sql), tuple(params)).fetchall())
+
+        return read_retrying(once, self.name, on_lost=self.replace_lost)
+
+    def replace_lost(self) -> None:
         """One connection was lost: test every idle one and replace those the server
         dropped too (a restart or ``pg_terminate_backend`` ends them all at once), so the
         next statements do not each find a dead connection first."""
@@ -236,19 +199,14 @@ class PgPool:
         transaction-scoped advisory lock of that name (writers of one lock name then run
         one at a time, across every process and machine that shares the database). A
         lost connection is a :class:`~ragprivacy.errors.BackendError`."""
-        try:
-            with self._pool.connection() as conn, conn.transaction():
-                if lock is not None:
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,))
-                yield PgTransaction(conn)
-        except Exception as exc:
-            busy = _busy(self.url, exc)
-            if busy is not None:
-                raise busy from None
-            if connection_lost(exc):
-                self._replace_lost()
-                raise _lost_error(self.url, exc) from None
-            raise
+        with (
+            map_backend_errors(self.name, undone="nothing was done", on_lost=self.replace_lost),
+            self._pool.connection() as conn,
+            conn.transaction(),
+        ):
+            if lock is not None:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,))
+            yield PgTransaction(conn)
 
     def close(self) -> None:
         with self._lock:

@@ -8,14 +8,8 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 import ragprivacy.audit.coalition as coalition
-from ragprivacy.audit import (
-    calibrate_estimator,
-    coalition_pairs,
-    coalition_sizes,
-    estimate_coalition,
-    pair_recall,
-    simulate_window,
-)
+from ragprivacy.audit import calibrate_estimator, estimate_coalition, simulate_window
+from ragprivacy.audit.coalition import coalition_pairs, coalition_sizes, pair_recall
 from ragprivacy.errors import ConfigError
 
 

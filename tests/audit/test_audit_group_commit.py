@@ -20,15 +20,14 @@ import pytest
 
 from ragprivacy._sqlite import GroupCommit
 from ragprivacy.audit import (
-    AuditedProvider,
     AuditPolicy,
+    AuditWindow,
     MerkleLog,
     QueryRecord,
     Verifier,
-    leaf_hash,
-    root_from_leaf_hashes,
     verify_inclusion,
 )
+from ragprivacy.audit.merkle import leaf_hash, root_from_leaf_hashes
 from ragprivacy.errors import ConfigError
 
 _DEADLINE_S = 60.0  # a hang guard only: never reached unless the group commit deadlocks
@@ -180,7 +179,7 @@ def test_the_per_append_baseline_still_commits_each_alone(tmp_path) -> None:
     log.close()
 
 
-def _provider(tmp_path, accounts: int, rate_limit: int) -> AuditedProvider:
+def _provider(tmp_path, accounts: int, rate_limit: int) -> AuditWindow:
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((40, 16))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -195,7 +194,7 @@ def _provider(tmp_path, accounts: int, rate_limit: int) -> AuditedProvider:
         window_end=2**62,
         top_k=3,
     )
-    provider = AuditedProvider(
+    provider = AuditWindow(
         policy=policy,
         tenants={"t": ([f"d{i}" for i in range(40)], vectors)},
         accounts={f"a{i}": "t" for i in range(accounts)},
@@ -206,7 +205,7 @@ def _provider(tmp_path, accounts: int, rate_limit: int) -> AuditedProvider:
     return provider
 
 
-def _query(provider: AuditedProvider, account: str, j: int):  # type: ignore[no-untyped-def]
+def _query(provider: AuditWindow, account: str, j: int):  # type: ignore[no-untyped-def]
     q = np.random.default_rng([int(account[1:]), j]).standard_normal(16)
     return provider.query(account, vector=q)
 

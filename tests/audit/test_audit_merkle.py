@@ -8,14 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragprivacy.audit import (
-    EMPTY_ROOT,
-    MerkleLog,
-    leaf_hash,
-    root_from_leaf_hashes,
-    verify_consistency,
-    verify_inclusion,
-)
+from ragprivacy.audit import MerkleLog, verify_consistency, verify_inclusion
+from ragprivacy.audit.merkle import EMPTY_ROOT, leaf_hash, root_from_leaf_hashes
 from ragprivacy.errors import ConfigError, VerificationError
 
 # The eight leaves and tree heads of the Certificate Transparency reference tests

@@ -6,23 +6,21 @@ import numpy as np
 import pytest
 
 from ragprivacy.audit import (
-    AuditedProvider,
     AuditPolicy,
-    Misbehaviour,
+    AuditWindow,
     QueryRecord,
     TenantCommitment,
     Verifier,
-    demo_window,
     derived_noise,
-    integer_scores,
     load_window,
     render_report,
     sample_size,
     save_window,
-    seed_commitment,
-    tamper_ledger_file,
-    verify_opening,
 )
+from ragprivacy.audit.cheats import CheatingWindow, Misbehaviour, tamper_ledger_file
+from ragprivacy.audit.commitments import seed_commitment, verify_opening
+from ragprivacy.audit.demo import demo_window
+from ragprivacy.audit.noise import integer_scores
 from ragprivacy.corpus import Corpus
 from ragprivacy.dp import AccountPolicy, GaussianNoisyTopK, Grid, derived_bits, top_k_indices
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
@@ -176,7 +174,7 @@ def _outside_range_window(**misbehaviour):
         window_end=100,
         top_k=1,
     )
-    provider = AuditedProvider(
+    provider = CheatingWindow(
         policy=policy,
         tenants={"t": ([f"d{i}" for i in range(8)], vectors)},
         accounts={"a": "t"},
@@ -269,7 +267,7 @@ def test_rate_limit_and_window_are_enforced(honest) -> None:
 
 def test_a_failed_query_spends_nothing_and_appends_nothing() -> None:
     provider, answers = _outside_range_window()  # r = 12, all 12 used
-    fresh = AuditedProvider(
+    fresh = AuditWindow(
         policy=provider.policy,
         tenants={"t": ([f"d{i}" for i in range(8)], np.eye(8, 16))},
         accounts={"a": "t"},

@@ -1,10 +1,10 @@
 """A provider that controls its own keys, seed and ledger tries to PASS while cheating.
 
 Each cheat is built the way such a provider would build it: it runs its own provider code
-(``Misbehaviour``), rewrites what it publishes and re-signs it with its own key. The
-verifier is never touched. Every cheat must FAIL at the check that names the violated
-assumption, through the library and through ``ragprivacy audit verify``; the honest window
-still PASSes with the same ε_audit.
+(a subclass of the honest window, ``ragprivacy.audit.cheats.CheatingWindow``), rewrites
+what it publishes and re-signs it with its own key. The verifier is never touched. Every
+cheat must FAIL at the check that names the violated assumption, through the library and
+through ``ragprivacy audit verify``; the honest window still PASSes with the same ε_audit.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 
 from ragprivacy.audit import (
-    AuditedProvider,
     AuditPolicy,
-    Misbehaviour,
+    AuditWindow,
     ProviderKey,
     PublicTranscript,
     QueryRecord,
     Verifier,
-    demo_window,
 )
+from ragprivacy.audit.cheats import Misbehaviour
+from ragprivacy.audit.demo import demo_window
 from ragprivacy.audit.merkle import MerkleLog
 from ragprivacy.cli import main
 from ragprivacy.embed import create_embedder
@@ -121,7 +121,7 @@ def test_noise_does_not_depend_on_the_timestamp_so_grinding_it_gains_nothing() -
     q = vectors[4]
     answers = set()
     for ts in range(1, 201):
-        p = AuditedProvider(
+        p = AuditWindow(
             policy=policy,
             tenants={"t": ([f"d{i}" for i in range(30)], vectors)},
             accounts={"a": "t"},
@@ -209,9 +209,10 @@ def test_an_uncommitted_account_fails(honest) -> None:
     assert any("'ghost' is not committed" in f.detail for f in v.failures)
 
 
-def test_misbehaviour_over_rate_is_refused_by_an_honest_provider() -> None:
+def test_over_rate_is_refused_by_an_honest_provider() -> None:
     w = demo_window(seed=2)
     p = w.provider
+    assert type(p) is AuditWindow  # an honest demo runs the honest window, no cheat class
     a = next(iter(p.accounts))
     from ragprivacy.errors import BudgetExhaustedError
 

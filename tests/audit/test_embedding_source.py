@@ -17,9 +17,9 @@ import pytest
 
 from ragprivacy._typing import FloatArray
 from ragprivacy.audit import (
-    AuditedProvider,
     AuditorReexecution,
     AuditPolicy,
+    AuditWindow,
     EmbeddingSource,
     ProviderKey,
     TenantCommitment,
@@ -28,8 +28,8 @@ from ragprivacy.audit import (
     derived_noise,
     exact_selection,
     fixed_point,
-    integer_scores,
 )
+from ragprivacy.audit.noise import integer_scores
 from ragprivacy.errors import DataError
 
 POLICY = AuditPolicy(
@@ -69,8 +69,8 @@ def _vectors(n: int, d: int, seed: int) -> np.ndarray:
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
-def _provider(tenants: dict) -> AuditedProvider:
-    p = AuditedProvider(
+def _provider(tenants: dict) -> AuditWindow:
+    p = AuditWindow(
         policy=POLICY,
         tenants=tenants,
         accounts={"a": "t0", "b": "t1"},

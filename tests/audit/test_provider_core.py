@@ -7,14 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from ragprivacy.audit import (
-    AuditedProvider,
-    AuditPolicy,
-    ProviderKey,
-    Verifier,
-    WitnessStore,
-    account_policy,
-)
+from ragprivacy.audit import AuditPolicy, AuditWindow, ProviderKey, Verifier, WitnessStore
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 
 POLICY = AuditPolicy(
@@ -39,7 +32,7 @@ def _tenants(seed: int = 0) -> dict:
     return out
 
 
-def _provider(**kw) -> AuditedProvider:
+def _provider(**kw) -> AuditWindow:
     base = dict(
         policy=POLICY,
         tenants=_tenants(),
@@ -47,7 +40,7 @@ def _provider(**kw) -> AuditedProvider:
         key=ProviderKey.from_seed(bytes(32)),
         seed=bytes(range(32)),
     )
-    p = AuditedProvider(**{**base, **kw})
+    p = AuditWindow(**{**base, **kw})
     if kw.get("commitments") is None:
         p.commit(published_at=0)
     return p
@@ -73,9 +66,9 @@ def test_account_policies_lower_the_window_budget_and_are_checked() -> None:
     v = Verifier().verify(t, [x.receipt for x in answers], p.auditor_package())
     assert v.passed and v.epsilon_audit == pytest.approx(np.sqrt(2))  # from the window's ε
     with pytest.raises(ConfigError, match="may not exceed"):
-        account_policy(POLICY, {"epsilon_acc": 2.0})
+        POLICY.for_account({"epsilon_acc": 2.0})
     with pytest.raises(ConfigError, match="may set"):
-        account_policy(POLICY, {"k_max": 9})
+        POLICY.for_account({"k_max": 9})
 
 
 def test_a_per_account_sigma_below_calibration_fails() -> None:

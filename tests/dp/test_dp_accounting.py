@@ -26,17 +26,17 @@ from ragprivacy.dp import (
     collusion_sigma,
     epsilon_for,
     exact_gaussian_epsilon,
-    gaussian_delta,
     gaussian_epsilon,
     gaussian_mu,
     gaussian_sigma_analytic,
     gaussian_sigma_classic,
-    per_query_budget,
     pld_epsilon,
     rdp_curve,
     rdp_epsilon,
 )
+from ragprivacy.dp.calibration import per_query_budget
 from ragprivacy.dp.events import ApproxDpEvent, NoOpEvent, ZCdpEvent, event_from_dict
+from ragprivacy.dp.gaussian_dp import gaussian_delta
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 
 

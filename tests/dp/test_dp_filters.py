@@ -29,9 +29,9 @@ from ragprivacy.dp import (
     RenyiFilter,
     SqliteBudgetStore,
     exact_gaussian_epsilon,
-    renyi_capacities,
 )
 from ragprivacy.dp.events import SelfComposedEvent
+from ragprivacy.dp.filters import renyi_capacities
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 
 StoreFactory = Callable[[Path, object], BudgetStore]

@@ -212,7 +212,7 @@ def test_exponential_mechanism_without_the_half_is_caught() -> None:
 def test_exponential_mechanism_matches_its_distribution() -> None:
     from scipy import stats
 
-    from ragprivacy.dp import exponential_mechanism_probabilities
+    from ragprivacy.dp.exponential import exponential_mechanism_probabilities
 
     u = np.array([4, 0, 2, 2, 7, 0, 1])
     p = exponential_mechanism_probabilities(u, 0.8)

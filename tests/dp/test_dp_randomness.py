@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ragprivacy.dp import ChaCha20Bits, derive_key, encode_record, stream
+from ragprivacy.dp import ChaCha20Bits, encode_record, stream
+from ragprivacy.dp.randomness import derive_key
 from ragprivacy.errors import ConfigError
 
 SEED = b"ragprivacy.dp test suite seed.."  # 31 bytes (>= 16); real seeds: os.urandom(32)

@@ -20,10 +20,14 @@ from ragprivacy.dp import (
     discrete_gaussian,
     discrete_laplace,
     gaussian_noise_float,
-    laplace_noise_float,
 )
 from ragprivacy.dp._exact import LazyUniform, exp_neg_bounds
-from ragprivacy.dp.samplers import _discrete_gaussian, _discrete_laplace, standard_normal_float
+from ragprivacy.dp.samplers import (
+    _discrete_gaussian,
+    _discrete_laplace,
+    laplace_noise_float,
+    standard_normal_float,
+)
 from ragprivacy.errors import ConfigError
 
 SEED = b"ragprivacy.dp test suite seed.."  # 31 bytes (>= 16); real seeds: os.urandom(32)

@@ -8,13 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from ragprivacy.dp import (
-    NOISE_FIRST_MAX_FRACTION,
-    ChaCha20Bits,
-    GaussianNoisyTopK,
-    Grid,
-    NoisySelection,
-)
+from ragprivacy.dp import ChaCha20Bits, GaussianNoisyTopK, Grid, NoisySelection
+from ragprivacy.dp.account import NOISE_FIRST_MAX_FRACTION
 from ragprivacy.errors import ConfigError
 
 SIGMAS = (0.01, 0.1, 0.5, 2.0, 10.0, 145.0, 5000.0)

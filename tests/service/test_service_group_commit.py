@@ -11,7 +11,7 @@ from typing import Any
 
 from ragprivacy.audit import RecordWitness
 from ragprivacy.service import ServiceState
-from ragprivacy.service.state import SqliteWitnessStore
+from ragprivacy.service.state import StateWitnessStore
 
 
 def _witness(i: int) -> RecordWitness:
@@ -26,7 +26,7 @@ def _witness(i: int) -> RecordWitness:
     )
 
 
-def _put_all(store: SqliteWitnessStore, n: int, held: threading.Event) -> list[Any]:
+def _put_all(store: StateWitnessStore, n: int, held: threading.Event) -> list[Any]:
     out: list[Any] = [None] * n
 
     def run(i: int) -> None:
@@ -45,7 +45,7 @@ def _put_all(store: SqliteWitnessStore, n: int, held: threading.Event) -> list[A
     return out
 
 
-def _hold_first(store: SqliteWitnessStore, others: int, fail_second: bool) -> threading.Event:
+def _hold_first(store: StateWitnessStore, others: int, fail_second: bool) -> threading.Event:
     """Wrap the store's batch commit: the first waits until ``others`` puts queued; the
     second fails before writing (``fail_second``) as a disk error would."""
     group = store._group
@@ -71,19 +71,19 @@ def _hold_first(store: SqliteWitnessStore, others: int, fail_second: bool) -> th
 
 def test_concurrent_witness_puts_share_a_commit_and_are_all_stored(tmp_path) -> None:
     state = ServiceState(tmp_path / "state")
-    store = SqliteWitnessStore(state, "W1")
+    store = StateWitnessStore(state, "W1")
     n = 16
     got = _put_all(store, n, _hold_first(store, n - 1, fail_second=False))
     assert got == [None] * n
     assert store._group.commits == 2
-    again = SqliteWitnessStore(ServiceState(tmp_path / "state", create=False), "W1")
+    again = StateWitnessStore(ServiceState(tmp_path / "state", create=False), "W1")
     for i in range(n):  # durable: read back through another connection
         assert again.get(f"proof-{i}") == _witness(i)
 
 
 def test_a_failed_shared_commit_fails_every_put_of_it_and_stores_none(tmp_path) -> None:
     state = ServiceState(tmp_path / "state")
-    store = SqliteWitnessStore(state, "W1")
+    store = StateWitnessStore(state, "W1")
     n = 10
     got = _put_all(store, n, _hold_first(store, n - 1, fail_second=True))
     assert got[0] is None

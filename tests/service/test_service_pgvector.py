@@ -36,9 +36,9 @@ from ragprivacy.audit import (
     TenantCommitment,
     Verifier,
     fixed_point,
-    integer_scores,
     load_window,
 )
+from ragprivacy.audit.noise import integer_scores
 from ragprivacy.cli import main
 from ragprivacy.corpus import read_jsonl
 from ragprivacy.errors import BackendError, ConfigError

@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 
 import ragprivacy.cli
 import ragprivacy.eval
-from ragprivacy.audit import AuditedProvider, LogSealedError
+from ragprivacy.audit import LedgerCounter, LogSealedError
 from ragprivacy.dp import DocumentBudgetExhaustedError
 from ragprivacy.errors import (
     AuthError,
@@ -246,13 +246,13 @@ def test_a_stream_sends_the_text_then_the_fields_then_done(state: Path) -> None:
 def stale_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every count a query derives its number from is already stale when it appends (as
     if other writers always appended a record of the account first)."""
-    counted = AuditedProvider._used
+    counted = LedgerCounter.used
 
-    def stale(self: AuditedProvider, account: str, *, wait: bool) -> int:
+    def stale(self: LedgerCounter, account: str, *, wait: bool = True) -> int:
         n = counted(self, account, wait=wait)
         return n if wait else n + 1
 
-    monkeypatch.setattr(AuditedProvider, "_used", stale)
+    monkeypatch.setattr(LedgerCounter, "used", stale)
 
 
 def test_a_busy_ledger_is_a_503_with_retry_after_that_spends_nothing(

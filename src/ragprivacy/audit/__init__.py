@@ -1,7 +1,15 @@
 """The verifiable audit protocol of the collusion paper (§5): commitments (phase A), an
 RFC 9162 Merkle ledger with signed receipts and derived noise (phase B), the
 coalition-size estimator (phase C), and the verifier that issues (PASS, ε_audit) or FAIL
-naming the failed check (phase D). See docs/audit.md."""
+naming the failed check (phase D). See docs/audit.md.
+
+The serving core is :class:`AuditWindow` (one window as an object). What is exported here
+is what a provider, an auditor or a verifier calls; the building blocks (hash and
+commitment helpers, the Merkle tree's node hashing, the estimator's internals) stay in
+their modules. A provider that cheats, for testing the verifier, is
+:mod:`ragprivacy.audit.cheats`; the synthetic window of the worked example is
+:mod:`ragprivacy.audit.demo`.
+"""
 
 from __future__ import annotations
 
@@ -9,46 +17,22 @@ from ragprivacy.audit.coalition import (
     CalibrationResult,
     CoalitionEstimate,
     calibrate_estimator,
-    coalition_pairs,
-    coalition_sizes,
     estimate_coalition,
-    pair_recall,
     simulate_window,
 )
 from ragprivacy.audit.commitments import (
-    FIXED_BITS,
+    POLICY_OVERRIDES,
     SOURCE_CHUNK,
     AuditPolicy,
     EmbeddingSource,
     TenantCommitment,
-    canonical_json,
-    check_score_range,
-    commit_hash,
-    embedding_commitment,
     fixed_point,
-    seed_commitment,
-    verify_opening,
 )
-from ragprivacy.audit.demo import (
-    TAMPER_CASES,
-    TAMPER_HELP,
-    DemoWindow,
-    demo_window,
-    tamper_ledger_file,
-)
+from ragprivacy.audit.counter import LedgerCounter
 from ragprivacy.audit.epsilon import AuditEpsilon, epsilon_audit, epsilon_audit_table
 from ragprivacy.audit.ledger_store import LedgerStorage, PostgresLedgerStorage, SqliteLedgerStorage
-from ragprivacy.audit.merkle import (
-    EMPTY_ROOT,
-    LogSealedError,
-    MerkleLog,
-    leaf_hash,
-    node_hash,
-    root_from_leaf_hashes,
-    verify_consistency,
-    verify_inclusion,
-)
-from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
+from ragprivacy.audit.merkle import LogSealedError, MerkleLog, verify_consistency, verify_inclusion
+from ragprivacy.audit.noise import derived_noise
 from ragprivacy.audit.proofs import (
     AuditorReexecution,
     ClaimFailure,
@@ -56,38 +40,32 @@ from ragprivacy.audit.proofs import (
     RecordWitness,
     VerificationContext,
 )
-from ragprivacy.audit.provider import (
-    POLICY_OVERRIDES,
-    AuditedProvider,
-    AuditorPackage,
-    CoalitionClaim,
-    Commitments,
-    Misbehaviour,
-    PublicTranscript,
-    QueryAnswer,
-    WitnessStore,
-    account_policy,
-    answer_query,
-    exact_selection,
-    load_window,
-    save_window,
-)
 from ragprivacy.audit.records import (
     ProviderKey,
     QueryRecord,
     Receipt,
     SignedTreeHead,
     query_hash,
-    topk_hash,
     verify_signature,
 )
 from ragprivacy.audit.report import render_report
+from ragprivacy.audit.selection import answer_query, exact_selection
+from ragprivacy.audit.transcript import (
+    AuditorPackage,
+    CoalitionClaim,
+    Commitments,
+    PublicTranscript,
+    QueryAnswer,
+    load_window,
+    save_window,
+)
 from ragprivacy.audit.verifier import CHECKS, CheckFailure, Verdict, Verifier, sample_size
+from ragprivacy.audit.window import AuditWindow, WitnessStore
 
 __all__ = [
     "AuditEpsilon",
     "AuditPolicy",
-    "AuditedProvider",
+    "AuditWindow",
     "AuditorPackage",
     "AuditorReexecution",
     "CHECKS",
@@ -97,14 +75,11 @@ __all__ = [
     "CoalitionClaim",
     "CoalitionEstimate",
     "Commitments",
-    "DemoWindow",
-    "EMPTY_ROOT",
     "EmbeddingSource",
-    "FIXED_BITS",
+    "LedgerCounter",
     "LedgerStorage",
     "LogSealedError",
     "MerkleLog",
-    "Misbehaviour",
     "POLICY_OVERRIDES",
     "PostgresLedgerStorage",
     "ProofSystem",
@@ -117,46 +92,26 @@ __all__ = [
     "SOURCE_CHUNK",
     "SignedTreeHead",
     "SqliteLedgerStorage",
-    "TAMPER_CASES",
-    "TAMPER_HELP",
     "TenantCommitment",
     "Verdict",
     "VerificationContext",
     "Verifier",
     "WitnessStore",
-    "account_policy",
     "answer_query",
     "calibrate_estimator",
-    "canonical_json",
-    "check_score_range",
-    "coalition_pairs",
-    "coalition_sizes",
-    "commit_hash",
-    "demo_window",
     "derived_noise",
-    "embedding_commitment",
     "epsilon_audit",
     "epsilon_audit_table",
     "estimate_coalition",
     "exact_selection",
     "fixed_point",
-    "integer_scores",
-    "leaf_hash",
     "load_window",
-    "node_hash",
-    "noise_digest",
-    "pair_recall",
     "query_hash",
     "render_report",
-    "root_from_leaf_hashes",
     "sample_size",
     "save_window",
-    "seed_commitment",
     "simulate_window",
-    "tamper_ledger_file",
-    "topk_hash",
     "verify_consistency",
     "verify_inclusion",
-    "verify_opening",
     "verify_signature",
 ]

@@ -24,7 +24,7 @@ import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -45,6 +45,7 @@ from ragprivacy.errors import ConfigError, DataError
 
 __all__ = [
     "FIXED_BITS",
+    "POLICY_OVERRIDES",
     "SOURCE_CHUNK",
     "AuditPolicy",
     "EmbeddingSource",
@@ -271,6 +272,10 @@ def verify_opening(
     return verify_inclusion(leaf, position, size, proof, root)
 
 
+#: the fields an account's committed policy may set (only lower: :meth:`AuditPolicy.for_account`)
+POLICY_OVERRIDES = ("epsilon_acc", "delta_acc", "rate_limit", "sigma", "top_k")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditPolicy:
     """The policy bound by C_policy (eq. 5.1) and the estimator's parameters.
@@ -376,6 +381,33 @@ class AuditPolicy:
         and the grid of 2^-grid_bits; its :meth:`~ragprivacy.dp.GaussianNoisyTopK.select_units`
         is the retrieval rule the provider runs and the verifier re-executes."""
         return self.account.mechanism(self.top_k, grid=Grid(self.grid_bits))
+
+    def for_account(self, overrides: Mapping[str, Any] | None) -> AuditPolicy:
+        """An account's own policy: this window policy with ``overrides`` (of
+        :data:`POLICY_OVERRIDES`), which may only lower ε_acc, δ_acc and r — the window
+        policy states the largest per-account budget, which ε_audit (eq. 5.2) is computed
+        from. The one per-account policy shape of a window (the provider's and the
+        verifier's)."""
+        if not overrides:
+            return self
+        unknown = sorted(set(overrides) - set(POLICY_OVERRIDES))
+        if unknown:
+            raise ConfigError(
+                f"An account policy may set {', '.join(POLICY_OVERRIDES)}; got "
+                f"{', '.join(unknown)}."
+            )
+        mine = replace(self, **dict(overrides))
+        if (
+            mine.epsilon_acc > self.epsilon_acc * (1 + 1e-12)
+            or mine.delta_acc > self.delta_acc * (1 + 1e-12)
+            or mine.rate_limit > self.rate_limit
+        ):
+            raise ConfigError(
+                "An account's epsilon_acc, delta_acc and rate_limit may not exceed the window "
+                "policy's (the window states the largest per-account budget); raise the "
+                "window's."
+            )
+        return mine
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

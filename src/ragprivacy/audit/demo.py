@@ -3,74 +3,40 @@
 Two (or more) tenants with random unit embeddings, honest accounts that send random
 queries, and optionally a coalition of same-tenant accounts that all send one probe
 (pattern P-A of §5.4). Tampering cases re-create what a dishonest provider holding its own
-keys would do (:data:`TAMPER_HELP`); the verifier must FAIL each at a named check.
+keys would do (:data:`ragprivacy.audit.cheats.TAMPER_HELP`, run by
+:class:`~ragprivacy.audit.cheats.CheatingWindow`); the verifier must FAIL each at a named
+check.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ragprivacy._validation import check_choice
+from ragprivacy.audit.cheats import TAMPER_CASES, CheatingWindow, Misbehaviour
 from ragprivacy.audit.coalition import estimate_coalition
 from ragprivacy.audit.commitments import AuditPolicy
 from ragprivacy.audit.merkle import MerkleLog
 from ragprivacy.audit.proofs import RecordWitness
-from ragprivacy.audit.provider import (
-    AuditedProvider,
-    AuditorPackage,
-    CoalitionClaim,
-    Misbehaviour,
-    PublicTranscript,
-)
 from ragprivacy.audit.records import ProviderKey, QueryRecord, Receipt
+from ragprivacy.audit.transcript import AuditorPackage, CoalitionClaim, PublicTranscript
+from ragprivacy.audit.window import AuditWindow
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import ConfigError
 
-__all__ = ["TAMPER_CASES", "TAMPER_HELP", "DemoWindow", "demo_window", "tamper_ledger_file"]
-
-TAMPER_CASES = (
-    "none",
-    "changed-record",
-    "dropped-record",
-    "wrong-seed",
-    "select-before-noise",
-    "cross-tenant",
-    "coalition",
-    "low-sigma",
-    "over-rate",
-    "tenant-switch",
-    "ground-noise",
-    "decoy-vectors",
-    "withheld-witnesses",
-)
-#: What each case does, as a provider holding its own keys would (it re-signs what it needs).
-TAMPER_HELP = {
-    "none": "an honest window",
-    "changed-record": "rewrite one record's H(top-K) and re-sign the tree head",
-    "dropped-record": "drop one receipted record and re-sign the tree head",
-    "wrong-seed": "draw the noise from another seed than the committed one",
-    "select-before-noise": "select the top-K on clean scores (footnote 1's bug)",
-    "cross-tenant": "score one account against another tenant's index",
-    "coalition": "k_max + 1 same-tenant accounts send one probe",
-    "low-sigma": "commit and use sigma = 1e-3, far below eq. (3.4)",
-    "over-rate": "serve one account four times its rate limit r",
-    "tenant-switch": "record and serve one account under a second tenant half-way",
-    "ground-noise": "shift one account's query numbers j to pick its noise",
-    "decoy-vectors": "k_max + 1 colluders send one text; witness random decoy vectors",
-    "withheld-witnesses": "k_max + 1 colluders; withhold their witnesses and claim c = 1",
-}
+__all__ = ["DemoWindow", "demo_window"]
 
 
 @dataclass(slots=True)
 class DemoWindow:
     """A finished window: what is published, honest receipts, the auditor's package."""
 
-    provider: AuditedProvider
+    provider: AuditWindow
     transcript: PublicTranscript
     receipts: list[Receipt]
     package: AuditorPackage
@@ -150,15 +116,19 @@ def demo_window(
         ),
     )
     key = ProviderKey.from_seed(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))
-    provider = AuditedProvider(
-        policy=policy,
-        tenants=data,
-        accounts=accounts,
-        embedder=embedder,
-        key=key,
-        seed=bytes(rng.integers(0, 256, 32, dtype=np.uint8)),
-        ledger_path=ledger_path,
-        misbehaviour=misbehaviour,
+    common: dict[str, Any] = {
+        "policy": policy,
+        "tenants": data,
+        "accounts": accounts,
+        "embedder": embedder,
+        "key": key,
+        "seed": bytes(rng.integers(0, 256, 32, dtype=np.uint8)),
+        "ledger_path": ledger_path,
+    }
+    # an honest provider runs the honest window; only a cheat runs the cheating one
+    cheats = misbehaviour != Misbehaviour() or tamper == "tenant-switch"
+    provider: AuditWindow = (
+        CheatingWindow(misbehaviour=misbehaviour, **common) if cheats else AuditWindow(**common)
     )
     provider.commit(published_at=999)
     probe = _unit(rng, (dim,))
@@ -168,6 +138,7 @@ def demo_window(
     for step in range(queries_per_account):
         if tamper == "tenant-switch" and step == queries_per_account // 2:
             # half-way the provider serves the account from a second tenant's index
+            assert isinstance(provider, CheatingWindow)
             provider.misbehaviour = replace(misbehaviour, record_tenant={first: tenant_ids[1]})
         rounds = 4 if tamper == "over-rate" else 1
         for a in accounts:
@@ -219,7 +190,7 @@ def _random_question(rng: np.random.Generator) -> str:
 
 
 def _withhold(
-    provider: AuditedProvider,
+    provider: AuditWindow,
     transcript: PublicTranscript,
     package: AuditorPackage,
     hidden_accounts: set[str],
@@ -271,15 +242,3 @@ def _rewrite(
     unsigned = replace(transcript.tree_head, size=log.size, root=log.root().hex())
     sth = replace(unsigned, signature=key.sign(unsigned.message()))
     return PublicTranscript(transcript.commitments, records, sth, transcript.coalition)
-
-
-def tamper_ledger_file(directory: str | Path, position: int) -> None:
-    """Change one published record in place (the tree head is left as signed)."""
-    path = Path(directory) / "ledger.jsonl"
-    lines = path.read_text().splitlines()
-    if not 0 <= position < len(lines):
-        raise ConfigError(f"No record {position} in {path} ({len(lines)} records).")
-    rec = json.loads(lines[position])
-    rec["topk_hash"] = "f" * 64
-    lines[position] = json.dumps(rec, sort_keys=True, separators=(",", ":"))
-    path.write_text("\n".join(lines) + "\n")

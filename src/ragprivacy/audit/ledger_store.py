@@ -25,14 +25,16 @@ order per window). An append is visible to readers only once its transaction com
 from __future__ import annotations
 
 import sqlite3
+import threading
 from abc import ABC, abstractmethod
-from contextlib import suppress
+from contextlib import AbstractContextManager, ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
-from ragprivacy._postgres import connect, connection_lost, create_schema, redact_url
+from ragprivacy._postgres import PgPool, PgTransaction, create_schema, redact_url
 from ragprivacy._sqlite import connect_wal
-from ragprivacy.errors import BackendError, ConfigError
+from ragprivacy._storage import map_backend_errors, read_retrying
+from ragprivacy.errors import ConfigError
 
 __all__ = ["LedgerStorage", "PostgresLedgerStorage", "SqliteLedgerStorage"]
 
@@ -134,15 +136,9 @@ class SqliteLedgerStorage(LedgerStorage):
         return [(int(lv), int(i), bytes(h)) for lv, i, h in rows]
 
     def begin(self) -> None:
-        try:
-            self._conn().execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
-                raise
-            raise BackendError(
-                f"The Merkle log {self.name} stayed locked by another writer for {_WAIT_S:g} s; "
-                "nothing was written. Retry when the other process is done, or stop it."
-            ) from None
+        conn = self._conn()
+        with map_backend_errors(f"the Merkle log {self.name}"):
+            conn.execute("BEGIN IMMEDIATE")
 
     def sealed_size(self) -> int | None:
         row = self._conn().execute("SELECT value FROM meta WHERE key = 'sealed'").fetchone()
@@ -172,161 +168,166 @@ class SqliteLedgerStorage(LedgerStorage):
 class PostgresLedgerStorage(LedgerStorage):
     """A log as the rows of ``ledger`` in a PostgreSQL database shared by replicas.
 
+    An append's transaction holds one pooled connection from :meth:`begin` to
+    :meth:`commit` or :meth:`rollback` (its reads run on it too, after the lock); reads
+    outside an append take a connection from the pool for one statement. A service
+    passes the pool of its state (one pool per process); a database URL opens a small
+    pool of the storage's own, closed with it.
+
     Args:
-        url: the database URL (printed only without its password).
+        database: the state's :class:`ragprivacy._postgres.PgPool`, or a database URL
+            (printed only without its password).
         ledger: the log's name (the service uses the window id).
     """
 
-    def __init__(self, url: str, ledger: str) -> None:
-        self.url = url
-        self.ledger = ledger
-        self.name = f"{ledger!r} in {redact_url(url)}"
-        self._db: Any = connect(url)
-        create_schema(self._db, _PG_SCHEMA, "ragprivacy/ledger-schema")
-        self._db.execute(
-            "INSERT INTO ledger_heads (ledger, sealed) VALUES (%s, NULL) "
-            "ON CONFLICT (ledger) DO NOTHING",
-            (ledger,),
+    def __init__(self, database: PgPool | str, ledger: str) -> None:
+        self._owns_pool = not isinstance(database, PgPool)
+        self._pool: PgPool | None = (
+            database if isinstance(database, PgPool) else PgPool(database, max_size=2)
         )
-        self._in_tx = False
+        self.url = self._pool.url
+        self.ledger = ledger
+        self.name = f"{ledger!r} in {redact_url(self.url)}"
+        self._store = f"the Merkle log {self.name}"
+        self._held: ExitStack | None = None  # gives the open append's connection back
+        self._tx: PgTransaction | None = None  # the open append's statements
+        self._owner: int | None = None  # the thread that opened it
         self._sealed: int | None = None
+        try:
+            with self._pool.connection() as conn:
+                create_schema(conn, _PG_SCHEMA, "ragprivacy/ledger-schema")
+            with self._pool.transaction() as tx:
+                tx.execute(
+                    "INSERT INTO ledger_heads (ledger, sealed) VALUES (?, NULL) "
+                    "ON CONFLICT (ledger) DO NOTHING",
+                    (ledger,),
+                )
+        except BaseException:
+            self.close()
+            raise
 
     def __repr__(self) -> str:
         return f"PostgresLedgerStorage({self.name})"
 
-    def _conn(self) -> Any:
-        if self._db is None:
+    def _open_pool(self) -> PgPool:
+        if self._pool is None:
             raise ConfigError(f"The Merkle log {self.name} is closed; reopen it.")
-        if self._db.closed or self._db.broken:
-            with suppress(Exception):
-                self._db.close()
-            if self._in_tx:  # never carry a transaction's statements to a new connection
-                self._in_tx = False
-                raise BackendError(
-                    f"The Merkle log {self.name} lost its database connection inside an "
-                    "append; the server rolled it back. Retry: the next one reconnects."
-                )
-            self._db = connect(self.url)  # BackendError naming the database if it is down
-        return self._db
+        return self._pool
+
+    def _in_tx(self) -> bool:
+        """Whether this thread has the log's append open (its reads then run in it)."""
+        return self._tx is not None and self._owner == threading.get_ident()
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """The rows of one read; outside a transaction, a lost connection is replaced
-        and the read runs once more (inside one, the caller's transaction is gone)."""
-        for attempt in (0, 1):
-            try:
-                return list(self._conn().execute(sql, params).fetchall())
-            except Exception as exc:
-                if not connection_lost(exc):
-                    raise
-                if attempt or self._in_tx:
-                    raise self._lost(exc) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        """The rows of one read: inside this thread's append on its connection, after
+        the lock; outside, on a pooled connection (run once more on a fresh one if the
+        first was lost)."""
+        if self._tx is not None and self._in_tx():
+            with self._mapped():
+                return list(self._tx.execute(sql, params).fetchall())
+        return self._open_pool().read(sql, params)
 
-    def _lost(self, exc: BaseException) -> BackendError:
-        self._in_tx = False
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return BackendError(
-            f"The Merkle log {self.name} lost its database connection ({first}); nothing "
-            "of the append was kept unless it had committed. Retry: the next one reconnects."
-        )
+    def _mapped(self) -> AbstractContextManager[None]:
+        pool = self._open_pool()
+        return map_backend_errors(self._store, on_lost=pool.replace_lost)
 
     def leaves_from(self, start: int) -> list[LeafRow]:
         rows = self._read(
-            "SELECT idx, data, hash FROM ledger_leaves WHERE ledger = %s AND idx >= %s "
-            "ORDER BY idx",
+            "SELECT idx, data, hash FROM ledger_leaves WHERE ledger = ? AND idx >= ? ORDER BY idx",
             (self.ledger, start),
         )
         return [(int(i), bytes(d), bytes(h)) for i, d, h in rows]
 
     def nodes(self) -> list[NodeRow]:
         rows = self._read(
-            "SELECT level, idx, hash FROM ledger_nodes WHERE ledger = %s ORDER BY level, idx",
+            "SELECT level, idx, hash FROM ledger_nodes WHERE ledger = ? ORDER BY level, idx",
             (self.ledger,),
         )
         return [(int(lv), int(i), bytes(h)) for lv, i, h in rows]
 
     def begin(self) -> None:
-        for attempt in (0, 1):  # a connection found dead at BEGIN is replaced once
-            db = self._conn()
+        pool = self._open_pool()
+
+        def take() -> tuple[ExitStack, Any]:
+            held = ExitStack()
+            conn = held.enter_context(pool.connection())
             try:
-                db.execute("BEGIN")
-                break
-            except Exception as exc:
-                if attempt or not connection_lost(exc):
-                    raise self._lost(exc) if connection_lost(exc) else exc from None
-        self._in_tx = True
+                conn.execute("BEGIN")
+            except BaseException:
+                held.close()  # a broken connection leaves the pool
+                raise
+            return held, conn
+
+        # a connection found dead at BEGIN is replaced once (BEGIN changes nothing)
+        self._held, conn = read_retrying(take, self._store, on_lost=pool.replace_lost)
+        self._tx, self._owner = PgTransaction(conn), threading.get_ident()
         try:
             # the window's head row is the log's write lock, held until COMMIT/ROLLBACK;
             # the statements after it see every append committed before (READ COMMITTED)
-            db.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(_WAIT_S * 1000)}ms",))
-            row = db.execute(
-                "SELECT sealed FROM ledger_heads WHERE ledger = %s FOR UPDATE", (self.ledger,)
-            ).fetchone()
-        except Exception as exc:
+            with self._mapped():
+                self._tx.execute(
+                    "SELECT set_config('lock_timeout', ?, true)", (f"{int(_WAIT_S * 1000)}ms",)
+                )
+                row = self._tx.execute(
+                    "SELECT sealed FROM ledger_heads WHERE ledger = ? FOR UPDATE", (self.ledger,)
+                ).fetchone()
+        except BaseException:
             self.rollback()
-            if "lock timeout" in str(exc).lower():
-                raise BackendError(
-                    f"The Merkle log {self.name} stayed locked by another writer for "
-                    f"{_WAIT_S:g} s; nothing was written. Retry later."
-                ) from None
-            if connection_lost(exc):
-                raise self._lost(exc) from None
             raise
         self._sealed = None if row is None or row[0] is None else int(row[0])
 
+    def _open_tx(self) -> PgTransaction:
+        if self._tx is None:
+            raise ConfigError(f"No append of the Merkle log {self.name} is open; begin() first.")
+        return self._tx
+
     def sealed_size(self) -> int | None:
-        if self._in_tx:
+        if self._in_tx():
             return self._sealed
-        rows = self._read("SELECT sealed FROM ledger_heads WHERE ledger = %s", (self.ledger,))
+        rows = self._read("SELECT sealed FROM ledger_heads WHERE ledger = ?", (self.ledger,))
         return None if not rows or rows[0][0] is None else int(rows[0][0])
 
     def insert(self, leaves: list[LeafRow], nodes: list[NodeRow]) -> None:
-        try:
-            with self._conn().cursor() as cur:
-                if leaves:
-                    cur.executemany(
-                        "INSERT INTO ledger_leaves (ledger, idx, data, hash) "
-                        "VALUES (%s, %s, %s, %s)",
-                        [(self.ledger, i, d, h) for i, d, h in leaves],
-                    )
-                if nodes:
-                    cur.executemany(
-                        "INSERT INTO ledger_nodes (ledger, level, idx, hash) "
-                        "VALUES (%s, %s, %s, %s)",
-                        [(self.ledger, lv, i, h) for lv, i, h in nodes],
-                    )
-        except Exception as exc:
-            if connection_lost(exc):
-                raise self._lost(exc) from None
-            raise
+        tx = self._open_tx()
+        with self._mapped():
+            tx.executemany(
+                "INSERT INTO ledger_leaves (ledger, idx, data, hash) VALUES (?, ?, ?, ?)",
+                [(self.ledger, i, d, h) for i, d, h in leaves],
+            )
+            tx.executemany(
+                "INSERT INTO ledger_nodes (ledger, level, idx, hash) VALUES (?, ?, ?, ?)",
+                [(self.ledger, lv, i, h) for lv, i, h in nodes],
+            )
 
     def set_sealed(self, size: int) -> None:
-        try:
-            self._conn().execute(
-                "UPDATE ledger_heads SET sealed = %s WHERE ledger = %s", (size, self.ledger)
-            )
-        except Exception as exc:
-            if connection_lost(exc):
-                raise self._lost(exc) from None
-            raise
+        tx = self._open_tx()
+        with self._mapped():
+            tx.execute("UPDATE ledger_heads SET sealed = ? WHERE ledger = ?", (size, self.ledger))
         self._sealed = size
 
     def commit(self) -> None:
+        tx = self._open_tx()
         try:
-            self._conn().execute("COMMIT")
-        except Exception as exc:
-            if connection_lost(exc):
-                raise self._lost(exc) from None
-            raise
-        self._in_tx = False
+            with self._mapped():
+                tx.execute("COMMIT")
+        finally:
+            self._release()
 
     def rollback(self) -> None:
-        if self._db is not None and self._in_tx:
-            self._in_tx = False
+        if self._tx is not None:
             with suppress(Exception):  # a broken connection rolled back already
-                self._db.execute("ROLLBACK")
+                self._tx.execute("ROLLBACK")
+        self._release()
+
+    def _release(self) -> None:
+        """Give the append's connection back to the pool (a broken one leaves it)."""
+        held, self._held, self._tx, self._owner = self._held, None, None, None
+        if held is not None:
+            with suppress(Exception):
+                held.close()
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        self.rollback()
+        pool, self._pool = self._pool, None
+        if pool is not None and self._owns_pool:
+            pool.close()

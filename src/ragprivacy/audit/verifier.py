@@ -59,13 +59,8 @@ from ragprivacy.audit.commitments import (
 from ragprivacy.audit.epsilon import epsilon_audit
 from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclusion
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
-from ragprivacy.audit.provider import (
-    AuditorPackage,
-    CoalitionClaim,
-    PublicTranscript,
-    account_policy,
-)
 from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
+from ragprivacy.audit.transcript import AuditorPackage, CoalitionClaim, PublicTranscript
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import RagPrivacyError
 
@@ -210,7 +205,7 @@ class Verifier:
             failures.extend(_sigma_floor(policy))
             for acct, overrides in sorted(com.account_policies.items()):
                 try:
-                    policies[acct] = account_policy(policy, overrides)
+                    policies[acct] = policy.for_account(overrides)
                 except (RagPrivacyError, TypeError) as exc:
                     failures.append(
                         CheckFailure("commitment_integrity", f"account {acct!r}'s policy: {exc}")

@@ -41,7 +41,9 @@ def commit(
 ) -> None:
     """Run a synthetic window as a provider: commitments, ledger, receipts, ĉ."""
     from ragprivacy._validation import check_choice
-    from ragprivacy.audit import TAMPER_CASES, demo_window, save_window, tamper_ledger_file
+    from ragprivacy.audit import save_window
+    from ragprivacy.audit.cheats import TAMPER_CASES, tamper_ledger_file
+    from ragprivacy.audit.demo import demo_window
 
     # Editing a record after publication is not a window the provider runs but a change
     # to the saved files, so it is applied to an honest window once written.

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from ragprivacy.dp.account import (
     DEFAULT_SCORE_RANGE,
-    NOISE_FIRST_MAX_FRACTION,
-    NOISE_FIRST_MIN_SCORED,
     PAPER_SCORE_RANGE,
     AccountCounter,
     AccountPolicy,
@@ -32,7 +30,6 @@ from ragprivacy.dp.accounting import (
     pld_epsilon,
     rdp_curve,
     rdp_epsilon,
-    rdp_to_epsilon,
 )
 from ragprivacy.dp.budget_store import (
     BudgetStore,
@@ -43,26 +40,20 @@ from ragprivacy.dp.budget_store import (
     SqliteBudgetStore,
 )
 from ragprivacy.dp.calibration import (
-    PerQueryBudget,
     account_sigma_exact,
     calibrate_account_sigma,
     calibrate_pure_steps,
     collusion_sigma,
     gaussian_sigma_analytic,
     gaussian_sigma_classic,
-    laplace_scale,
     max_pure_steps,
-    per_query_budget,
 )
 from ragprivacy.dp.collusion import (
-    CollusionReport,
     collusion_epsilon_bound,
     collusion_epsilon_leading,
-    collusion_epsilon_rdp_closed,
     collusion_report,
 )
 from ragprivacy.dp.empirical import (
-    EmpiricalLoss,
     empirical_epsilon,
 )
 from ragprivacy.dp.events import (
@@ -82,30 +73,23 @@ from ragprivacy.dp.events import (
 )
 from ragprivacy.dp.exponential import (
     exponential_mechanism,
-    exponential_mechanism_probabilities,
 )
 from ragprivacy.dp.filters import (
     PureDpFilter,
     RenyiFilter,
-    renyi_capacities,
 )
 from ragprivacy.dp.gaussian_dp import (
     composed_gaussian_mu,
-    gaussian_delta,
     gaussian_epsilon,
     gaussian_mu,
 )
 from ragprivacy.dp.mechanisms import (
-    NoisyCounts,
-    PrefixThreshold,
     hit_probability,
     laplace_counts,
     noisy_prefix_threshold,
     top_k_indices,
 )
 from ragprivacy.dp.mia import (
-    MiaPrediction,
-    auc_gaussian,
     max_auc_gdp,
     max_auc_pure_dp,
     mia_advantage_bound,
@@ -119,7 +103,6 @@ from ragprivacy.dp.mia import (
 from ragprivacy.dp.private_evolution import (
     PE_DEFAULT_ITERATIONS,
     PE_DEFAULT_SAMPLES,
-    NNHistogram,
     PrivateEvolutionResult,
     dp_nn_histogram,
     nearest_neighbor_votes,
@@ -130,8 +113,6 @@ from ragprivacy.dp.private_evolution import (
 )
 from ragprivacy.dp.randomness import (
     ChaCha20Bits,
-    RecordPart,
-    derive_key,
     encode_record,
     simulation_rng,
     stream,
@@ -141,7 +122,6 @@ from ragprivacy.dp.samplers import (
     discrete_gaussian,
     discrete_laplace,
     gaussian_noise_float,
-    laplace_noise_float,
 )
 from ragprivacy.dp.scalar import ScalarMechanism
 from ragprivacy.dp.sensitivity import (
@@ -162,36 +142,26 @@ __all__ = [
     "BudgetStore",
     "ChaCha20Bits",
     "ChargeReceipt",
-    "CollusionReport",
     "ComposedEvent",
     "DEFAULT_SCORE_RANGE",
     "DiscreteLaplaceEvent",
     "DocumentBudgetExhaustedError",
-    "EmpiricalLoss",
     "GaussianEvent",
     "GaussianNoisyTopK",
     "Grid",
     "LaplaceEvent",
     "MemoryBudgetStore",
-    "MiaPrediction",
-    "NNHistogram",
-    "NOISE_FIRST_MAX_FRACTION",
-    "NOISE_FIRST_MIN_SCORED",
     "NoOpEvent",
-    "NoisyCounts",
     "NoisySelection",
     "NonPrivateEvent",
     "PAPER_SCORE_RANGE",
     "PE_DEFAULT_ITERATIONS",
     "PE_DEFAULT_SAMPLES",
-    "PerQueryBudget",
     "PostgresBudgetStore",
-    "PrefixThreshold",
     "PrivacyEvent",
     "PrivateEvolutionResult",
     "PureDpEvent",
     "PureDpFilter",
-    "RecordPart",
     "RenyiFilter",
     "Reservation",
     "ScalarMechanism",
@@ -202,18 +172,15 @@ __all__ = [
     "above_threshold",
     "account_sigma_exact",
     "advanced_composition",
-    "auc_gaussian",
     "basic_composition",
     "calibrate_account_sigma",
     "calibrate_pure_steps",
     "collusion_epsilon_bound",
     "collusion_epsilon_leading",
-    "collusion_epsilon_rdp_closed",
     "collusion_report",
     "collusion_sigma",
     "compose",
     "composed_gaussian_mu",
-    "derive_key",
     "derived_bits",
     "discrete_gaussian",
     "discrete_laplace",
@@ -225,8 +192,6 @@ __all__ = [
     "event_from_dict",
     "exact_gaussian_epsilon",
     "exponential_mechanism",
-    "exponential_mechanism_probabilities",
-    "gaussian_delta",
     "gaussian_epsilon",
     "gaussian_mu",
     "gaussian_noise_float",
@@ -234,8 +199,6 @@ __all__ = [
     "gaussian_sigma_classic",
     "hit_probability",
     "laplace_counts",
-    "laplace_noise_float",
-    "laplace_scale",
     "max_auc_gdp",
     "max_auc_pure_dp",
     "max_pure_steps",
@@ -251,7 +214,6 @@ __all__ = [
     "pe_epsilon",
     "pe_event",
     "pe_sigma",
-    "per_query_budget",
     "pld_epsilon",
     "predicted_auc",
     "predicted_auc_closed",
@@ -259,8 +221,6 @@ __all__ = [
     "query_input",
     "rdp_curve",
     "rdp_epsilon",
-    "rdp_to_epsilon",
-    "renyi_capacities",
     "score_sensitivity",
     "simulation_rng",
     "stream",

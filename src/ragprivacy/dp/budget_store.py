@@ -9,18 +9,22 @@ A charge for a set of documents is atomic: every document must afford it in ever
 dimension (spent + amount ≤ capacity, up to a relative tolerance of 1e-9 for float sums),
 or nothing is charged and :class:`DocumentBudgetExhaustedError` lists the documents that
 cannot pay in its ``exhausted`` attribute (its message only counts them: document ids are
-private and messages travel to logs and callers). The SQLite store does the check and
-the debit in one ``BEGIN IMMEDIATE`` transaction (one writer at a time across threads and
+private and messages travel to logs and callers). The durable stores do the check and the
+debit in one transaction that holds the store's write lock, with one implementation over
+SQL that both databases run (``ragprivacy._storage``: the PostgreSQL schema is derived
+from the SQLite one, and only the row-locking clause and the maximum's name differ). The
+SQLite store's lock is ``BEGIN IMMEDIATE`` (one writer at a time across threads and
 processes), in WAL mode with ``synchronous=FULL``: a charge that returned is durable, and
 a process killed mid-charge leaves no trace of it. Charges that a process's threads make
 at the same time are group-committed: the ones that queue while a commit syncs share the
-next transaction, each checked against the ones before it. The PostgreSQL store does the
-check and the debit in one transaction that locks the store's row first (``SELECT ... FOR
-UPDATE``), for replicas on several machines sharing one database. A ``charge_id`` makes a charge
-idempotent, so a client that does not know whether its charge landed (a crash, a
-timeout) can retry safely; a retry must repeat the same request (same documents, same
-amount): reusing an id for a different request raises ``ConfigError`` instead of silently
-skipping the charge.
+next transaction, each checked against the ones before it. The PostgreSQL store's lock is
+its row (``SELECT ... FOR UPDATE``), for replicas on several machines sharing one
+database. A lock held past the wait or a lost connection is a ``BackendError``; the
+charge did not land, unless the connection was lost in the ``COMMIT`` itself. A
+``charge_id`` makes a charge idempotent, so a client that does not know whether its
+charge landed (a crash, a timeout, that lost ``COMMIT``) can retry safely; a retry must
+repeat the same request (same documents, same amount): reusing an id for a different
+request raises ``ConfigError`` instead of silently skipping the charge.
 
 A request is reserve → compute → commit or release: :meth:`BudgetStore.release` gives a
 committed charge back, atomically and at most once, when the request that made it failed
@@ -35,17 +39,19 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ragprivacy._postgres import PgPool, create_schema
+from ragprivacy._postgres import PgPool, PgTransaction, create_schema, redact_url
 from ragprivacy._sqlite import GroupCommit, connect_wal, when_unlocked
+from ragprivacy._storage import POSTGRES, SQLITE, Dialect, map_backend_errors
 from ragprivacy._validation import check_positive
-from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError
+from ragprivacy.errors import BudgetExhaustedError, ConfigError
 
 __all__ = [
     "BudgetStore",
@@ -60,17 +66,8 @@ Amount = float | Sequence[float] | np.ndarray
 _Charge = tuple[tuple[str, ...], np.ndarray, str]  # (document ids, amount, charge id)
 _RTOL = 1e-9
 _CHUNK = 500  # SQL variables per IN (...) query
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS spent (
-    doc_id TEXT NOT NULL, dim INTEGER NOT NULL, amount REAL NOT NULL,
-    PRIMARY KEY (doc_id, dim)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS charges (
-    charge_id TEXT PRIMARY KEY, doc_ids TEXT NOT NULL, amount TEXT NOT NULL,
-    created REAL NOT NULL);
-"""
+#: what a store that stayed locked past the wait did (for the BackendError's message)
+_UNDONE = "nothing was charged or released (retry a charge with the same charge_id)"
 
 
 class DocumentBudgetExhaustedError(BudgetExhaustedError):
@@ -273,8 +270,294 @@ class MemoryBudgetStore(BudgetStore):
         return True
 
 
-class SqliteBudgetStore(BudgetStore):
+@dataclass(frozen=True, slots=True)
+class _Tables:
+    """Where one store's rows live: the tables of a file of its own (SQLite), or its rows
+    in tables that every store of a database shares, told apart by the ``scope`` column
+    (PostgreSQL). Both layouts are the ones their databases already hold.
+
+    Attributes:
+        head: the table of the store's capacity row; ``head_key`` and ``head_value`` its
+            key and value (JSON) columns.
+        spent, charges: what each document spent, and the committed charges.
+        scope: the column naming the store in ``spent`` and ``charges`` ("" for none).
+    """
+
+    head: str
+    head_key: str
+    head_value: str
+    spent: str
+    charges: str
+    scope: str = ""
+
+
+_SQLITE_TABLES = _Tables("meta", "key", "value", "spent", "charges")
+_PG_TABLES = _Tables(
+    "budget_stores", "store", "capacity", "budget_spent", "budget_charges", "store"
+)
+
+# The store's tables in SQLite's dialect; PostgreSQL's are derived from it
+# (ragprivacy._storage.postgres_schema), as the service's state's are.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {head} ({head_key} TEXT PRIMARY KEY, {head_value} TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS {spent} (
+    {scope_cols}doc_id TEXT NOT NULL, dim INTEGER NOT NULL, amount REAL NOT NULL,
+    PRIMARY KEY ({scope_keys}doc_id, dim)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS {charges} (
+    {scope_cols}charge_id TEXT NOT NULL, doc_ids TEXT NOT NULL, amount TEXT NOT NULL,
+    created REAL NOT NULL, PRIMARY KEY ({scope_keys}charge_id));
+"""
+
+
+class _Statements:
+    """Every statement of a store, written once in SQLite's dialect (``?`` placeholders,
+    standard upserts) for its tables; ``dialect`` supplies the words that differ. The
+    parameters of a scoped statement start with the store's name (:meth:`scoped`)."""
+
+    def __init__(self, t: _Tables, dialect: Dialect) -> None:
+        cols = f"{t.scope}, " if t.scope else ""
+        where = f"{t.scope} = ? AND " if t.scope else ""
+        marks = "?, " if t.scope else ""
+        self.scope = t.scope
+        self.schema = dialect.schema(
+            _SCHEMA.format(
+                head=t.head,
+                head_key=t.head_key,
+                head_value=t.head_value,
+                spent=t.spent,
+                charges=t.charges,
+                scope_cols=f"{t.scope} TEXT NOT NULL, " if t.scope else "",
+                scope_keys=cols,
+            )
+        )
+        self.add_head = (
+            f"INSERT INTO {t.head} ({t.head_key}, {t.head_value}) VALUES (?, ?) "
+            f"ON CONFLICT ({t.head_key}) DO NOTHING"
+        )
+        # the store's write lock where rows can be locked (SQLite's BEGIN IMMEDIATE
+        # already holds the whole file's)
+        self.lock_head = (
+            f"SELECT {t.head_value} FROM {t.head} WHERE {t.head_key} = ?{dialect.for_update}"
+        )
+        self.set_head = f"UPDATE {t.head} SET {t.head_value} = ? WHERE {t.head_key} = ?"
+        self.read_spent = f"SELECT doc_id, dim, amount FROM {t.spent} WHERE {where}doc_id IN "
+        self.add_spent = (
+            f"INSERT INTO {t.spent} ({cols}doc_id, dim, amount) VALUES ({marks}?, ?, ?) "
+            f"ON CONFLICT ({cols}doc_id, dim) DO UPDATE SET amount = {t.spent}.amount + "
+            "excluded.amount"
+        )
+        self.give_back = (
+            f"UPDATE {t.spent} SET amount = {dialect.greatest}(amount - ?, 0.0) "
+            f"WHERE {where}doc_id = ? AND dim = ?"
+        )
+        self.add_charge = (
+            f"INSERT INTO {t.charges} ({cols}charge_id, doc_ids, amount, created) "
+            f"VALUES ({marks}?, ?, ?, ?)"
+        )
+        self.find_charge = f"SELECT doc_ids, amount FROM {t.charges} WHERE {where}charge_id = ?"
+        self.drop_charge = f"DELETE FROM {t.charges} WHERE {where}charge_id = ?"
+        self.list_charges = (
+            f"SELECT charge_id, doc_ids, amount FROM {t.charges}"
+            + (f" WHERE {t.scope} = ?" if t.scope else "")
+            + " ORDER BY created, charge_id"
+        )
+
+
+class _SqlBudgetStore(BudgetStore):
+    """The one durable store: every check, charge and release, written once over SQL
+    that both databases run (:class:`_Statements`).
+
+    A charge or release is one transaction that holds the store's write lock — the
+    file's ``BEGIN IMMEDIATE`` lock in SQLite, the store's head row (``SELECT ... FOR
+    UPDATE``) in PostgreSQL — so the writers of one store take turns, and each check
+    reads every spend committed before it: no two charges can both pass a check only one
+    of them fits. A subclass opens the transactions (:meth:`_transaction`) and the reads
+    (:meth:`_reading`).
+    """
+
+    #: how messages name the store (never a secret)
+    name: str
+    _head_id: str
+    _sql: _Statements
+    _group: GroupCommit[_Charge, ChargeReceipt] | None = None
+    _before_commit: Callable[[], None] | None = None  # test hook (crash injection)
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Any]:
+        """One write transaction holding the store's lock; yields an object with
+        ``execute`` and ``executemany`` (``?`` placeholders)."""
+
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[Any]:
+        """A connection (or transaction) for reads, yielding what :meth:`_transaction` does."""
+
+    def _scoped(self) -> tuple[str, ...]:
+        """The parameters that name this store in a scoped statement."""
+        return (self._head_id,) if self._sql.scope else ()
+
+    def _open(self, capacity: float | Sequence[float] | None) -> list[float]:
+        """The store's capacity: stored on first use, checked against ``capacity`` after."""
+        given = None if capacity is None else _capacity(capacity)
+        with self._transaction() as tx:
+            tx.execute(
+                self._sql.add_head,
+                (self._head_id, json.dumps(None if given is None else given.tolist())),
+            )
+            stored = json.loads(tx.execute(self._sql.lock_head, (self._head_id,)).fetchone()[0])
+            if stored is None:
+                if given is None:
+                    raise ConfigError(f"Nothing is stored in {self.name} yet; pass a capacity.")
+                stored = given.tolist()
+                tx.execute(self._sql.set_head, (json.dumps(stored), self._head_id))
+            cap = np.array(stored, dtype=np.float64)
+            if given is not None and not np.array_equal(cap, given):
+                raise ConfigError(
+                    f"Capacity {given.tolist()} refused: {self.name} was created with "
+                    f"capacity {cap.tolist()}. Open it with capacity=None."
+                )
+        return [float(c) for c in cap]
+
+    def _read(self, tx: Any, ids: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(ids), self.dims), dtype=np.float64)
+        pos = {d: i for i, d in enumerate(ids)}
+        for start in range(0, len(ids), _CHUNK):
+            chunk = list(ids[start : start + _CHUNK])
+            rows = tx.execute(
+                f"{self._sql.read_spent}({','.join('?' * len(chunk))})",
+                (*self._scoped(), *chunk),
+            ).fetchall()
+            for doc, dim, amount in rows:
+                out[pos[doc], dim] = amount
+        return out
+
+    def spent(self, doc_ids: Iterable[str]) -> np.ndarray:
+        ids = _doc_ids(doc_ids)
+        with self._reading() as tx:
+            return self._read(tx, ids)
+
+    def charge(
+        self,
+        doc_ids: Iterable[str],
+        amount: Amount,
+        *,
+        charge_id: str | None = None,
+    ) -> ChargeReceipt:
+        item = (_doc_ids(doc_ids), self._amount(amount), charge_id or uuid.uuid4().hex)
+        if self._group is not None:
+            return self._group.run(item)
+        outcome = self._commit_charges([item])[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def _commit_charges(self, items: list[_Charge]) -> list[ChargeReceipt | BaseException]:
+        """Check and debit ``items`` in one transaction (one sync of the disk).
+
+        Each charge is checked against what the database holds plus the charges before
+        it in the batch, exactly as if they had committed one by one in this order; a
+        refused charge adds nothing and is returned as its error (the others commit).
+        """
+        scope = self._scoped()
+        with self._transaction() as tx:
+            tx.execute(self._sql.lock_head, (self._head_id,))
+            delta: dict[str, np.ndarray] = {}  # what this batch adds, per document
+            new: dict[str, ChargeReceipt] = {}
+            outcomes: list[ChargeReceipt | BaseException] = []
+            for ids, a, cid in items:
+                try:
+                    outcomes.append(self._charge_in(tx, ids, a, cid, delta, new))
+                except (DocumentBudgetExhaustedError, ConfigError) as refused:
+                    outcomes.append(refused)
+            tx.executemany(
+                self._sql.add_spent,
+                [
+                    (*scope, d, k, float(v[k]))
+                    for d, v in delta.items()
+                    for k in range(self.dims)
+                    if v[k]
+                ],
+            )
+            now = time.time()
+            tx.executemany(
+                self._sql.add_charge,
+                [
+                    (
+                        *scope,
+                        r.charge_id,
+                        json.dumps(list(r.doc_ids)),
+                        json.dumps(list(r.amount)),
+                        now,
+                    )
+                    for r in new.values()
+                ],
+            )
+            if self._before_commit is not None:
+                self._before_commit()
+        return outcomes
+
+    def _charge_in(
+        self,
+        tx: Any,
+        ids: tuple[str, ...],
+        a: np.ndarray,
+        cid: str,
+        delta: dict[str, np.ndarray],
+        new: dict[str, ChargeReceipt],
+    ) -> ChargeReceipt:
+        """One charge inside an open transaction (``delta``/``new``: the batch so far)."""
+        earlier = new.get(cid)
+        if earlier is None:
+            row = tx.execute(self._sql.find_charge, (*self._scoped(), cid)).fetchone()
+            if row is not None:
+                earlier = ChargeReceipt(cid, tuple(json.loads(row[0])), tuple(json.loads(row[1])))
+        if earlier is not None:
+            _check_replay(cid, earlier.doc_ids, earlier.amount, ids, a)
+            return ChargeReceipt(cid, earlier.doc_ids, earlier.amount, replayed=True)
+        spent = self._read(tx, ids)
+        for i, d in enumerate(ids):
+            if d in delta:
+                spent[i] += delta[d]
+        ok = self._fits(spent, a)
+        if not ok.all():
+            self._refuse(ids, ok, a)
+        for d in ids:
+            delta[d] = delta[d] + a if d in delta else a.copy()
+        receipt = ChargeReceipt(cid, ids, tuple(a.tolist()))
+        new[cid] = receipt
+        return receipt
+
+    def release(self, charge_id: str) -> bool:
+        scope = self._scoped()
+        with self._transaction() as tx:
+            tx.execute(self._sql.lock_head, (self._head_id,))
+            row = tx.execute(self._sql.find_charge, (*scope, charge_id)).fetchone()
+            if row is None:
+                return False
+            ids, amount = json.loads(row[0]), json.loads(row[1])
+            tx.executemany(
+                self._sql.give_back,
+                [
+                    (float(amount[k]), *scope, d, k)
+                    for d in ids
+                    for k in range(self.dims)
+                    if amount[k]
+                ],
+            )
+            tx.execute(self._sql.drop_charge, (*scope, charge_id))
+        return True
+
+    def charges(self) -> list[ChargeReceipt]:
+        """Every committed charge, oldest first (the store's own audit log)."""
+        with self._reading() as tx:
+            rows = tx.execute(self._sql.list_charges, self._scoped()).fetchall()
+        return [ChargeReceipt(c, tuple(json.loads(d)), tuple(json.loads(a))) for c, d, a in rows]
+
+
+class SqliteBudgetStore(_SqlBudgetStore):
     """A durable store in one SQLite file, safe across threads and processes.
+
+    The write lock is ``BEGIN IMMEDIATE`` (one writer at a time, across threads and
+    processes); the file is in WAL mode with ``synchronous=FULL`` by default.
 
     Args:
         path: the database file (created if absent).
@@ -303,37 +586,14 @@ class SqliteBudgetStore(BudgetStore):
                 f"The 'synchronous' parameter must be FULL or NORMAL; got {synchronous!r}."
             )
         self.path = Path(path)
+        self.name = f"the budget store {self.path}"
         self.timeout = check_positive("timeout", timeout)
         self._synchronous = synchronous
         self._local = threading.local()
-        self._before_commit: Callable[[], None] | None = None  # test hook (crash injection)
-        self._group: GroupCommit[_Charge, ChargeReceipt] | None = (
-            GroupCommit(self._commit_charges) if group_commit else None
-        )
-        conn = self._conn()
-        self._exec(conn, "BEGIN IMMEDIATE")
-        try:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'capacity'").fetchone()
-            if row is None:
-                if capacity is None:
-                    raise ConfigError(f"{self.path} holds no budget store; pass a capacity.")
-                cap = _capacity(capacity)
-                conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('capacity', ?)",
-                    (json.dumps(cap.tolist()),),
-                )
-            else:
-                cap = np.array(json.loads(row[0]), dtype=np.float64)
-                if capacity is not None and not np.array_equal(cap, _capacity(capacity)):
-                    raise ConfigError(
-                        f"{self.path} was created with capacity {cap.tolist()}; got "
-                        f"{_capacity(capacity).tolist()}. Open it with capacity=None."
-                    )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        super().__init__(cap.tolist())
+        self._head_id = "capacity"  # the key of the capacity row in the file's meta table
+        self._sql = _Statements(_SQLITE_TABLES, SQLITE)
+        self._group = GroupCommit(self._commit_charges) if group_commit else None
+        super().__init__(self._open(capacity))
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -342,160 +602,30 @@ class SqliteBudgetStore(BudgetStore):
                 self.path,
                 timeout=self.timeout,
                 synchronous=self._synchronous,
-                schema=_SCHEMA,
+                schema=self._sql.schema,
                 autocommit=True,
             )
             self._local.conn = conn
         return conn
 
-    def _exec(self, conn: sqlite3.Connection, sql: str) -> None:
-        # busy_timeout covers lock waits; retry the rare SQLITE_BUSY it does not cover.
-        try:
-            when_unlocked(lambda: conn.execute(sql), self.timeout)
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) and "busy" not in str(err):
-                raise
-            raise BackendError(
-                f"Could not lock the budget store {self.path} within {self.timeout}s "
-                f"(another writer holds it); nothing was charged. Retry with the same "
-                f"charge_id, or raise 'timeout'."
-            ) from err
-
-    def _read(self, conn: sqlite3.Connection, ids: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(ids), self.dims), dtype=np.float64)
-        pos = {d: i for i, d in enumerate(ids)}
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
-            q = ",".join("?" * len(chunk))
-            for doc, dim, amount in conn.execute(
-                f"SELECT doc_id, dim, amount FROM spent WHERE doc_id IN ({q})", chunk
-            ):
-                out[pos[doc], dim] = amount
-        return out
-
-    def spent(self, doc_ids: Iterable[str]) -> np.ndarray:
-        ids = _doc_ids(doc_ids)
-        return self._read(self._conn(), ids)
-
-    def charge(
-        self,
-        doc_ids: Iterable[str],
-        amount: Amount,
-        *,
-        charge_id: str | None = None,
-    ) -> ChargeReceipt:
-        item = (_doc_ids(doc_ids), self._amount(amount), charge_id or uuid.uuid4().hex)
-        if self._group is not None:
-            return self._group.run(item)
-        outcome = self._commit_charges([item])[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-    def _commit_charges(self, items: list[_Charge]) -> list[ChargeReceipt | BaseException]:
-        """Check and debit ``items`` in one ``BEGIN IMMEDIATE`` transaction (one sync).
-
-        Each charge is checked against what the database holds plus the charges before
-        it in the batch, exactly as if they had committed one by one in this order; a
-        refused charge adds nothing and is returned as its error (the others commit).
-        """
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
-        self._exec(conn, "BEGIN IMMEDIATE")
-        try:
-            delta: dict[str, np.ndarray] = {}  # what this batch adds, per document
-            new: dict[str, ChargeReceipt] = {}
-            outcomes: list[ChargeReceipt | BaseException] = []
-            for ids, a, cid in items:
-                try:
-                    outcomes.append(self._charge_in(conn, ids, a, cid, delta, new))
-                except (DocumentBudgetExhaustedError, ConfigError) as refused:
-                    outcomes.append(refused)
-            conn.executemany(
-                "INSERT INTO spent(doc_id, dim, amount) VALUES (?, ?, ?) "
-                "ON CONFLICT(doc_id, dim) DO UPDATE SET amount = amount + excluded.amount",
-                [(d, k, float(v[k])) for d, v in delta.items() for k in range(self.dims) if v[k]],
-            )
-            now = time.time()
-            conn.executemany(
-                "INSERT INTO charges(charge_id, doc_ids, amount, created) VALUES (?, ?, ?, ?)",
-                [
-                    (r.charge_id, json.dumps(list(r.doc_ids)), json.dumps(list(r.amount)), now)
-                    for r in new.values()
-                ],
-            )
-            if self._before_commit is not None:
-                self._before_commit()
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return outcomes
-
-    def _charge_in(
-        self,
-        conn: sqlite3.Connection,
-        ids: tuple[str, ...],
-        a: np.ndarray,
-        cid: str,
-        delta: dict[str, np.ndarray],
-        new: dict[str, ChargeReceipt],
-    ) -> ChargeReceipt:
-        """One charge inside an open transaction (``delta``/``new``: the batch so far)."""
-        earlier = new.get(cid)
-        if earlier is None:
-            row = conn.execute(
-                "SELECT doc_ids, amount FROM charges WHERE charge_id = ?", (cid,)
-            ).fetchone()
-            if row is not None:
-                earlier = ChargeReceipt(cid, tuple(json.loads(row[0])), tuple(json.loads(row[1])))
-        if earlier is not None:
-            _check_replay(cid, earlier.doc_ids, earlier.amount, ids, a)
-            return ChargeReceipt(cid, earlier.doc_ids, earlier.amount, replayed=True)
-        spent = self._read(conn, ids)
-        for i, d in enumerate(ids):
-            if d in delta:
-                spent[i] += delta[d]
-        ok = self._fits(spent, a)
-        if not ok.all():
-            self._refuse(ids, ok, a)
-        for d in ids:
-            delta[d] = delta[d] + a if d in delta else a.copy()
-        receipt = ChargeReceipt(cid, ids, tuple(a.tolist()))
-        new[cid] = receipt
-        return receipt
-
-    def release(self, charge_id: str) -> bool:
-        conn = self._conn()
-        self._exec(conn, "BEGIN IMMEDIATE")
-        try:
-            row = conn.execute(
-                "SELECT doc_ids, amount FROM charges WHERE charge_id = ?", (charge_id,)
-            ).fetchone()
-            if row is None:
+        with map_backend_errors(self.name, undone=_UNDONE):
+            # busy_timeout covers lock waits; retry the rare SQLITE_BUSY it does not cover
+            when_unlocked(lambda: conn.execute("BEGIN IMMEDIATE"), self.timeout)
+            try:
+                yield conn
                 conn.execute("COMMIT")
-                return False
-            ids, amount = json.loads(row[0]), json.loads(row[1])
-            conn.executemany(
-                "UPDATE spent SET amount = MAX(amount - ?, 0.0) WHERE doc_id = ? AND dim = ?",
-                [(float(amount[k]), d, k) for d in ids for k in range(self.dims) if amount[k]],
-            )
-            conn.execute("DELETE FROM charges WHERE charge_id = ?", (charge_id,))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return True
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
 
-    def charges(self) -> list[ChargeReceipt]:
-        """Every committed charge, oldest first (the store's own audit log)."""
-        rows = (
-            self._conn()
-            .execute("SELECT charge_id, doc_ids, amount FROM charges ORDER BY created, charge_id")
-            .fetchall()
-        )
-        return [ChargeReceipt(c, tuple(json.loads(d)), tuple(json.loads(a))) for c, d, a in rows]
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        with map_backend_errors(self.name, undone=_UNDONE):
+            yield self._conn()
 
     def close(self) -> None:
         """Close this thread's connection."""
@@ -505,28 +635,15 @@ class SqliteBudgetStore(BudgetStore):
             self._local.conn = None
 
 
-_PG_SCHEMA = """
-CREATE TABLE IF NOT EXISTS budget_stores (
-    store TEXT PRIMARY KEY, capacity TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS budget_spent (
-    store TEXT NOT NULL, doc_id TEXT NOT NULL, dim INTEGER NOT NULL,
-    amount DOUBLE PRECISION NOT NULL, PRIMARY KEY (store, doc_id, dim));
-CREATE TABLE IF NOT EXISTS budget_charges (
-    store TEXT NOT NULL, charge_id TEXT NOT NULL, doc_ids TEXT NOT NULL, amount TEXT NOT NULL,
-    created DOUBLE PRECISION NOT NULL, PRIMARY KEY (store, charge_id))
-"""
-
-
-class PostgresBudgetStore(BudgetStore):
+class PostgresBudgetStore(_SqlBudgetStore):
     """A durable store as the rows of ``store`` in a PostgreSQL database that several
     processes and machines share (the service's replicas).
 
-    A charge or release is one transaction that first locks the store's row in
-    ``budget_stores`` (``SELECT ... FOR UPDATE``), so the writers of one store take turns
-    exactly as :class:`SqliteBudgetStore`'s ``BEGIN IMMEDIATE`` makes them, while other
-    stores' charges do not wait; the check reads the spends committed before the lock
-    (READ COMMITTED takes a new snapshot per statement), so no two charges can both pass
-    a check only one of them fits.
+    The write lock is the store's row in ``budget_stores`` (``SELECT ... FOR UPDATE``),
+    so the writers of one store take turns while other stores' charges do not wait; the
+    check reads the spends committed before the lock (READ COMMITTED takes a new
+    snapshot per statement). A lost connection fails the charge with ``BackendError``
+    (the server rolled it back; retry with the same ``charge_id``).
 
     Args:
         pool: a :class:`ragprivacy._postgres.PgPool` on the database.
@@ -540,140 +657,21 @@ class PostgresBudgetStore(BudgetStore):
     ) -> None:
         self._pool = pool
         self.store = store
-        self._before_commit: Callable[[], None] | None = None  # test hook (crash injection)
+        self.name = f"the budget store {store!r} in {redact_url(pool.url)}"
+        self._head_id = store
+        self._sql = _Statements(_PG_TABLES, POSTGRES)
         with pool.connection() as conn:
-            create_schema(conn, _PG_SCHEMA, "ragprivacy/budget-schema")
-        with pool.transaction() as tx:
-            tx.execute(
-                "INSERT INTO budget_stores VALUES (?, ?) ON CONFLICT (store) DO NOTHING",
-                (store, json.dumps(None if capacity is None else _capacity(capacity).tolist())),
-            )
-            row = tx.execute(
-                "SELECT capacity FROM budget_stores WHERE store = ? FOR UPDATE", (store,)
-            ).fetchone()
-            stored = json.loads(row[0])
-            if stored is None:
-                if capacity is None:
-                    raise ConfigError(
-                        f"No budget store {store!r} in the database; pass a capacity."
-                    )
-                stored = _capacity(capacity).tolist()
-                tx.execute(
-                    "UPDATE budget_stores SET capacity = ? WHERE store = ?",
-                    (json.dumps(stored), store),
-                )
-            cap = np.array(stored, dtype=np.float64)
-            if capacity is not None and not np.array_equal(cap, _capacity(capacity)):
-                raise ConfigError(
-                    f"The budget store {store!r} was created with capacity {cap.tolist()}; got "
-                    f"{_capacity(capacity).tolist()}. Open it with capacity=None."
-                )
-        super().__init__(cap.tolist())
+            create_schema(conn, self._sql.schema, "ragprivacy/budget-schema")
+        super().__init__(self._open(capacity))
 
     def __repr__(self) -> str:
         return f"PostgresBudgetStore({self.store!r}, {self._pool!r})"
 
-    def _read(self, tx: Any, ids: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(ids), self.dims), dtype=np.float64)
-        pos = {d: i for i, d in enumerate(ids)}
-        for start in range(0, len(ids), _CHUNK):
-            chunk = list(ids[start : start + _CHUNK])
-            rows = tx.execute(
-                "SELECT doc_id, dim, amount FROM budget_spent WHERE store = ? AND doc_id = ANY(?)",
-                (self.store, chunk),
-            ).fetchall()
-            for doc, dim, amount in rows:
-                out[pos[doc], dim] = amount
-        return out
+    def _transaction(self) -> AbstractContextManager[PgTransaction]:
+        return self._pool.transaction()
 
-    def _lock(self, tx: Any) -> None:
-        tx.execute("SELECT 1 FROM budget_stores WHERE store = ? FOR UPDATE", (self.store,))
-
-    def spent(self, doc_ids: Iterable[str]) -> np.ndarray:
-        ids = _doc_ids(doc_ids)
-        with self._pool.transaction() as tx:
-            return self._read(tx, ids)
-
-    def charge(
-        self,
-        doc_ids: Iterable[str],
-        amount: Amount,
-        *,
-        charge_id: str | None = None,
-    ) -> ChargeReceipt:
-        ids = _doc_ids(doc_ids)
-        a = self._amount(amount)
-        cid = charge_id or uuid.uuid4().hex
-        refused: np.ndarray | None = None
-        with self._pool.transaction() as tx:
-            self._lock(tx)
-            row = tx.execute(
-                "SELECT doc_ids, amount FROM budget_charges WHERE store = ? AND charge_id = ?",
-                (self.store, cid),
-            ).fetchone()
-            if row is not None:
-                prev_ids, prev_amount = tuple(json.loads(row[0])), tuple(json.loads(row[1]))
-                _check_replay(cid, prev_ids, prev_amount, ids, a)
-                return ChargeReceipt(cid, prev_ids, prev_amount, replayed=True)
-            ok = self._fits(self._read(tx, ids), a)
-            if ok.all():
-                tx.executemany(
-                    "INSERT INTO budget_spent (store, doc_id, dim, amount) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (store, doc_id, dim) "
-                    "DO UPDATE SET amount = budget_spent.amount + excluded.amount",
-                    [
-                        (self.store, d, k, float(a[k]))
-                        for d in ids
-                        for k in range(self.dims)
-                        if a[k] != 0
-                    ],
-                )
-                tx.execute(
-                    "INSERT INTO budget_charges VALUES (?, ?, ?, ?, ?)",
-                    (self.store, cid, json.dumps(list(ids)), json.dumps(a.tolist()), time.time()),
-                )
-                if self._before_commit is not None:
-                    self._before_commit()
-            else:
-                refused = ok  # nothing written; the transaction ends with nothing to commit
-        if refused is not None:
-            self._refuse(ids, refused, a)
-        return ChargeReceipt(cid, ids, tuple(a.tolist()))
-
-    def release(self, charge_id: str) -> bool:
-        with self._pool.transaction() as tx:
-            self._lock(tx)
-            row = tx.execute(
-                "SELECT doc_ids, amount FROM budget_charges WHERE store = ? AND charge_id = ?",
-                (self.store, charge_id),
-            ).fetchone()
-            if row is None:
-                return False
-            ids, amount = json.loads(row[0]), json.loads(row[1])
-            tx.executemany(
-                "UPDATE budget_spent SET amount = GREATEST(amount - ?, 0.0) "
-                "WHERE store = ? AND doc_id = ? AND dim = ?",
-                [
-                    (float(amount[k]), self.store, d, k)
-                    for d in ids
-                    for k in range(self.dims)
-                    if amount[k]
-                ],
-            )
-            tx.execute(
-                "DELETE FROM budget_charges WHERE store = ? AND charge_id = ?",
-                (self.store, charge_id),
-            )
-        return True
-
-    def charges(self) -> list[ChargeReceipt]:
-        """Every committed charge, oldest first (the store's own audit log)."""
-        rows = self._pool.read(
-            "SELECT charge_id, doc_ids, amount FROM budget_charges WHERE store = ? "
-            "ORDER BY created, charge_id",
-            (self.store,),
-        )
-        return [ChargeReceipt(c, tuple(json.loads(d)), tuple(json.loads(a))) for c, d, a in rows]
+    def _reading(self) -> AbstractContextManager[PgTransaction]:
+        return self._pool.transaction()
 
     def close(self) -> None:
         """Nothing to close: the pool belongs to its owner."""

@@ -23,7 +23,9 @@ tenant, and where the provider's identity key lives.
   that backups and read replicas copy. A tenant's document embeddings live in a
   pgvector table of its own (:meth:`PostgresBackend.vector_table`, with an HNSW index),
   read by the audited provider through :class:`PgvectorTenantVectors` instead of being
-  held in every replica's memory.
+  held in every replica's memory; every statement on those tables is in
+  :mod:`ragprivacy.service.tenant_vectors`. The state, its ledgers and its budget stores
+  share one connection pool per process (:attr:`PostgresBackend.pool`).
 
 **One pgvector table per tenant**, not one shared table with a tenant column: a
 tenant's queries read its own table only (the collusion paper's per-tenant index,
@@ -48,14 +50,16 @@ a failover, ``pg_terminate_backend`` — is replaced before a request uses it. A
 that loses its connection mid-statement is retried once on a fresh one; a write
 transaction that loses it is rolled back by the server, and the request fails with a
 ``BackendError`` (HTTP 502) having committed nothing. The window's ledger
-(:class:`ragprivacy.audit.PostgresLedgerStorage`) reconnects the same way.
+(:class:`ragprivacy.audit.PostgresLedgerStorage`) and the budget stores take their
+connections from the same pool, so they reconnect the same way; every such failure is
+mapped to its one-line ``BackendError`` in one place
+(:func:`ragprivacy._storage.map_backend_errors`).
 
 Neither backend's repr or messages hold a secret: a URL is printed without its password.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
@@ -66,21 +70,14 @@ from typing import Any
 
 import numpy as np
 
-from ragprivacy._postgres import (
-    SCHEMA as PG_SCHEMA,
-)
-from ragprivacy._postgres import (
-    PgPool,
-    connection_lost,
-    create_schema,
-    is_postgres_url,
-    redact_url,
-)
+from ragprivacy._postgres import PgPool, create_schema, is_postgres_url, redact_url
 from ragprivacy._sqlite import connect_wal
-from ragprivacy._typing import FloatArray
+from ragprivacy._storage import postgres_schema
 from ragprivacy.audit import EmbeddingSource, MerkleLog, PostgresLedgerStorage
 from ragprivacy.dp import BudgetStore, PostgresBudgetStore, SqliteBudgetStore
-from ragprivacy.errors import BackendError, ConfigError
+from ragprivacy.errors import ConfigError
+from ragprivacy.service import tenant_vectors
+from ragprivacy.service.tenant_vectors import PgvectorTenantVectors
 
 __all__ = [
     "PgvectorTenantVectors",
@@ -90,18 +87,11 @@ __all__ = [
     "open_backend",
 ]
 
-#: pgvector's HNSW index takes vectors of at most this width (type ``vector``), and
-#: half-precision ones (``halfvec``, pgvector ≥ 0.7) of at most the second
-_HNSW_MAX_DIM, _HNSW_MAX_HALF_DIM = 2000, 4000
-#: HNSW graph settings of a tenant table (pgvector's defaults)
-_HNSW_M, _HNSW_EF_CONSTRUCTION = 16, 64
-_COPY_MAGIC = b"PGCOPY\n\xff\r\n\x00"
-_COPY_HEADER = 19  # magic, int32 flags, int32 header-extension length (0)
-
 _WAIT_S = 30.0
 
-# The state's tables in SQLite's dialect; PostgreSQL's are derived from it (BLOB → BYTEA,
-# REAL → DOUBLE PRECISION, no WITHOUT ROWID) so that the two never drift apart.
+# The state's tables in SQLite's dialect; PostgreSQL's are derived from it
+# (ragprivacy._storage.postgres_schema, as every store's are) so that the two never drift
+# apart.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (
@@ -130,12 +120,6 @@ CREATE TABLE IF NOT EXISTS witnesses (
     window_id TEXT NOT NULL, proof TEXT NOT NULL, witness TEXT NOT NULL,
     PRIMARY KEY (window_id, proof)) WITHOUT ROWID;
 """
-
-
-def _postgres_schema(schema: str) -> str:
-    return (schema.replace(" BLOB", " BYTEA").replace(" REAL", " DOUBLE PRECISION")).replace(
-        " WITHOUT ROWID", ""
-    )
 
 
 class StateBackend(ABC):
@@ -180,6 +164,15 @@ class StateBackend(ABC):
         """The table that holds ``tenant``'s embeddings, or ``None`` when they are the
         ``documents.vector`` blobs."""
         return None
+
+    def insert_vectors(
+        self, conn: Any, tenant: str, rows: Sequence[tuple[int, str, np.ndarray]]
+    ) -> None:
+        """Inside ``conn``'s write transaction: store (position, document id, float32
+        vector) rows in :meth:`vector_table` (only where it is not ``None``)."""
+        raise ConfigError(
+            f"A state directory keeps embeddings in its documents' rows (state {self.name})."
+        )
 
     def index_vectors(self, tenant: str) -> None:
         """Build ``tenant``'s approximate-search index after an upload, if it has one."""
@@ -279,7 +272,7 @@ class PostgresBackend(StateBackend):
             )
         self.pool = PgPool(url, max_size=pool_size)
         with self.pool.connection() as conn:
-            create_schema(conn, _postgres_schema(SCHEMA), "ragprivacy/state-schema")
+            create_schema(conn, postgres_schema(SCHEMA), "ragprivacy/state-schema")
         self._pgvector: bool | None = None
         self._tables: dict[str, str] = {}
 
@@ -293,260 +286,62 @@ class PostgresBackend(StateBackend):
         return self.pool.transaction(lock="ragprivacy/state")
 
     def ledger(self, window_id: str) -> MerkleLog:
-        return MerkleLog(storage=PostgresLedgerStorage(self.url, window_id))
+        return MerkleLog(storage=PostgresLedgerStorage(self.pool, window_id))
 
     def budget_store(self, tenant: str, capacity: float) -> BudgetStore:
         return PostgresBudgetStore(self.pool, tenant, capacity=capacity)
 
     # ------------------------------------------------------------------ tenant vectors
-    def _has_pgvector(self) -> bool:
-        """Whether the database has the ``vector`` extension (created if this role may)."""
-        if self._pgvector is None:
-            with self.pool.connection() as conn:
-                found = conn.execute(
-                    "SELECT 1 FROM pg_extension WHERE extname = 'vector'"
-                ).fetchone()
-                if found is None:
-                    try:
-                        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                        found = (1,)
-                    except Exception:  # not installed, or no privilege: blobs it is
-                        found = None
-            self._pgvector = found is not None
-        return self._pgvector
-
     @staticmethod
     def table_name(tenant: str) -> str:
-        """``tenant_vectors_<h>``, h = the first 20 hex digits of SHA-256(tenant)."""
-        return "tenant_vectors_" + hashlib.sha256(tenant.encode()).hexdigest()[:20]
+        """``tenant``'s pgvector table (:func:`ragprivacy.service.tenant_vectors.table_name`)."""
+        return tenant_vectors.table_name(tenant)
 
     def create_vector_table(self, conn: Any, tenant: str, dim: int, *, required: bool) -> None:
-        if not self._has_pgvector():
+        if self._pgvector is None:
+            self._pgvector = tenant_vectors.has_pgvector(self.pool)
+        if not self._pgvector:
             if required:
                 raise ConfigError(
                     f"The database {self.name} has no pgvector extension (and this role may "
                     "not create it); install pgvector, or keep the embeddings in the rows."
                 )
             return
-        table = self.table_name(tenant)
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {PG_SCHEMA}.{table} (pos bigint PRIMARY KEY, "
-            f"id text NOT NULL UNIQUE, embedding vector({int(dim)}) NOT NULL)"
-        )
+        table = tenant_vectors.table_name(tenant)
+        tenant_vectors.create_table(conn, table, dim)
         self._tables[tenant] = table
 
     def vector_table(self, tenant: str) -> str | None:
         if tenant not in self._tables:
-            table = self.table_name(tenant)
-            row = self.pool.read("SELECT to_regclass(?)", (f"{PG_SCHEMA}.{table}",))
-            if not row or row[0][0] is None:
+            table = tenant_vectors.table_name(tenant)
+            if not tenant_vectors.table_exists(self.pool, table):
                 return None  # a tenant made before, or without pgvector: blobs
             self._tables[tenant] = table
         return self._tables[tenant]
 
-    def index_vectors(self, tenant: str) -> None:
+    def insert_vectors(
+        self, conn: Any, tenant: str, rows: Sequence[tuple[int, str, np.ndarray]]
+    ) -> None:
         table = self.vector_table(tenant)
         if table is None:
-            return
-        with self.pool.connection() as conn:
-            width = conn.execute(
-                "SELECT atttypmod FROM pg_attribute WHERE attrelid = %s::regclass "
-                "AND attname = 'embedding'",
-                (f"{PG_SCHEMA}.{table}",),
-            ).fetchone()
-            dim = 0 if width is None else int(width[0])
-            if 0 < dim <= _HNSW_MAX_DIM:
-                column = "embedding vector_ip_ops"
-            elif (
-                _HNSW_MAX_DIM < dim <= _HNSW_MAX_HALF_DIM
-                and conn.execute("SELECT to_regtype('halfvec')").fetchone()[0] is not None
-            ):
-                # wider rows: pgvector's HNSW takes them as half precision (an index
-                # for approximate search only; exact scores read the float32 rows)
-                column = f"(embedding::halfvec({dim})) halfvec_ip_ops"
-            else:
-                return  # exact scoring needs no graph (pgvector < 0.7 has no halfvec)
-            # one builder at a time (two admins uploading at once would race on the name)
-            with conn.transaction():
-                conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                    (f"ragprivacy/hnsw/{table}",),
-                )
-                conn.execute(
-                    f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {PG_SCHEMA}.{table} USING hnsw "
-                    f"({column}) WITH (m = {_HNSW_M}, ef_construction = {_HNSW_EF_CONSTRUCTION})"
-                )
+            raise ConfigError(f"Tenant {tenant!r} keeps its embeddings in its documents' rows.")
+        tenant_vectors.insert_rows(conn, table, rows)
+
+    def index_vectors(self, tenant: str) -> None:
+        table = self.vector_table(tenant)
+        if table is not None:
+            tenant_vectors.build_index(self.pool, table)
 
     def embeddings(self, tenant: str, count: int, dim: int) -> EmbeddingSource | None:
         table = self.vector_table(tenant)
         if table is None:
             return None
-        return PgvectorTenantVectors(self.pool, f"{PG_SCHEMA}.{table}", size=count, dim=dim)
+        return PgvectorTenantVectors(
+            self.pool, tenant_vectors.qualified(table), size=count, dim=dim
+        )
 
     def close(self) -> None:
         self.pool.close()
-
-
-class PgvectorTenantVectors(EmbeddingSource):
-    """A tenant's first ``size`` embeddings in its pgvector table, read through a pool.
-
-    Rows are read in pgvector's binary form — the float32 values themselves, so a row
-    comes back bit for bit as it was stored, which the committed fixed point and the
-    verifier's integer scores need (pgvector's own ``<#>`` sums in float32 and can differ
-    from the exact score in the last bits: the database fetches, numpy scores).
-    :meth:`chunks` streams the rows in position order with binary ``COPY`` (one
-    statement; no more than ``rows`` rows are held at once), :meth:`vectors_at` fetches
-    positions through the primary key with the positions a bound parameter, never in the
-    statement's text.
-
-    Args:
-        pool: the state's connection pool.
-        table: the schema-qualified table (trusted: made by :class:`PostgresBackend`).
-        size: how many rows (positions 0 .. size − 1) belong to the committed index.
-        dim: the vector width.
-    """
-
-    def __init__(self, pool: PgPool, table: str, *, size: int, dim: int) -> None:
-        self._pool = pool
-        self.table = table
-        self.size = int(size)
-        self.dim = int(dim)
-        self._row = np.dtype(
-            [
-                ("fields", ">i2"),
-                ("l_pos", ">i4"),
-                ("pos", ">i8"),
-                ("l_vec", ">i4"),
-                ("dim", ">i2"),
-                ("unused", ">i2"),
-                ("x", ">f4", (self.dim,)),
-            ]
-        )
-
-    def __repr__(self) -> str:
-        return f"PgvectorTenantVectors({self.table!r}, size={self.size})"
-
-    def _rows(self, data: bytes | bytearray, expect: Sequence[int] | None) -> np.ndarray:
-        got = np.frombuffer(bytes(data), dtype=self._row)
-        if (got["fields"] != 2).any() or (got["dim"] != self.dim).any():
-            raise BackendError(f"The table {self.table} sent rows of another shape.")
-        if expect is not None and not np.array_equal(got["pos"], np.asarray(expect)):
-            raise BackendError(
-                f"The table {self.table} lacks committed rows (or holds others); it was "
-                "changed since the window opened."
-            )
-        out: np.ndarray = got["x"].astype(np.float32)
-        return out
-
-    def _statement(self, where: str) -> str:
-        return (
-            f"COPY (SELECT pos, embedding FROM {self.table} WHERE {where}) "
-            "TO STDOUT (FORMAT BINARY)"
-        )
-
-    def vectors_at(self, positions: Sequence[int]) -> FloatArray:
-        """The rows at ``positions`` (in the order asked), bit for bit as stored.
-
-        Which positions a query reads is chosen by its noise, so they never enter the
-        statement's text (what the server's statement log and ``pg_stat_activity.query``
-        show): the statement is always ``SELECT pos, embedding FROM <table> WHERE pos =
-        ANY($1) ORDER BY pos``, the positions one ``int8[]`` parameter bound by the
-        server (sent in binary), the rows returned in binary — per value the bytes binary
-        ``COPY`` sends (both are the type's send function), so the same float32 values.
-        (psycopg's ``copy(query, params)`` merges parameters into the text on the client,
-        and ``COPY`` takes no bound parameter.) The server still receives the positions,
-        and its log shows a bound parameter's value wherever it logs the statement unless
-        ``log_parameter_max_length = 0`` (docs/pgvector.md).
-        """
-        pos = [int(p) for p in positions]
-        if not pos:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        from psycopg.types.numeric import Int8
-
-        order = sorted(set(pos))
-        statement = f"SELECT pos, embedding FROM {self.table} WHERE pos = ANY(%b) ORDER BY pos"
-        param = [Int8(p) for p in order]
-        for attempt in (0, 1):  # a read is retried once on a fresh connection
-            try:
-                with self._pool.connection() as conn, conn.cursor(binary=True) as cur:
-                    cur.execute(statement, (param,))
-                    data = self._selected(cur.pgresult)
-                break
-            except BackendError:
-                raise
-            except Exception as exc:
-                if attempt or not connection_lost(exc):
-                    raise BackendError(f"Reading {self.table} failed: {_first_line(exc)}") from None
-        rows = self._rows(data, order)
-        where = {p: i for i, p in enumerate(order)}
-        return rows[[where[p] for p in pos]]
-
-    def _selected(self, result: Any) -> bytes:
-        """The binary ``(pos, embedding)`` rows of a result, laid out as binary ``COPY``
-        lays out a tuple (field count, then each field's length and bytes), for
-        :meth:`_rows`."""
-        if result is None or result.nfields != 2:
-            raise BackendError(f"The table {self.table} sent a malformed result.")
-        out = bytearray()
-        for i in range(result.ntuples):
-            pos, vec = result.get_value(i, 0), result.get_value(i, 1)
-            if pos is None or vec is None or len(pos) != 8 or len(vec) != 4 + 4 * self.dim:
-                raise BackendError(f"The table {self.table} sent rows of another shape.")
-            out += b"\x00\x02\x00\x00\x00\x08" + bytes(pos)
-            out += len(vec).to_bytes(4, "big") + bytes(vec)
-        return bytes(out)
-
-    def chunks(self, rows: int) -> Iterator[FloatArray]:
-        if self.size == 0:
-            return
-        width = self._row.itemsize
-        step = max(int(rows), 1) * width
-        done = 0
-        buf = bytearray()
-        header = False
-        try:
-            statement = self._statement(f"pos < {self.size} ORDER BY pos")
-            with (
-                self._pool.connection() as conn,
-                conn.cursor() as cur,
-                cur.copy(statement) as copy,
-            ):
-                for block in copy:
-                    buf += block
-                    if not header:
-                        if len(buf) < _COPY_HEADER:
-                            continue
-                        if bytes(buf[: len(_COPY_MAGIC)]) != _COPY_MAGIC:
-                            raise BackendError(
-                                f"The table {self.table} sent a malformed COPY stream."
-                            )
-                        del buf[:_COPY_HEADER]
-                        header = True
-                    while len(buf) >= step + 2:  # a whole block (and not the trailer)
-                        yield self._rows(buf[:step], range(done, done + rows))
-                        done += rows
-                        del buf[:step]
-            tail = len(buf) - 2
-            if tail < 0 or tail % width or bytes(buf[tail:]) != b"\xff\xff":
-                raise BackendError(f"The table {self.table} sent a malformed COPY stream.")
-            if tail:
-                n = tail // width
-                yield self._rows(buf[:tail], range(done, done + n))
-                done += n
-        except BackendError:
-            raise
-        except Exception as exc:
-            raise BackendError(f"Reading {self.table} failed: {_first_line(exc)}") from None
-        if done != self.size:
-            raise BackendError(
-                f"The table {self.table} holds {done} of the {self.size} committed rows; it "
-                "was changed since the window opened."
-            )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def open_backend(

@@ -20,10 +20,12 @@ from typing import Any
 __all__ = ["run_service_demo"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _bound_socket() -> socket.socket:
+    """A socket bound to a free port of 127.0.0.1, handed to the server as it is (a port
+    looked up and bound later could be taken in between by another process)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def run_service_demo(out: str | Path, *, queries: int = 5) -> dict[str, Any]:
@@ -49,17 +51,18 @@ def run_service_demo(out: str | Path, *, queries: int = 5) -> dict[str, Any]:
     keys = {a: state.create_key(a).token for a in ("alice", "carol")}
     window = open_window(state)
 
-    port = _free_port()
+    sock = _bound_socket()
+    port = int(sock.getsockname()[1])
     server = uvicorn.Server(
         uvicorn.Config(create_app(state.directory), host="127.0.0.1", port=port, log_level="error")
     )
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     while not server.started:
-        if time.monotonic() - started > 30:
-            raise RuntimeError("the demo service did not start within 30 s")
+        if not thread.is_alive() or time.monotonic() - started > 120:
+            raise RuntimeError("the demo service did not start")
         time.sleep(0.05)
     asked = {
         "alice": ["who was prescribed metformin?", "which patient has asthma?"],

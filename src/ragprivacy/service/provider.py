@@ -3,16 +3,18 @@
 One audit window is open at a time. Opening it (:func:`open_window`, an admin step)
 snapshots the tenants' documents, the accounts and their policies, draws the window seed
 s_W and publishes the signed commitments (phase A) of an
-:class:`ragprivacy.audit.AuditedProvider`. Every query is then that provider's one step,
-:func:`ragprivacy.audit.answer_query`: noise derived from (s_W, rec_q) for every committed
-slot of the account's tenant, exact scores of only the slots that noise leaves in the
-race (the noise-first selection, :func:`ragprivacy.audit.exact_selection`; the same
-output as scoring every slot), the witness stored, the record appended to the window's
-durable ledger — whose guard is the account's rate limit, so an account's spend *is* its
-records and nothing is charged for a query without a record — and the receipt signed. An
-answer whose generation fails after retrieval is charged all the same: its record is
-appended (:mod:`ragprivacy.service.failures`). Closing the
-window (:func:`close_window`) certifies the coalition claim (phase C).
+:class:`ragprivacy.audit.AuditWindow` — the one serving core, built here by
+:func:`audit_window` for every use (opening, serving, closing, exporting). Every query is
+then that window's one step, :func:`ragprivacy.audit.answer_query`: noise derived from
+(s_W, rec_q) for every committed slot of the account's tenant, exact scores of only the
+slots that noise leaves in the race (the noise-first selection,
+:func:`ragprivacy.audit.exact_selection`; the same output as scoring every slot), the
+witness stored, the record appended to the window's durable ledger — whose guard is the
+account's rate limit, so an account's spend *is* its records and nothing is charged for
+a query without a record — and the receipt signed. An answer whose generation fails
+after retrieval is charged all the same: its record is appended
+(:mod:`ragprivacy.service.failures`). Closing the window (:func:`close_window`)
+certifies the coalition claim (phase C).
 
 Where the tenants' embeddings live decides only how the exact scores are read: from
 memory (a SQLite state), or — a PostgreSQL state with pgvector — from each tenant's
@@ -24,7 +26,7 @@ selection is the one the verifier re-executes bit for bit. Which rows a query re
 function of its noise (docs/pgvector.md says who sees that).
 
 Several server workers (processes) — and, with the state on PostgreSQL, several replicas
-on several machines — may serve one window: each holds an :class:`AuditedProvider` over
+on several machines — may serve one window: each holds an :class:`AuditWindow` over
 the same ledger, witness table and stored commitments; the ledger's write lock (the
 file's, or the window's head row in PostgreSQL) orders their appends, and a receipt is
 returned only once its record committed.
@@ -49,8 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from ragprivacy.audit import (
-    AuditedProvider,
     AuditPolicy,
+    AuditWindow,
     Commitments,
     LogSealedError,
     MerkleLog,
@@ -61,7 +63,7 @@ from ragprivacy.errors import ConfigError, WindowClosedError
 from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
-from ragprivacy.service.state import VOTING_MODES, ServiceState, SqliteWitnessStore, Window
+from ragprivacy.service.state import VOTING_MODES, ServiceState, Window
 from ragprivacy.service.voting import VotedAnswer, VotingTenants
 from ragprivacy.types import Completion
 
@@ -69,6 +71,7 @@ __all__ = [
     "ServedAnswer",
     "ServiceProvider",
     "WindowClosedError",
+    "audit_window",
     "close_window",
     "export_auditor",
     "open_window",
@@ -148,24 +151,52 @@ def _window_policy(
     return policy, {n: a["tenant"] for n, a in accounts.items()}, overrides, sizes
 
 
-def _provider(state: ServiceState, window: Window) -> AuditedProvider:
-    snap = window.snapshot
-    tenants = {}
-    for t, count in snap["tenants"].items():
-        tenants[t] = state.embeddings(t, count)  # a pgvector table is read, not loaded
-    com = Commitments.from_dict(window.commitments)
-    return AuditedProvider(
-        policy=AuditPolicy.from_dict(com.policy),
-        tenants=tenants,
-        accounts=com.accounts,
-        account_policies=com.account_policies,  # with each account's committed σ
+def audit_window(
+    state: ServiceState,
+    window_id: str,
+    tenants: dict[str, int],
+    *,
+    seed: bytes,
+    commitments: Commitments | None = None,
+    policy: AuditPolicy | None = None,
+    accounts: dict[str, str] | None = None,
+    account_policies: dict[str, dict[str, Any]] | None = None,
+) -> AuditWindow:
+    """The :class:`AuditWindow` of ``window_id`` over the state: its tenants' stored
+    embeddings (the first ``tenants[t]`` of each; a pgvector table is read, not loaded),
+    the service's embedder and signing key, the window's durable ledger and witness
+    table. With ``commitments`` (a published window) the policy, accounts and account
+    policies are theirs; without, they must be given (a window being opened). Close it
+    (``with``) when done: it holds the ledger's connection."""
+    if commitments is not None:
+        policy = AuditPolicy.from_dict(commitments.policy)
+        accounts = commitments.accounts
+        account_policies = commitments.account_policies  # with each account's committed σ
+    if policy is None or accounts is None:
+        raise ConfigError("An audit window needs its commitments, or a policy and accounts.")
+    return AuditWindow(
+        policy=policy,
+        tenants={t: state.embeddings(t, count) for t, count in tenants.items()},
+        accounts=accounts,
+        account_policies=account_policies,
         embedder=state.embedder(),
         embedder_spec=state.setting("embedder"),
         key=state.identity(),
+        seed=seed,
+        ledger=state.ledger(window_id),
+        witness_store=state.witness_store(window_id),
+        commitments=commitments,
+    )
+
+
+def _published(state: ServiceState, window: Window) -> AuditWindow:
+    """The :class:`AuditWindow` of a window whose commitments are published."""
+    return audit_window(
+        state,
+        window.window_id,
+        window.snapshot["tenants"],
         seed=state.window_seed(window.window_id),
-        ledger=state.ledger(window.window_id),
-        witness_store=SqliteWitnessStore(state, window.window_id),
-        commitments=com,
+        commitments=Commitments.from_dict(window.commitments),
     )
 
 
@@ -176,9 +207,6 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     window_id = window_id or f"W{state.next_window_number()}"
     start = time.time_ns()
     policy, accounts, overrides, sizes = _window_policy(state, window_id, start)
-    tenants = {}
-    for t, count in sizes.items():
-        tenants[t] = state.embeddings(t, count)
     tenant_modes = state.tenants()
     voting = {n: a["tenant"] for n, a in state.accounts().items()
               if tenant_modes[a["tenant"]]["mode"] in VOTING_MODES}  # fmt: skip
@@ -188,20 +216,16 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
         "voting_accounts": voting,
     }
     seed = os.urandom(32)
-    provider = AuditedProvider(
+    with audit_window(
+        state,
+        window_id,
+        sizes,
+        seed=seed,
         policy=policy,
-        tenants=tenants,
         accounts=accounts,
         account_policies=overrides,
-        embedder=state.embedder(),
-        embedder_spec=state.setting("embedder"),
-        key=state.identity(),
-        seed=seed,
-        ledger=state.ledger(window_id),
-        witness_store=SqliteWitnessStore(state, window_id),
-    )
-    commitments = provider.commit(published_at=start)
-    provider.ledger.close()
+    ) as window:
+        commitments = window.commit(published_at=start)
     return state.insert_window(window_id, seed, snapshot, commitments.to_dict())
 
 
@@ -211,13 +235,12 @@ def close_window(state: ServiceState) -> Window:
     if not open_:
         raise ConfigError("No window is open ('window open' starts one).")
     window = open_[0]
-    provider = _provider(state, window)
-    # Seal first: a worker's query still in flight then appends nothing (409, nothing
-    # spent), so ĉ and the final head cover every record the window will ever hold.
-    provider.ledger.seal()
-    claim, head = provider.coalition_claim(), provider.tree_head()
-    state.finish_window(window.window_id, claim.to_dict(), head.to_dict())
-    provider.ledger.close()
+    with _published(state, window) as audited:
+        # Seal first: a worker's query still in flight then appends nothing (409, nothing
+        # spent), so ĉ and the final head cover every record the window will ever hold.
+        audited.ledger.seal()
+        claim, head = audited.coalition_claim(), audited.tree_head()
+        state.finish_window(window.window_id, claim.to_dict(), head.to_dict())
     return state.window(window.window_id)
 
 
@@ -226,12 +249,9 @@ def export_auditor(state: ServiceState, window_id: str, directory: str | Path) -
     ``directory/auditor.json`` (mode 0600). Only the admin does this."""
     from ragprivacy.audit import save_window
 
-    window = state.window(window_id)
-    provider = _provider(state, window)
-    transcript = provider.transcript()
-    out = save_window(directory, transcript, [], provider.auditor_package())
+    with _published(state, state.window(window_id)) as audited:
+        out = save_window(directory, audited.transcript(), [], audited.auditor_package())
     os.chmod(out / "auditor.json", 0o600)
-    provider.ledger.close()
     return out
 
 
@@ -256,12 +276,12 @@ class ServiceProvider:
         self._lock = threading.Lock()
         self._window_id: str | None = None
         self._window: Window | None = None
-        self._provider: AuditedProvider | None = None
+        self._provider: AuditWindow | None = None
         self._texts: dict[str, dict[str, str]] = {}
         self._voting: VotingTenants | None = None
         self._closed: dict[str, MerkleLog] = {}  # closed windows' ledgers, read-only
 
-    def _current(self) -> tuple[Window, AuditedProvider]:
+    def _current(self) -> tuple[Window, AuditWindow]:
         """The open window and its provider. One indexed look-up of the open window's id
         per call; the window's row (its JSON snapshot and commitments), its provider and
         its texts are loaded only when that id changes."""
@@ -272,8 +292,8 @@ class ServiceProvider:
             if self._window_id != window_id or self._provider is None or self._window is None:
                 window = self.state.window(window_id)
                 if self._provider is not None:
-                    self._provider.ledger.close()
-                self._provider = _provider(self.state, window)
+                    self._provider.close()
+                self._provider = _published(self.state, window)
                 self._window_id, self._window = window_id, window
                 self._texts = {}
                 for t, count in window.snapshot["tenants"].items():
@@ -293,7 +313,7 @@ class ServiceProvider:
         """Close the ledgers this object opened (the open window's and closed ones')."""
         with self._lock:
             if self._provider is not None:
-                self._provider.ledger.close()
+                self._provider.close()
                 self._provider, self._window_id, self._window = None, None, None
             for log in self._closed.values():
                 log.close()
@@ -431,7 +451,7 @@ class ServiceProvider:
         )
 
     @staticmethod
-    def _spent(account: str, provider: AuditedProvider) -> dict[str, Any]:
+    def _spent(account: str, provider: AuditWindow) -> dict[str, Any]:
         """This query's ε and the account's ε so far in the window (exact Gaussian DP of
         its records, each a Gaussian of σ and Δ), at the account's δ."""
         policy = provider.policy_of(account)
@@ -450,7 +470,7 @@ class ServiceProvider:
         }
 
     @staticmethod
-    def _budget(account: str, provider: AuditedProvider) -> dict[str, Any]:
+    def _budget(account: str, provider: AuditWindow) -> dict[str, Any]:
         policy = provider.policy_of(account)
         used = provider.used(account)
         return {

@@ -51,7 +51,7 @@ from ragprivacy.service.backend import SqliteBackend, StateBackend, open_backend
 from ragprivacy.service.keys import ApiKey, hash_secret, new_key, parse_key, secret_matches
 from ragprivacy.types import Document
 
-__all__ = ["FREE_FAILURES", "MODES", "AuthError", "ServiceState", "SqliteWitnessStore", "Window"]
+__all__ = ["FREE_FAILURES", "MODES", "AuthError", "ServiceState", "StateWitnessStore", "Window"]
 
 #: Privacy modes a tenant may run (collusion paper §2.1 and Private-RAG).
 MODES = ("noisy_topk", "murag", "murag_ada", "dp_vote")
@@ -422,7 +422,7 @@ class ServiceState:
                     "SELECT COALESCE(MAX(pos) + 1, 0) FROM documents WHERE tenant = ?", (tenant,)
                 ).fetchone()[0]
                 rows: list[tuple[Any, ...]] = []
-                embedded: list[tuple[Any, ...]] = []
+                embedded: list[tuple[int, str, np.ndarray]] = []
                 for d, v in zip(pending, vectors):
                     if d.id in have:
                         skipped += 1
@@ -431,16 +431,13 @@ class ServiceState:
                         rows.append((tenant, pos, d.id, d.text, v.astype("<f4").tobytes()))
                     else:
                         rows.append((tenant, pos, d.id, d.text, b""))
-                        embedded.append((pos, d.id, _vector_text(v)))
+                        embedded.append((pos, d.id, v))
                     have.add(d.id)
                     pos += 1
                     added += 1
                 conn.executemany("INSERT INTO documents VALUES (?, ?, ?, ?, ?)", rows)
                 if embedded:
-                    conn.executemany(
-                        f"INSERT INTO {table} (pos, id, embedding) VALUES (?, ?, ?::vector)",
-                        embedded,
-                    )
+                    self._db.insert_vectors(conn, tenant, embedded)
             if progress is not None:
                 progress(len(pending))
             pending.clear()
@@ -660,13 +657,10 @@ class ServiceState:
         """The durable Merkle ledger of ``window_id`` (a new handle; close it)."""
         return self._db.ledger(window_id)
 
-
-def _vector_text(v: np.ndarray) -> str:
-    """pgvector's text form of a float32 row: ``repr`` of each value (as a double)
-    is the shortest decimal that parses back, through the server's ``strtof``, to the
-    same float32 (a float32 is exactly a double, and the decimal lies within half a
-    double's ulp of it), so the table holds the embedder's values bit for bit."""
-    return "[" + ",".join(repr(float(x)) for x in np.asarray(v, dtype=np.float32)) + "]"
+    def witness_store(self, window_id: str, *, group_commit: bool = True) -> StateWitnessStore:
+        """Where the witnesses of ``window_id``'s ledger records are kept: this state's
+        ``witnesses`` table (see :class:`StateWitnessStore`)."""
+        return StateWitnessStore(self, window_id, group_commit=group_commit)
 
 
 def _window(row: tuple[Any, ...]) -> Window:
@@ -681,8 +675,10 @@ def _window(row: tuple[Any, ...]) -> Window:
     )
 
 
-class SqliteWitnessStore(WitnessStore):
-    """A window's witnesses in the state database (durable before the record is appended).
+class StateWitnessStore(WitnessStore):
+    """A window's witnesses in the state's ``witnesses`` table, whichever backend holds
+    it (a SQLite directory or a PostgreSQL database); durable before the record is
+    appended. :meth:`ServiceState.witness_store` makes one.
 
     Concurrent puts are group-committed: the witnesses that threads store at the same
     time go into one transaction (one sync of ``synchronous=FULL``), and each put returns

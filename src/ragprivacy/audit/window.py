@@ -1,0 +1,489 @@
+"""One audit window, as an object: phases A–C of the collusion paper (§5.2–§5.4).
+
+:class:`AuditWindow` is the serving core every audited path runs — the library, the
+service (one per open window, over its durable ledger, witness table and stored
+commitments; several processes or replicas may serve one window over one ledger) and the
+demo. It owns
+
+- the window policy and one map of per-account policies (the window's, or each account's
+  committed, only lower, overrides: :meth:`ragprivacy.audit.AuditPolicy.for_account`);
+- the counter: an account's queries are its records in the ledger
+  (:class:`~ragprivacy.audit.counter.LedgerCounter`), so an account spends exactly what
+  was appended, and the rate limit is checked again inside the append (its guard);
+- the one integer selection (:func:`~ragprivacy.audit.selection.answer_query`), the
+  records, the witnesses and the signed receipts;
+- its close: ``with AuditWindow(...) as w:`` closes the ledger it holds.
+
+``commit`` publishes the signed commitments (phase A); ``query`` answers one query with
+noise derived from the committed seed on *every* score of the account's tenant index,
+then top-K, appends r_q to the durable Merkle ledger and returns a signed receipt (phase
+B); ``coalition_claim`` runs the agreed estimator over the window (phase C).
+``transcript`` is what is published; ``auditor_package`` what a trusted auditor gets for
+re-execution (the seed and the witnesses).
+
+How a query is routed, numbered, noised and selected is written once, in small methods
+(``_route``, ``_query_number``, ``_noise_seed``, ``_query_vector``, ``_check_rate_limit``
+and the ``selection`` rule); a provider that cheats is a subclass overriding them
+(:mod:`ragprivacy.audit.cheats`, for testing and demonstrating the verifier), never a
+switch in this code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from ragprivacy._typing import FloatArray, IntArray
+from ragprivacy.audit.coalition import estimate_coalition
+from ragprivacy.audit.commitments import (
+    EMPTY_LEDGER,
+    AuditPolicy,
+    EmbeddingSource,
+    TenantCommitment,
+    embedding_commitment,
+    fixed_point,
+    seed_commitment,
+)
+from ragprivacy.audit.counter import LedgerCounter, StaleCount
+from ragprivacy.audit.merkle import MerkleLog
+from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, RecordWitness
+from ragprivacy.audit.records import ProviderKey, QueryRecord, Receipt, SignedTreeHead, query_hash
+from ragprivacy.audit.selection import ScoreAt, answer_query, exact_selection
+from ragprivacy.audit.transcript import (
+    AuditorPackage,
+    CoalitionClaim,
+    Commitments,
+    PublicTranscript,
+    QueryAnswer,
+)
+from ragprivacy.dp import GaussianNoisyTopK
+from ragprivacy.embed import Embedder
+from ragprivacy.errors import BudgetExhaustedError, BusyError, ConfigError
+
+__all__ = ["AuditWindow", "WitnessStore"]
+
+
+class WitnessStore:
+    """Where a provider keeps its private witnesses, keyed by the record's attestation π_q
+    (the witness digest), so that a witness can be stored *before* its record is appended
+    (a crash in between leaves an unused witness, never a record without one). In memory
+    by default; a service keeps them durable."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, RecordWitness] = {}
+        self._lock = threading.Lock()
+
+    def put(self, proof: str, witness: RecordWitness) -> None:
+        with self._lock:
+            self._items[proof] = witness
+
+    def get(self, proof: str) -> RecordWitness | None:
+        with self._lock:
+            return self._items.get(proof)
+
+
+class AuditWindow:
+    """One audit window of the multi-tenant retrieval with audit instrumentation.
+
+    Args:
+        policy: the window's :class:`AuditPolicy`.
+        tenants: tenant id → (document ids, unit-norm embeddings ``[N_t, d]`` held in
+            memory, or an :class:`EmbeddingSource` they are read from when needed — a
+            service's pgvector table; only the Merkle tree of their hashes is kept then).
+        accounts: account id → tenant id.
+        embedder: embeds query texts (its fingerprint enters C_emb); optional when every
+            query is given as a vector.
+        key: the provider's long-term signing key (default: a fresh one).
+        seed: s_W, ≥ 32 bytes (default: 32 bytes from the OS).
+        ledger_path: SQLite file of the ledger (default: in memory); several processes
+            may serve one window over one file.
+        ledger: the window's ledger, already opened (e.g. a :class:`MerkleLog` over a
+            :class:`ragprivacy.audit.PostgresLedgerStorage` that replicas share); instead
+            of ``ledger_path``.
+        prompt_template, tokenizer: bound into C_emb.
+        proof_system: how π_q is made (default: auditor re-execution).
+        account_policies: account → its own policy
+            (:data:`~ragprivacy.audit.POLICY_OVERRIDES`, only lower than the window's),
+            committed with the window.
+        witness_store: where witnesses are kept (default: in memory).
+        commitments: phase-A commitments already published (a second process serving
+            the same window resumes them instead of committing again).
+        embedder_spec: the registry spec of ``embedder`` (e.g. ``"hashing:384"``),
+            published so a verifier can rebuild it; default: its name.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: AuditPolicy,
+        tenants: Mapping[str, tuple[Sequence[str], FloatArray | EmbeddingSource]],
+        accounts: Mapping[str, str],
+        embedder: Embedder | None = None,
+        key: ProviderKey | None = None,
+        seed: bytes | None = None,
+        ledger_path: str | Path | None = None,
+        ledger: MerkleLog | None = None,
+        prompt_template: str = "",
+        tokenizer: str = "",
+        proof_system: ProofSystem | None = None,
+        account_policies: Mapping[str, Mapping[str, Any]] | None = None,
+        witness_store: WitnessStore | None = None,
+        commitments: Commitments | None = None,
+        embedder_spec: str | None = None,
+    ) -> None:
+        self.policy = policy
+        self.embedder = embedder
+        # the registry spec a verifier rebuilds the embedder from (default: its name)
+        self.embedder_spec = embedder_spec or (embedder.name if embedder is not None else "")
+        self.key = key or ProviderKey.generate()
+        self.seed = seed if seed is not None else os.urandom(32)
+        seed_commitment(self.seed)  # validates the length
+        self.proof_system = proof_system or AuditorReexecution()
+        if not tenants:
+            raise ConfigError("An audit window needs at least one tenant.")
+        self._ids: dict[str, list[str]] = {}
+        self._index: dict[str, TenantCommitment] = {}
+        for t, (ids, vectors) in tenants.items():
+            rows = (
+                vectors.size
+                if isinstance(vectors, EmbeddingSource)
+                else np.asarray(vectors).shape[0]
+            )
+            if len(ids) != rows:
+                raise ConfigError(f"Tenant {t!r}: give one id per embedding.")
+            self._ids[t] = list(ids)
+            self._index[t] = TenantCommitment(t, vectors)
+        for a, t in accounts.items():
+            if t not in self._index:
+                raise ConfigError(f"Account {a!r} names unknown tenant {t!r}.")
+        self.accounts = dict(accounts)
+        self.account_policies = {
+            a: dict(o) for a, o in sorted((account_policies or {}).items()) if o
+        }
+        unknown = sorted(set(self.account_policies) - set(self.accounts))
+        if unknown:
+            raise ConfigError(f"Policies given for unknown accounts: {', '.join(unknown)}.")
+        self._policies = {
+            a: policy.for_account(self.account_policies.get(a)) for a in self.accounts
+        }
+        self._mechanisms = {a: p.mechanism() for a, p in self._policies.items()}
+        self._last_stamp = 0
+        self._lock = threading.Lock()  # a stamp and the queueing of its append; the map below
+        self._account_locks: dict[str, threading.Lock] = {}
+        if ledger is not None and ledger_path is not None:
+            raise ConfigError("Give an audit window a ledger_path or a ledger, not both.")
+        self.ledger = ledger if ledger is not None else MerkleLog(ledger_path)
+        # The ledger is the counter: an account's queries are its records, counted as the
+        # ledger is read (also what other processes appended to the same file).
+        self.counter = LedgerCounter(self.ledger, self.accounts)
+        self.witnesses = witness_store or WitnessStore()
+        self.prompt_template = prompt_template
+        self.tokenizer = tokenizer
+        self._commitments: Commitments | None = commitments
+
+    def close(self) -> None:
+        """Close the window's ledger (its file or its connection); the window is not
+        served by this object afterwards. Idempotent."""
+        self.ledger.close()
+
+    def __enter__(self) -> AuditWindow:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ phase A
+    def schema(self) -> dict[str, Any]:
+        dims = {c.dim for c in self._index.values()}
+        return {"tenants": {t: c.size for t, c in sorted(self._index.items())}, "dim": sorted(dims)}
+
+    def commit(self, published_at: int) -> Commitments:
+        """Publish the signed phase-A commitments (before the window opens)."""
+        fp = self.embedder.fingerprint() if self.embedder is not None else "vectors-only"
+        unsigned = Commitments(
+            c_emb=embedding_commitment(
+                fp, self.prompt_template, self.tokenizer, self.schema()
+            ).hex(),
+            c_idx={t: (c.root.hex(), c.size) for t, c in sorted(self._index.items())},
+            c_seed=seed_commitment(self.seed).hex(),
+            c_ledger0=EMPTY_LEDGER.hex(),
+            c_policy=self.policy.commitment().hex(),
+            policy=self.policy.to_dict(),
+            schema=self.schema(),
+            accounts=dict(sorted(self.accounts.items())),
+            account_policies={
+                a: {**o, "sigma": self._policies[a].noise_sigma}
+                for a, o in self.account_policies.items()
+            },
+            embedder={
+                "name": self.embedder_spec,
+                "fingerprint": fp,
+                "prompt_template": self.prompt_template,
+                "tokenizer": self.tokenizer,
+            },
+            published_at=int(published_at),
+            provider_key=self.key.public_hex,
+        )
+        signed = Commitments(**{**asdict(unsigned), "signature": self.key.sign(unsigned.message())})
+        self._commitments = signed
+        return signed
+
+    # ------------------------------------------------------------------ phase B
+    def _embed(self, text: str | None, vector: FloatArray | None) -> tuple[np.ndarray, str]:
+        if (text is None) == (vector is None):
+            raise ConfigError("Give a query text or a query vector (exactly one).")
+        if text is not None:
+            if self.embedder is None:
+                raise ConfigError("Text queries need the provider's embedder.")
+            return fixed_point(self.embedder.encode([text]))[0], query_hash(text)
+        q = fixed_point(np.asarray(vector, dtype=np.float64))[0]
+        return q, hashlib.sha256(q.tobytes()).hexdigest()
+
+    def query(
+        self,
+        account: str,
+        text: str | None = None,
+        *,
+        vector: FloatArray | None = None,
+        ts: int | None = None,
+        before_append: Callable[[tuple[str, ...]], None] | None = None,
+    ) -> QueryAnswer:
+        """Answer one query (noise-then-select), append r_q and return a signed receipt.
+
+        ``ts=None`` stamps the record with the provider's clock, moved past the ledger's
+        last timestamp on every attempt: concurrent writers (other processes) then never
+        fail on a timestamp, they derive again like on a stale count. A given ``ts`` must
+        follow the ledger's last one.
+
+        ``before_append(ids)`` runs on the selected documents before the record is
+        appended (a service generates its answer there): if it raises, nothing is
+        appended and the account spends nothing. So it may raise only for a failure that
+        provably does not depend on the documents; any other failure is an answer, and
+        the hook keeps it and lets the record be appended (the service's hook does:
+        :mod:`ragprivacy.service.failures`).
+        """
+        if self._commitments is None:
+            raise ConfigError("Publish the commitments (commit) before the window's queries.")
+        if account not in self.accounts:
+            raise ConfigError(f"Unknown account {account!r}.")
+        if ts is not None:
+            self._check_in_window(int(ts))
+        q, hq = self._embed(text, vector)
+        q = self._query_vector(account, text, q)
+        # No scores yet: the selection reads them inside the account's lock, for the few
+        # slots the noise leaves in the race (exact_selection).
+        # One query of an account at a time in this process (its record number j is the
+        # count of its records before it); queries of different accounts derive their
+        # noise in parallel and share the ledger's group commit. Other processes: the
+        # guard.
+        with self._account_lock(account):
+            for _ in range(64):
+                expected = self.counter.used(account, wait=False)
+                try:
+                    stamp = None if ts is None else int(ts)  # None: stamped when queued
+                    return self._answer(
+                        account, text, q, hq, stamp, expected, before_append, ts is None
+                    )
+                except StaleCount:
+                    continue
+        raise BusyError("The ledger is too busy for this account; retry the query.")
+
+    def _check_rate_limit(self, account: str, used: int) -> None:
+        """Refuse a query of ``account`` that has ``used`` its rate limit (checked before
+        the selection, and again under the ledger's lock by the append's guard)."""
+        limit = self._policies[account].rate_limit
+        if used >= limit:
+            raise BudgetExhaustedError(
+                f"Account {account!r} has used its {limit} queries in this window; wait for "
+                "the next window."
+            )
+
+    def _account_lock(self, account: str) -> threading.Lock:
+        with self._lock:
+            return self._account_locks.setdefault(account, threading.Lock())
+
+    def _check_in_window(self, ts: int) -> None:
+        if not self.policy.window_start <= ts <= self.policy.window_end:
+            raise ConfigError(
+                f"Timestamp {ts} lies outside the window [{self.policy.window_start}, "
+                f"{self.policy.window_end}]."
+            )
+
+    def _next_ts(self) -> int:
+        """Now, or one nanosecond past the ledger's last record and this process's last
+        stamp (clocks of two processes may stamp the same instant; a stamp may still be
+        queued for the ledger). Called under ``_lock``, with the append queued at once."""
+        ts = max(time.time_ns(), self.counter.last_ts + 1, self._last_stamp + 1)
+        self._check_in_window(ts)
+        self._last_stamp = ts
+        return ts
+
+    def policy_of(self, account: str) -> AuditPolicy:
+        """The account's own policy (the window's, or its committed overrides)."""
+        return self._policies[account]
+
+    def used(self, account: str) -> int:
+        """Records of ``account`` in the ledger (its queries in the window so far)."""
+        return self.counter.used(account)
+
+    # How a query is routed, numbered, noised and selected: one small method each, the
+    # honest rule. A cheating provider (ragprivacy.audit.cheats) overrides them.
+    def _route(self, account: str) -> tuple[str, str]:
+        """(the tenant ``account``'s record names, the tenant whose index it is scored
+        against): its committed t(a), both."""
+        tenant = self.accounts[account]
+        return tenant, tenant
+
+    def _query_number(self, account: str, used: int) -> int:
+        """j of rec_q: one more than the account's records before it."""
+        return used + 1
+
+    def _noise_seed(self) -> bytes:
+        """The committed window seed s_W the noise is derived from."""
+        return self.seed
+
+    def _query_vector(self, account: str, text: str | None, q: np.ndarray) -> np.ndarray:
+        """The fixed-point vector scored for ``account``'s query: Emb(q) itself."""
+        return q
+
+    def _select(self, mechanism: GaussianNoisyTopK, noise: IntArray, score_at: ScoreAt) -> IntArray:
+        """The account's noise-then-select (:func:`~ragprivacy.audit.exact_selection`)."""
+        return exact_selection(mechanism, noise, score_at)
+
+    def _answer(
+        self,
+        account: str,
+        text: str | None,
+        q: np.ndarray,
+        hq: str,
+        ts: int | None,
+        expected: int,
+        before_append: Callable[[tuple[str, ...]], None] | None = None,
+        restamp: bool = False,
+    ) -> QueryAnswer:
+        self._check_rate_limit(account, expected)
+        tenant, scored = self._route(account)
+        record, witness = answer_query(
+            window_id=self.policy.window_id,
+            mechanism=self._mechanisms[account],
+            grid_bits=self.policy.grid_bits,
+            index=self._index[scored],
+            ids=self._ids[scored],
+            seed=self._noise_seed(),
+            account=account,
+            tenant=tenant,
+            scored_tenant=scored,
+            query_fixed=q,
+            query_hash=hq,
+            query_text=text,
+            seq=self._query_number(account, expected),
+            ts=0 if ts is None else ts,  # ts enters neither rec_q's noise nor π_q
+            proof_system=self.proof_system,
+            select=self._select,
+        )
+        if before_append is not None:
+            before_append(witness.ids)
+        self.witnesses.put(record.proof, witness)  # durable before the record exists
+        with self._lock:  # stamped in queue order: the ledger's timestamps increase
+            if ts is None:
+                record = replace(record, ts=self._next_ts())
+            ticket = self.ledger.submit(
+                [record.to_bytes()],
+                guard=self.counter.guard(
+                    account,
+                    expected,
+                    record.ts,
+                    restamp=restamp,
+                    check_limit=self._check_rate_limit,
+                ),
+            )
+        pos = ticket.result()[0]  # waits for the (shared) commit: the record is durable
+        size = pos + 1
+        unsigned = Receipt(
+            self.policy.window_id,
+            account,
+            hq,
+            record.topk_hash,
+            pos,
+            size,
+            self.ledger.root(size).hex(),
+        )
+        receipt = replace(unsigned, signature=self.key.sign(unsigned.message()))
+        return QueryAnswer(witness.positions, witness.ids, receipt)
+
+    def tree_head(self) -> SignedTreeHead:
+        """The signed current ledger root C_ledger,t."""
+        size = self.ledger.size  # once: a root read later could be of a longer ledger
+        unsigned = SignedTreeHead(self.policy.window_id, size, self.ledger.root(size).hex())
+        return SignedTreeHead(
+            **{**asdict(unsigned), "signature": self.key.sign(unsigned.message())}
+        )
+
+    # ------------------------------------------------------------------ phase C
+    def coalition_claim(self) -> CoalitionClaim:
+        """ĉ by the agreed estimator over the window's queries, with its certificate."""
+        self.ledger.refresh()
+        witnesses = self._witnesses_by_position()
+        positions = sorted(witnesses)
+        records = [QueryRecord.from_bytes(self.ledger.leaf(p)) for p in positions]
+        estimate = estimate_coalition(
+            np.stack([witnesses[p].query_vector() for p in positions]).astype(np.float64)
+            if positions
+            else np.zeros((0, 1)),
+            [r.account for r in records],
+            theta=self.policy.theta,
+            ts=[r.ts for r in records],
+            tau=self.policy.tau,
+        )
+        root = self.ledger.root().hex()
+        return CoalitionClaim(
+            size=estimate.size,
+            accounts=estimate.accounts,
+            theta=estimate.theta,
+            tau=estimate.tau,
+            ledger_root=root,
+            certificate=CoalitionClaim.certify(estimate, root),
+        )
+
+    # ------------------------------------------------------------------ outputs
+    def transcript(self) -> PublicTranscript:
+        if self._commitments is None:
+            raise ConfigError("Nothing to publish: call commit first.")
+        self.ledger.refresh()
+        return PublicTranscript(
+            commitments=self._commitments,
+            records=[self.ledger.leaf(i) for i in range(self.ledger.size)],
+            tree_head=self.tree_head(),
+            coalition=self.coalition_claim(),
+        )
+
+    def _witnesses_by_position(self) -> dict[int, RecordWitness]:
+        out = {}
+        for i in range(self.ledger.size):
+            w = self.witnesses.get(QueryRecord.from_bytes(self.ledger.leaf(i)).proof)
+            if w is not None:
+                out[i] = w
+        return out
+
+    def auditor_package(self) -> AuditorPackage:
+        self.ledger.refresh()
+        return AuditorPackage(
+            seed=self.seed,
+            witnesses=self._witnesses_by_position(),
+            tenant_fixed={t: c.fixed for t, c in self._index.items()},
+            tenant_ids={t: list(v) for t, v in self._ids.items()},
+        )
