@@ -67,7 +67,7 @@ def test_audit_commit_verify_report(tmp_path, capsys) -> None:
     verdict = json.loads(out[out.index("{") :])
     assert verdict["verdict"] == "PASS" and verdict["epsilon_audit"] > 0
     assert main(["audit", "commit", "--out", str(bad), "--tamper", "wrong-seed"]) == 0
-    assert main(["audit", "verify", "--dir", str(bad)]) == 2
+    assert main(["audit", "verify", "--dir", str(bad)]) == 1
     assert "claim A2" in capsys.readouterr().out
     report = tmp_path / "report.md"
     assert main(["audit", "report", "--dir", str(good), "--out", str(report)]) == 0
@@ -79,7 +79,7 @@ def test_audit_commit_changed_record_in_place(tmp_path, capsys) -> None:
     out = tmp_path / "in-place"
     args = ["audit", "commit", "--out", str(out), "--tamper", "changed-record-in-place"]
     assert main(args) == 0
-    assert main(["audit", "verify", "--dir", str(out), "--json"]) == 2
+    assert main(["audit", "verify", "--dir", str(out), "--json"]) == 1
     text = capsys.readouterr().out
     assert json.loads(text[text.index("{") :])["failed_check"] == "ledger_integrity"
     assert main(["audit", "commit", "--out", str(out), "--tamper", "in-place"]) == 2

@@ -226,7 +226,7 @@ def test_ragprivacy_audit_verify_fails_each_cheat(tmp_path, capsys, case, check,
     out = tmp_path / case
     assert main(["audit", "commit", "--out", str(out), "--tamper", case, "--seed", "2"]) == 0
     capsys.readouterr()
-    assert main(["audit", "verify", "--dir", str(out), "--json"]) == 2
+    assert main(["audit", "verify", "--dir", str(out), "--json"]) == 1
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["verdict"] == "FAIL" and verdict["failed_check"] == check
     assert any(words in f["detail"] for f in verdict["failures"])
@@ -247,7 +247,7 @@ def test_a_window_signed_by_another_key_fails_against_the_known_key(tmp_path, ca
     assert main(["audit", "commit", "--out", str(out), "--seed", "2"]) == 0
     known = ProviderKey.generate().public_hex  # the key the auditor expects
     capsys.readouterr()
-    assert main(["audit", "verify", "--dir", str(out), "--provider-key", known, "--json"]) == 2
+    assert main(["audit", "verify", "--dir", str(out), "--provider-key", known, "--json"]) == 1
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["failed_check"] == "commitment_integrity"
     assert main(["audit", "verify", "--dir", str(out), "--provider-key", "beef"]) == 2

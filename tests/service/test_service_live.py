@@ -65,7 +65,7 @@ def test_an_open_window_is_checked_live_and_a_forged_receipt_fails(
     (tmp_path / "forged" / "r.jsonl").write_text(json.dumps(forged) + "\n")
     code, out = _verify(capsys, "--url", server.url, "--live", "--receipts",
                         str(tmp_path / "forged"))  # fmt: skip
-    assert code == 2 and "FAIL  receipt_consistency" in out, out
+    assert code == 1 and "FAIL  receipt_consistency" in out, out
 
     # Without --live the open window is refused, with the way out named; --live with
     # an auditor package, or on a closed window, is refused too.
@@ -75,6 +75,18 @@ def test_an_open_window_is_checked_live_and_a_forged_receipt_fails(
     admin(state, "window", "close", "--export-auditor", str(tmp_path / "aud"))
     with pytest.raises(ConfigError, match="closed; verify it without --live"):
         fetch_window(server.url, "W1", live=True)
+    # Without the auditor package an honest closed window is INCOMPLETE (exit 3): the
+    # public checks hold, re-execution was not possible -- never a FAIL, never a PASS.
+    code, out = _verify(capsys, "--url", server.url, "--receipts", str(receipts))
+    assert code == 3 and out.startswith("INCOMPLETE  3 records"), out
+    code, out = _verify(capsys, "--url", server.url, "--json")
+    record = json.loads(out)
+    assert (record["verdict"], record["epsilon_audit"], record["failures"]) == (
+        "INCOMPLETE",
+        None,
+        [],
+    )
+    assert record["skipped"] == ["per_record", "policy_cap: re-execution of ĉ"]
     code, out = _verify(capsys, "--url", server.url, "--receipts", str(receipts),
                         "--auditor", str(tmp_path / "aud"))  # fmt: skip
     assert code == 0 and out.startswith("PASS"), out

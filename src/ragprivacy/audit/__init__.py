@@ -59,7 +59,14 @@ from ragprivacy.audit.transcript import (
     load_window,
     save_window,
 )
-from ragprivacy.audit.verifier import CHECKS, CheckFailure, Verdict, Verifier, sample_size
+from ragprivacy.audit.verifier import (
+    CHECKS,
+    OUTCOMES,
+    CheckFailure,
+    Verdict,
+    Verifier,
+    sample_size,
+)
 from ragprivacy.audit.window import AuditWindow, WitnessStore
 
 __all__ = [
@@ -80,6 +87,7 @@ __all__ = [
     "LedgerStorage",
     "LogSealedError",
     "MerkleLog",
+    "OUTCOMES",
     "POLICY_OVERRIDES",
     "PostgresLedgerStorage",
     "ProofSystem",

@@ -54,6 +54,14 @@ def render_report(
     if verdict["failures"]:
         for f in verdict["failures"]:
             lines.append(f"- FAIL `{f['check']}`: {f['detail']}")
+    elif verdict.get("skipped"):
+        lines.append(
+            "- the public checks (commitment_integrity, ledger_integrity, account_policy, "
+            "receipt_consistency, the public half of policy_cap) passed"
+        )
+        lines += [
+            f"- NOT RUN `{c}`: re-execution needs the auditor package" for c in verdict["skipped"]
+        ]
     else:
         lines.append(
             "- all of commitment_integrity, ledger_integrity, receipt_consistency, "

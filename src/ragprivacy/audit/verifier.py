@@ -34,6 +34,14 @@ Checks, in order (every check runs; the verdict names all failures, the first on
 
 On PASS the verdict carries ε_audit of eq. (5.2) at k_max (never ĉ) with
 δ_comp = δ_policy − k_max·δ_acc (:func:`ragprivacy.audit.epsilon_audit`).
+
+Four verdicts (:attr:`Verdict.outcome`): ``PASS``; ``FAIL`` (a check failed); ``LIVE_OK``
+(an open window whose checks 1–4 hold so far); ``INCOMPLETE`` — a closed window whose
+public checks (1–4 and the public half of 6: ĉ bound to the final ledger, the committed
+estimator settings, ĉ ≤ k_max) hold, but which could not be re-executed because no auditor
+package was given (and the proof system needs one). INCOMPLETE is never a PASS — a
+provider that withholds the package gets no ε_audit — and never a FAIL of an honest
+window. ``ragprivacy audit verify`` exits 0, 1, 0 and 3 for them (2: a usage error).
 """
 
 from __future__ import annotations
@@ -64,7 +72,7 @@ from ragprivacy.audit.transcript import AuditorPackage, CoalitionClaim, PublicTr
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import RagPrivacyError
 
-__all__ = ["CHECKS", "CheckFailure", "Verdict", "Verifier", "sample_size"]
+__all__ = ["CHECKS", "OUTCOMES", "CheckFailure", "Verdict", "Verifier", "sample_size"]
 
 CHECKS = (
     "commitment_integrity",
@@ -92,9 +100,14 @@ class CheckFailure:
     detail: str
 
 
+#: the verdicts of :attr:`Verdict.outcome`
+OUTCOMES = ("PASS", "FAIL", "LIVE_OK", "INCOMPLETE")
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """(PASS, ε_audit) or FAIL with the failed checks named."""
+    """(PASS, ε_audit), FAIL with the failed checks named, LIVE_OK for an open window, or
+    INCOMPLETE: the checks in :attr:`skipped` could not run (no auditor package)."""
 
     passed: bool
     epsilon_audit: float | None
@@ -105,6 +118,21 @@ class Verdict:
     detection_probability: float | None
     audit: dict[str, Any] = field(default_factory=dict)
     live: bool = False  # an open window: public checks only, no (PASS, ε_audit) yet
+    skipped: tuple[str, ...] = ()  # checks not run: re-execution without a package
+
+    @property
+    def outcome(self) -> str:
+        """``PASS``, ``FAIL``, ``LIVE_OK`` or ``INCOMPLETE`` (:data:`OUTCOMES`)."""
+        if self.passed:
+            return "PASS"
+        if self.failures:
+            return "FAIL"
+        return "LIVE_OK" if self.live else "INCOMPLETE"
+
+    @property
+    def incomplete(self) -> bool:
+        """No check failed, but some could not run (:attr:`skipped`): no verdict."""
+        return self.outcome == "INCOMPLETE"
 
     @property
     def failed_check(self) -> str | None:
@@ -122,7 +150,7 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "verdict": "PASS" if self.passed else "LIVE_OK" if self.live_ok else "FAIL",
+            "verdict": self.outcome,
             "live": self.live,
             "epsilon_audit": self.epsilon_audit,
             "failed_check": self.failed_check,
@@ -132,6 +160,7 @@ class Verdict:
             "records_checked": self.records_checked,
             "detection_probability": self.detection_probability,
             "audit": self.audit,
+            "skipped": list(self.skipped),
         }
 
 
@@ -355,8 +384,11 @@ class Verifier:
                 detection_probability=None,
                 live=True,
             )
-        # 5. per-record attestation
-        positions = [i for i, r in enumerate(records) if r is not None]
+        # 5. per-record attestation: re-execution needs the auditor package (a
+        # zero-knowledge proof system would not); without it, 5 and the witnessed half of
+        # 6 are skipped and the verdict is INCOMPLETE at best
+        reexecutes = package is not None or self.proof_system.zero_knowledge
+        positions = [i for i, r in enumerate(records) if r is not None and reexecutes]
         detection = None
         if self.mode == "sampled" and len(positions) > self.s:
             positions = sorted(self._rng.choice(positions, self.s, replace=False).tolist())
@@ -386,7 +418,7 @@ class Verifier:
             # 6. policy cap
             failures.extend(self._policy_cap(transcript.coalition, policy, records, package, log))
         failures.sort(key=lambda f: CHECKS.index(f.check))
-        passed = not failures and policy is not None
+        passed = not failures and policy is not None and reexecutes
         audit: dict[str, Any] = {}
         eps = None
         if passed and policy is not None:
@@ -412,6 +444,7 @@ class Verifier:
             records_checked=checked,
             detection_probability=detection,
             audit={**audit, "coalition_estimate": transcript.coalition.size},
+            skipped=() if reexecutes else ("per_record", "policy_cap: re-execution of ĉ"),
         )
 
     def _embedder(

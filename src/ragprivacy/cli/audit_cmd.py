@@ -12,6 +12,10 @@ __all__ = ["app"]
 
 _IN_PLACE = "changed-record-in-place"
 
+#: ``ragprivacy audit verify``'s exit code per verdict; 2 is a usage or input error (a bad
+#: option, a missing or unreadable window), as for every command
+VERIFY_EXIT = {"PASS": 0, "LIVE_OK": 0, "FAIL": 1, "INCOMPLETE": 3}
+
 app = typer.Typer(
     help="The verifiable audit protocol (commit, verify, report).", no_args_is_help=True
 )
@@ -145,7 +149,10 @@ def verify(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
 ) -> None:
-    """Verify a window: (PASS, ε_audit), or FAIL with the failed check (exit code 2)."""
+    """Verify a window: PASS with ε_audit (exit 0), FAIL with the failed check (exit 1), or
+    INCOMPLETE: the public checks hold but re-execution needs the auditor package (exit
+    3). An open window checked with --live: LIVE OK (exit 0) or FAIL (exit 1). Usage and
+    input errors exit 2."""
     from ragprivacy.errors import ConfigError
 
     if (directory is None) == (url is None):
@@ -161,24 +168,27 @@ def verify(
             "--provider-key must be the provider's Ed25519 public key as 64 hex characters."
         )
     record = _verdict(directory, mode, beta, eta, seed, embedder, provider_key, remote)
+    outcome = record["verdict"]
     if as_json:
         typer.echo(json.dumps(record, indent=1))
-    elif record["verdict"] == "PASS":
+    elif outcome == "PASS":
         typer.echo(f"PASS  epsilon_audit = {record['epsilon_audit']:.4g}")
-    elif record["verdict"] == "LIVE_OK":
+    elif outcome == "LIVE_OK":
         typer.echo(
             f"LIVE OK  {record['records']} records so far: commitments, ledger, account "
             "policies and receipts hold; (PASS, epsilon_audit) comes when the window closes"
         )
-        return
+    elif outcome == "INCOMPLETE":
+        typer.echo(
+            f"INCOMPLETE  {record['records']} records: the public checks hold (commitments, "
+            "ledger, account policies, receipts, the coalition claim's binding and cap); "
+            "re-execution (per-record claims, the coalition estimate) needs the auditor "
+            "package (--auditor DIR): no epsilon_audit without it"
+        )
     else:
         typer.echo(f"FAIL  {record['failed_check']}: {record['failures'][0]['detail']}")
-    if record["verdict"] != "PASS":
-        from ragprivacy.errors import VerificationError
-
-        raise VerificationError(
-            f"the audit FAILED at check {record['failed_check']!r}; see the failures above."
-        )
+    if VERIFY_EXIT[outcome]:
+        raise typer.Exit(VERIFY_EXIT[outcome])
 
 
 @app.command("report")
