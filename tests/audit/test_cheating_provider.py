@@ -252,3 +252,66 @@ def test_a_window_signed_by_another_key_fails_against_the_known_key(tmp_path, ca
     assert verdict["failed_check"] == "commitment_integrity"
     assert main(["audit", "verify", "--dir", str(out), "--provider-key", "beef"]) == 2
     assert "64 hex characters" in capsys.readouterr().err
+
+
+def _estimator_window(*, theta: float = 0.8, tau: int | None = None, spacing: int = 1):
+    """A provider's window where k_max + 1 = 3 same-tenant colluders send probes at cos
+    ≈ 0.9999 to one another (one probe, jittered), ``spacing`` apart, beside honest
+    accounts' random queries; the provider commits the estimator settings it likes."""
+    rng = np.random.default_rng(7)
+    unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)  # noqa: E731
+    docs = unit(rng.standard_normal((40, 32)))
+    colluders = [f"c{i}" for i in range(3)]
+    honest = [f"h{i}" for i in range(4)]
+    policy = AuditPolicy(
+        epsilon_acc=1.0,
+        delta_acc=1e-6,
+        rate_limit=2,
+        k_max=2,
+        delta_policy=4e-6,
+        window_id="w",
+        window_start=0,
+        window_end=10**6,
+        top_k=3,
+        theta=theta,
+        tau=tau,
+    )
+    window = AuditWindow(
+        policy=policy,
+        tenants={"t": ([f"d{i}" for i in range(40)], docs)},
+        accounts=dict.fromkeys(colluders + honest, "t"),
+        seed=bytes(range(32)),
+    )
+    window.commit(published_at=0)
+    probe = unit(rng.standard_normal(32))
+    ts = 1
+    for a in colluders:
+        window.query(a, vector=unit(probe + 1e-3 * rng.standard_normal(32)), ts=ts)
+        ts += spacing
+    receipts = [window.query(a, vector=unit(rng.standard_normal(32)), ts=ts + i).receipt
+                for i, a in enumerate(honest)]  # fmt: skip
+    return Verifier().verify(window.transcript(), receipts, window.auditor_package())
+
+
+def test_estimator_settings_within_the_calibration_see_the_coalition() -> None:
+    v = _estimator_window()
+    assert v.failed_check == "policy_cap"
+    assert any("exceeds k_max" in f.detail for f in v.failures)
+
+
+def test_a_theta_above_the_calibration_fails_although_it_hides_the_coalition() -> None:
+    """θ = 1 sees no coalition in probes at cos 0.9999 (ĉ = 1): it FAILs as a setting."""
+    v = _estimator_window(theta=1.0)
+    assert v.audit["coalition_estimate"] == 1
+    assert not v.passed and v.failed_check == "policy_cap"
+    assert any("above the calibrated θ* = 0.8" in f.detail for f in v.failures)
+    assert not any("exceeds k_max" in f.detail for f in v.failures)  # hidden from ĉ
+
+
+def test_a_tau_shorter_than_the_window_fails_although_it_hides_the_coalition() -> None:
+    """Colluders 1,000 apart are never within τ = 1 of one another (ĉ = 1)."""
+    v = _estimator_window(tau=1, spacing=1_000)
+    assert v.audit["coalition_estimate"] == 1
+    assert not v.passed and v.failed_check == "policy_cap"
+    assert any("shorter than the window" in f.detail for f in v.failures)
+    assert not any("exceeds k_max" in f.detail for f in v.failures)  # hidden from ĉ

@@ -80,6 +80,7 @@ from ragprivacy._validation import check_choice, check_positive_int
 from ragprivacy.errors import ConfigError
 
 __all__ = [
+    "THETA_CALIBRATED",
     "CalibrationResult",
     "CoalitionEstimate",
     "calibrate_estimator",
@@ -94,6 +95,13 @@ PATTERNS = ("P-A", "P-B", "P-C")
 SEARCHES = ("exact", "ivf", "ivf-bound")
 THETA_GRID: tuple[float, ...] = tuple(round(0.20 + 0.05 * i, 2) for i in range(16))
 TIE = 1e-9  # a pair is linked when cos ≥ θ − TIE
+#: θ* of the paper's calibration (§5.4, Observation 5.2: null FPR ≤ 5 % and TPR = 1 on
+#: P-A/B/C at θ* = 0.80, over the whole window, no τ). A committed θ above it links fewer
+#: queries than the calibration assumed — probes at cos 0.9999 are never one coalition at
+#: θ = 1 — so the verifier FAILs a θ above θ* and a τ shorter than the window
+#: (:mod:`ragprivacy.audit.verifier`, check ``policy_cap``). A smaller θ only links more
+#: (a larger ĉ fails the provider, not the accounts) and is allowed.
+THETA_CALIBRATED = 0.80
 _DENSE = 4096  # up to this many queries: one dense similarity matrix and Prim's algorithm
 _ROWS = 1024  # queries per block of rows
 _COLS = 8192  # queries per block of columns

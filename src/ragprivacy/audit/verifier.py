@@ -28,9 +28,11 @@ Checks, in order (every check runs; the verdict names all failures, the first on
    bad records is caught with probability ≥ 1 − (1 − β)^s ≥ 1 − η). A witnessed query
    text is always re-embedded (A1); without an embedder of the committed fingerprint the
    record fails.
-6. ``policy_cap`` — every record has its witness (the cap needs every query vector, in
-   every mode), π_coal verifies (re-execution: the auditor recomputes ĉ from the
-   witnessed queries bound to the ledger) and ĉ ≤ k_max.
+6. ``policy_cap`` — the committed estimator settings lie within the paper's calibration
+   (θ ≤ θ* = 0.80 and no τ shorter than the window, Observation 5.2:
+   :data:`~ragprivacy.audit.coalition.THETA_CALIBRATED`), every record has its witness
+   (the cap needs every query vector, in every mode), π_coal verifies (re-execution: the
+   auditor recomputes ĉ from the witnessed queries bound to the ledger) and ĉ ≤ k_max.
 
 On PASS the verdict carries ε_audit of eq. (5.2) at k_max (never ĉ) with
 δ_comp = δ_policy − k_max·δ_acc (:func:`ragprivacy.audit.epsilon_audit`).
@@ -55,7 +57,7 @@ import numpy as np
 
 from ragprivacy._random import RngLike, make_rng
 from ragprivacy._validation import check_choice, check_in_range
-from ragprivacy.audit.coalition import estimate_coalition
+from ragprivacy.audit.coalition import THETA_CALIBRATED, TIE, estimate_coalition
 from ragprivacy.audit.commitments import (
     EMPTY_LEDGER,
     AuditPolicy,
@@ -485,6 +487,7 @@ class Verifier:
             out.append(CheckFailure("policy_cap", "π_coal is not for the final ledger"))
         if (claim.theta, claim.tau) != (policy.theta, policy.tau):
             out.append(CheckFailure("policy_cap", "the estimator's settings differ from C_policy"))
+        out.extend(_calibrated_estimator(policy))
         if package is not None:
             missing = [
                 i for i, r in enumerate(records) if r is not None and i not in package.witnesses
@@ -557,6 +560,34 @@ def _sigma_floor(policy: AuditPolicy, account: str | None = None) -> list[CheckF
             "per-account guarantee ε_audit rests on does not hold",
         )
     ]
+
+
+def _calibrated_estimator(policy: AuditPolicy) -> list[CheckFailure]:
+    """The committed θ and τ within the calibration of §5.4 (Observation 5.2 holds at
+    θ* = 0.80 over the whole window): a larger θ, or a sliding window shorter than W, lets a
+    coalition go unseen by construction (probes a little less similar than θ, or spaced
+    more than τ apart), so ĉ ≤ k_max would say nothing."""
+    out = []
+    if policy.theta > THETA_CALIBRATED + TIE:
+        out.append(
+            CheckFailure(
+                "policy_cap",
+                f"the committed θ = {policy.theta:g} is above the calibrated θ* = "
+                f"{THETA_CALIBRATED:g} (§5.4, Observation 5.2): coalitions whose probes are "
+                "less similar than θ are never seen",
+            )
+        )
+    span = policy.window_end - policy.window_start
+    if policy.tau is not None and policy.tau < span:
+        out.append(
+            CheckFailure(
+                "policy_cap",
+                f"the committed τ = {policy.tau} is shorter than the window ({span}): "
+                "colluders that space their probes more than τ apart are never one cluster; "
+                "the calibration (Observation 5.2) is over the whole window",
+            )
+        )
+    return out
 
 
 def _account_policy(
