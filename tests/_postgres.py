@@ -28,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -48,16 +49,26 @@ def _bin_dir() -> Path:
 
 
 def _ensure_user(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(
+    """The system user ``name``, created when missing. Several test processes (pytest-xdist
+    workers) may get here at once: ``useradd`` then fails for all but one of them (the user
+    exists, or ``/etc/passwd`` is locked for a moment), and the others retry and find it."""
+    for attempt in range(20):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            pass
+        made = subprocess.run(
             ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-            check=True,
+            check=False,
             capture_output=True,
             text=True,
         )
-        return pwd.getpwnam(name)
+        if made.returncode == 0:
+            return pwd.getpwnam(name)
+        if attempt == 19:
+            raise RuntimeError(f"useradd {name} failed ({made.returncode}): {made.stderr.strip()}")
+        time.sleep(0.25)
+    raise AssertionError("unreachable")
 
 
 def _traversable(path: Path) -> bool:

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from tests._load import slowdown
 
 from ragprivacy.attacks.collusion import (
     DiversifiedSplit,
@@ -71,7 +72,7 @@ def test_fifteen_cell_sweep_matches_eq_3_11_in_seconds() -> None:
     # with probability 0.83 per seed, so a fixed seed is used (seed 3: 15 of 15).
     start = time.perf_counter()
     res = scalar_sweep(seed=3)
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 10 * slowdown()
     assert len(res.cells) == 15
     verdicts = {g.name: g for g in res.gates}
     assert verdicts["P3"].passed and verdicts["P3"].details["within_2se"] >= 14

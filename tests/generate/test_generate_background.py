@@ -10,6 +10,7 @@ from itertools import product
 
 import numpy as np
 import pytest
+from tests._load import slowdown
 
 from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.generate import BackgroundModel, build_background, default_background, tokenize
@@ -153,10 +154,10 @@ def test_fit_on_two_thousand_documents_is_fast() -> None:
     start = time.perf_counter()
     bg = BackgroundModel.fit(docs)
     elapsed = time.perf_counter() - start
-    assert elapsed < 6.0  # ~0.5 s measured on 2 shared cores; the target is < 2 s
+    assert elapsed < 6.0 * slowdown()  # ~0.5 s measured on 2 shared cores; the target is < 2 s
     start = time.perf_counter()
     for d in docs[:50]:
         bg.distribution(d[:2])
         bg.prob(d[2], d[:2])
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 1.0 * slowdown()
     assert len(tokenize("the a .")) == 3

@@ -276,16 +276,16 @@ def test_retry_policy_is_stated_and_recorded(base_url: str) -> None:
 
 
 def test_unreachable_server_is_retried_then_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    with socket.socket() as s:
+    with socket.socket() as s:  # bound, never listening: connections there are refused
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    sleeps: list[float] = []
-    g = OpenAIGenerator(
-        "m", f"http://127.0.0.1:{port}/v1", max_retries=2, timeout=2, sleep=sleeps.append
-    )
-    with pytest.raises(BackendError, match="ConnectError"):
-        g.generate(PROMPT)
-    g.close()
+        sleeps: list[float] = []
+        g = OpenAIGenerator(
+            "m", f"http://127.0.0.1:{port}/v1", max_retries=2, timeout=2, sleep=sleeps.append
+        )
+        with pytest.raises(BackendError, match="ConnectError"):
+            g.generate(PROMPT)
+        g.close()
     assert len(sleeps) == 2
 
 

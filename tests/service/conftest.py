@@ -45,28 +45,85 @@ def write_corpus(path: Path, prefix: str, n: int) -> Path:
     return path
 
 
+def _listening_sockets(port: int) -> set[str]:
+    """The inodes of the TCP sockets listening on ``port`` (``/proc/net/tcp*``)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                found.add(fields[9])
+    return found
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds the socket listening on ``port`` — so that what
+    answers there is that process, not another one that took the port between
+    :func:`free_port` and the bind (another test process picking ports at the same time).
+    True where ``/proc`` cannot tell."""
+    if not Path("/proc/net/tcp").is_file():
+        return True
+    inodes = _listening_sockets(port)
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            return True
+    return False
+
+
 class Server:
+    """``ragprivacy serve`` on a free port of 127.0.0.1, ready when it answers there and
+    holds the listening socket itself. A port another process took first (the service
+    then exits: address already in use) is given up for another one."""
+
+    ATTEMPTS = 5
+    START_S = 120  # a busy machine may take a while to import and start the service
+
     def __init__(self, state: Path | str, *, workers: int = 1, extra: tuple[str, ...] = ()) -> None:
         self.state = state
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [
-            sys.executable, "-m", "ragprivacy.cli", "serve", "--state", str(state),
-            "--port", str(self.port), "--workers", str(workers), *extra,
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        deadline = time.monotonic() + 60
+        for attempt in range(self.ATTEMPTS):
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            cmd = [
+                sys.executable, "-m", "ragprivacy.cli", "serve", "--state", str(state),
+                "--port", str(self.port), "--workers", str(workers), *extra,
+            ]  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            output = self._wait_ready()
+            if output is None:
+                return
+            if "address already in use" not in output.lower() or attempt == self.ATTEMPTS - 1:
+                raise RuntimeError(output)
+
+    def _wait_ready(self) -> str | None:
+        """None once the service is ready; its output if it exited first."""
+        deadline = time.monotonic() + self.START_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(self.proc.stdout.read().decode() if self.proc.stdout else "")
+                return self.proc.stdout.read().decode() if self.proc.stdout else ""
             try:
-                if httpx.get(f"{self.url}/v1/audit/windows", timeout=1).status_code == 200:
-                    return
+                if httpx.get(
+                    f"{self.url}/v1/audit/windows", timeout=1
+                ).status_code == 200 and listens_on(self.proc.pid, self.port):
+                    return None
             except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError("the service did not start within 60 s")
+                pass
+            time.sleep(0.1)
+        self.stop(signal.SIGKILL)
+        raise RuntimeError(f"the service did not start within {self.START_S} s")
 
     def stop(self, sig: int = signal.SIGTERM) -> str:
         if self.proc.poll() is None:

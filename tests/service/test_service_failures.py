@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from tests._chat_endpoint import Endpoint, Reply
-from tests.service.conftest import free_port
 
 from ragprivacy.service.state import FREE_FAILURES
 
@@ -174,14 +174,16 @@ def test_a_generator_never_reached_is_free_only_a_few_times(
           "--rate-limit", "20")  # fmt: skip
     key = admin(state, "key", "create", "n").split()[-1]
     admin(state, "window", "open")
-    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    server = server_factory(state, extra=("--generator", f"openai:m@{dead}"))
-    headers = {"Authorization": f"Bearer {key}"}
-    codes = [
-        httpx.post(f"{server.url}/v1/answer", json={"query": f"asthma {n}"}, headers=headers,
-                   timeout=120).status_code
-        for n in range(FREE_FAILURES + 3)
-    ]  # fmt: skip
+    with socket.socket() as held:  # bound, never listening: connections there are refused
+        held.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{held.getsockname()[1]}/v1"
+        server = server_factory(state, extra=("--generator", f"openai:m@{dead}"))
+        headers = {"Authorization": f"Bearer {key}"}
+        codes = [
+            httpx.post(f"{server.url}/v1/answer", json={"query": f"asthma {n}"},
+                       headers=headers, timeout=120).status_code
+            for n in range(FREE_FAILURES + 3)
+        ]  # fmt: skip
     assert codes == [503] * FREE_FAILURES + [502] * 3
     budget = httpx.get(f"{server.url}/v1/budget", headers=headers).json()
     assert budget["used"] == 3

@@ -103,16 +103,28 @@ class HashingEmbedder(Embedder):
             self.settings = replace(base, **overrides) if overrides else base
         except TypeError as exc:
             raise ConfigError(f"Unknown hashing setting: {exc}.") from None
-        from sklearn.feature_extraction.text import HashingVectorizer
+        # scikit-learn (seconds to import) is loaded at the first encoding, not here: a
+        # command that only names or records the embedder does not pay for it
+        self._vectorizers: tuple[Any, Any] | None = None
 
-        s = self.settings
-        common = {"n_features": s.dim, "alternate_sign": True, "norm": "l2", "dtype": np.float32}
-        self._word = HashingVectorizer(
-            analyzer="word", ngram_range=s.word_ngram_range, strip_accents="unicode", **common
-        )
-        self._char = HashingVectorizer(
-            analyzer="char_wb", ngram_range=s.char_ngram_range, strip_accents="unicode", **common
-        )
+    def _pair(self) -> tuple[Any, Any]:
+        """The word and character vectorizers (built once, at the first call)."""
+        if self._vectorizers is None:
+            from sklearn.feature_extraction.text import HashingVectorizer
+
+            s = self.settings
+            common = {
+                "n_features": s.dim,
+                "alternate_sign": True,
+                "norm": "l2",
+                "dtype": np.float32,
+                "strip_accents": "unicode",
+            }
+            self._vectorizers = (
+                HashingVectorizer(analyzer="word", ngram_range=s.word_ngram_range, **common),
+                HashingVectorizer(analyzer="char_wb", ngram_range=s.char_ngram_range, **common),
+            )
+        return self._vectorizers
 
     @property
     def dim(self) -> int:
@@ -128,8 +140,9 @@ class HashingEmbedder(Embedder):
         texts = check_texts(texts)
         w = self.settings.char_weight
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        word, char = self._pair()
         if w < 1.0:
-            out += (1.0 - w) * self._word.transform(texts).toarray()
+            out += (1.0 - w) * word.transform(texts).toarray()
         if w > 0.0:
-            out += w * self._char.transform(texts).toarray()
+            out += w * char.transform(texts).toarray()
         return out
