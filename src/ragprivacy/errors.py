@@ -31,6 +31,9 @@ CLI turns any ``RagPrivacyError`` into one line on stderr and a non-zero exit co
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 __all__ = [
     "AuthError",
     "BackendError",
@@ -105,11 +108,21 @@ class ChargedFailureError(BackendError):
     the failure: a free failure would be a free, data-dependent answer. So it costs what
     an answer costs. The backend's own message is withheld (it may quote the documents);
     it stays on ``withheld`` for the operator's debugging and must not be forwarded.
+    An audited service's failure also carries the record's signed ``receipt``.
     """
 
-    def __init__(self, message: str, *, withheld: BaseException | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        withheld: BaseException | None = None,
+        receipt: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.withheld = withheld
+        #: the signed receipt of the record the failed request appended (an audited
+        #: service's): the account paid for it and keeps it like an answer's
+        self.receipt = dict(receipt) if receipt is not None else None
 
 
 class BudgetExhaustedError(RagPrivacyError):

@@ -59,6 +59,14 @@ def _resign(transcript: PublicTranscript, records: list[bytes], key: ProviderKey
     return PublicTranscript(transcript.commitments, records, head, coalition)
 
 
+def _recommitted(transcript: PublicTranscript, commitments, key: ProviderKey):  # type: ignore[no-untyped-def]
+    """The transcript under commitments the provider re-signed, with a tree head re-signed
+    under them (the receipts it issued before still name the old ones)."""
+    head = replace(transcript.tree_head, commitments=commitments.digest())
+    head = replace(head, signature=key.sign(head.message()))
+    return replace(transcript, commitments=commitments, tree_head=head)
+
+
 @pytest.fixture(scope="module")
 def honest():
     return demo_window(seed=2)
@@ -162,17 +170,19 @@ def test_a_text_window_never_passes_without_re_embedding() -> None:
     key = w.provider.key
     com = w.transcript.commitments
     # The provider hides which embedder it committed to (its name), and re-signs.
+    # (Re-signing them after the queries contradicts the receipts, which name the
+    # commitments they were issued under: so no receipts here, and a re-signed head.)
     hidden = replace(com, embedder={**com.embedder, "name": ""})
     hidden = replace(hidden, signature=key.sign(hidden.message()))
-    t = replace(w.transcript, commitments=hidden)
-    v = Verifier().verify(t, w.receipts, w.package)
+    t = _recommitted(w.transcript, hidden, key)
+    v = Verifier().verify(t, [], w.package)
     assert v.failed_check == "per_record"
     assert any("cannot be re-embedded" in f.detail for f in v.failures)
     # An auditor who has the committed embedder re-embeds and PASSes the same window.
-    assert Verifier(embedder=create_embedder("hashing")).verify(t, w.receipts, w.package).passed
+    assert Verifier(embedder=create_embedder("hashing")).verify(t, [], w.package).passed
     # One with a different embedder is told so.
     other = create_embedder("hashing", dim=1024)
-    v = Verifier(embedder=other).verify(t, w.receipts, w.package)
+    v = Verifier(embedder=other).verify(t, [], w.package)
     assert v.failed_check == "commitment_integrity"
     assert any("not the committed one" in f.detail for f in v.failures)
 
@@ -315,3 +325,44 @@ def test_a_tau_shorter_than_the_window_fails_although_it_hides_the_coalition() -
     assert not v.passed and v.failed_check == "policy_cap"
     assert any("shorter than the window" in f.detail for f in v.failures)
     assert not any("exceeds k_max" in f.detail for f in v.failures)  # hidden from ĉ
+
+
+def test_commitments_re_signed_after_the_queries_contradict_every_receipt(honest) -> None:
+    """Seed choice and back-dating: after seeing the window's queries the provider
+    re-signs its commitments (another seed, an earlier published_at, a late account) and
+    a fresh tree head under them. Each receipt an account kept names the commitments it
+    was issued under, so the swap FAILs at receipt_consistency."""
+    key = honest.provider.key
+    com = honest.transcript.commitments
+    for changed in (
+        replace(com, c_seed="00" * 32),  # another s_W
+        replace(com, published_at=com.published_at - 10**9),  # back-dated
+        replace(com, accounts={**com.accounts, "late": next(iter(com.accounts.values()))}),
+    ):
+        changed = replace(changed, signature=key.sign(changed.message()))
+        t = _recommitted(honest.transcript, changed, key)
+        v = Verifier().verify(t, honest.receipts)
+        assert "receipt_consistency" in v.failed_checks, v.failures[:2]
+        assert any("issued under other commitments" in f.detail for f in v.failures)
+    # and a head signed under other commitments than those published FAILs by itself
+    stale = replace(honest.transcript, commitments=changed)
+    assert "ledger_integrity" in Verifier().verify(stale, []).failed_checks
+
+
+def test_a_record_an_account_never_asked_for_fails_when_it_submits_its_receipts(
+    honest,
+) -> None:
+    """Query-number grinding and replays: a record in an honest account's name that none
+    of its receipts names (here: its receipt for one record withheld by the provider is
+    simply not in the account's hands) FAILs once the account submits its receipts."""
+    victim = honest.receipts[0].account
+    mine = [r for r in honest.receipts if r.account == victim]
+    assert len(mine) >= 2
+    kept = [r for r in honest.receipts if r is not mine[-1]]  # one record it never got
+    v = Verifier().verify(honest.transcript, kept, honest.package)
+    assert v.failed_check == "receipt_consistency"
+    assert any(
+        f"in the name of {victim!r}" in f.detail and "never asked for" in f.detail
+        for f in v.failures
+    )
+    assert Verifier().verify(honest.transcript, honest.receipts, honest.package).passed

@@ -39,6 +39,7 @@ from ragprivacy.audit import (
     QueryRecord,
     Receipt,
     SignedTreeHead,
+    query_hash,
     verify_consistency,
     verify_inclusion,
     verify_signature,
@@ -83,17 +84,26 @@ def _get(url: str, path: str, **kw: Any) -> Any:
 
 
 def _close_and_verify(
-    state: Path, url: str, root: Path, receipts: list[Json], admin: Admin
+    state: Path,
+    url: str,
+    root: Path,
+    receipts: list[Json],
+    admin: Admin,
+    unanswered: list[Json] = (),  # type: ignore[assignment]
 ) -> Json:
     """Close the window, export the auditor's package, write the receipts one file per
-    account (as :class:`ragprivacy.service.Client` keeps them) and run
-    ``ragprivacy audit verify --url URL --receipts DIR --auditor DIR --json``."""
+    account and the requests that got no answer (as :class:`ragprivacy.service.Client`
+    keeps them) and run ``ragprivacy audit verify --url URL --receipts DIR --auditor DIR
+    --json``."""
     admin(state, "window", "close", "--export-auditor", str(root / "auditor"))
     receipts_dir = root / "receipts"
-    receipts_dir.mkdir()
+    (receipts_dir / "unanswered").mkdir(parents=True)
     for r in receipts:
         with (receipts_dir / f"{r['account']}.jsonl").open("a") as f:
             f.write(json.dumps(r, sort_keys=True) + "\n")
+    for u in unanswered:
+        with (receipts_dir / "unanswered" / "requests.jsonl").open("a") as f:
+            f.write(json.dumps(u, sort_keys=True) + "\n")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["audit", "verify", "--url", url, "--receipts", str(receipts_dir),
@@ -229,9 +239,10 @@ class _Load:
         self.receipts: list[Json] = []
         self.heads: list[Json] = []
         self.others: list[tuple[int, str]] = []  # any answer but 200
+        self.unanswered: list[Json] = []  # sent, no answer (killed mid-request)
         # a0 has two clients: the two workers race on one account's query numbers
         self.threads = [
-            threading.Thread(target=self._client, args=(keys[a], f"{a}/{n}"))
+            threading.Thread(target=self._client, args=(keys[a], f"{a}/{n}", a))
             for n, a in enumerate(["a0", "a0", "a1", "a2"])
         ] + [threading.Thread(target=self._poll_heads)]
 
@@ -245,7 +256,7 @@ class _Load:
         for t in self.threads:
             t.join()
 
-    def _client(self, key: str, name: str) -> None:
+    def _client(self, key: str, name: str, account: str) -> None:
         i = 0
         with httpx.Client(timeout=30, headers=_auth(key)) as http:
             while not self.stop.is_set():
@@ -254,9 +265,14 @@ class _Load:
                     time.sleep(0.02)
                     continue
                 i += 1
+                query = f"{name} visit {i}"
                 try:
-                    r = http.post(f"{url}/v1/retrieve", json={"query": f"{name} visit {i}"})
-                except httpx.HTTPError:  # killed mid-request
+                    r = http.post(f"{url}/v1/retrieve", json={"query": query})
+                except httpx.HTTPError:  # killed mid-request: its record may exist
+                    with self.lock:  # as the shipped client logs it
+                        self.unanswered.append(
+                            {"account": account, "query_hash": query_hash(query)}
+                        )
                     time.sleep(0.02)
                     continue
                 with self.lock:
@@ -367,7 +383,7 @@ def _crash_cycles(
         used = {_get(url, "/v1/budget", headers=_auth(k))["used"] for _ in range(4)}
         assert used == {counts[a]}, f"{a}: budget used {used}, {counts[a]} records"
 
-    verdict = _close_and_verify(state, url, root, load.receipts, admin)
+    verdict = _close_and_verify(state, url, root, load.receipts, admin, load.unanswered)
     assert verdict["verdict"] == "PASS" and verdict["exit_code"] == 0, verdict["failures"][:3]
 
 

@@ -123,17 +123,38 @@ class QueryRecord:
             raise DataError(f"A ledger leaf is not a query record: {exc}.") from None
 
 
-@dataclass(frozen=True, slots=True)
+def _unbound(kind: str, d: Mapping[str, Any]) -> DataError:
+    """The error for an export whose ``kind`` does not bind the window's commitments."""
+    return DataError(
+        f"This {kind} does not bind the window's commitments (no 'commitments' field): it was "
+        "exported by an earlier ragprivacy, before receipts and tree heads named the "
+        "commitments they were issued under, and cannot be verified by this version."
+        if "commitments" not in d
+        else f"This is not a {kind}: its fields are {', '.join(sorted(d))}."
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Receipt:
-    """ρ_q, co-signed at query time: what an honest account can later show the verifier."""
+    """ρ_q, co-signed at query time: what an honest account can later show the verifier.
+
+    Besides the record's place in the ledger (position, tree size, root) and its
+    (a, H(q), H(top-K)), it names the account's query number j (``seq``) and the digest of
+    the window's commitments it was issued under (``commitments``,
+    :meth:`ragprivacy.audit.Commitments.digest`): commitments re-signed later — another
+    seed, late accounts, a back-dated ``published_at`` — contradict every receipt issued
+    before, and a record in the account's name that none of its receipts names is one it
+    never asked for."""
 
     window_id: str
     account: str
     query_hash: str
     topk_hash: str
+    seq: int
     position: int
     tree_size: int
     root: str
+    commitments: str
     signature: str = ""
 
     def message(self) -> bytes:
@@ -146,21 +167,31 @@ class Receipt:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Receipt:
-        return cls(**dict(d))
+        try:
+            return cls(**dict(d))
+        except TypeError:
+            raise _unbound("receipt", d) from None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SignedTreeHead:
-    """The ledger root C_ledger at ``size`` of window ``window_id``, signed by the provider."""
+    """The ledger root C_ledger at ``size`` of window ``window_id``, signed by the provider
+    under the window's commitments (``commitments``: their digest, as in a receipt)."""
 
     window_id: str
     size: int
     root: str
+    commitments: str
     signature: str = ""
 
     def message(self) -> bytes:
         return b"tree-head:" + canonical_json(
-            {"window_id": self.window_id, "size": self.size, "root": self.root}
+            {
+                "window_id": self.window_id,
+                "size": self.size,
+                "root": self.root,
+                "commitments": self.commitments,
+            }
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,4 +199,7 @@ class SignedTreeHead:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SignedTreeHead:
-        return cls(**dict(d))
+        try:
+            return cls(**dict(d))
+        except TypeError:
+            raise _unbound("tree head", d) from None

@@ -73,6 +73,12 @@ class Commitments:
     def verify(self, public_hex: str | None = None) -> bool:
         return verify_signature(public_hex or self.provider_key, self.message(), self.signature)
 
+    def digest(self) -> str:
+        """H(the signed commitments): what every receipt and tree head of the window
+        names, so that commitments changed after a query was answered (re-signed with
+        another seed, more accounts or an earlier ``published_at``) contradict them."""
+        return hashlib.sha256(self.message()).hexdigest()
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["c_idx"] = {t: list(v) for t, v in d["c_idx"].items()}

@@ -19,10 +19,13 @@ Checks, in order (every check runs; the verdict names all failures, the first on
    noise input rec_q = (W, a, t(a), H(q), j) is fixed by the ledger, not chosen by the
    provider); no account has more than r records in W.
 4. ``receipt_consistency`` — for every receipt an honest account submits (M5): the
-   provider's signature and the window id, a valid consistency proof from the receipt's
-   root to the final root (append-only), a valid inclusion proof of the record at pos_q,
-   and the receipted (a, H(q), H(top-K)) equal to the ledger's record. A dropped or
-   rewritten record fails here.
+   provider's signature, the window id and the digest of the published commitments (a
+   receipt names the commitments it was issued under, as the tree head does), a valid
+   consistency proof from the receipt's root to the final root (append-only), a valid
+   inclusion proof of the record at pos_q,
+   and the receipted (a, H(q), H(top-K), j) equal to the ledger's record. A dropped or
+   rewritten record fails here, and so does any record in the name of an account that
+   submitted receipts but that none of its receipts names (a query it never asked for).
 5. ``per_record`` — claims A1–A4 by the proof system, for every record (``mode="full"``)
    or for s = ⌈log(1/η)/β⌉ uniformly sampled ones (``mode="sampled"``: any β-fraction of
    bad records is caught with probability ≥ 1 − (1 − β)^s ≥ 1 − η). A witnessed query
@@ -49,6 +52,7 @@ window. ``ragprivacy audit verify`` exits 0, 1, 0 and 3 for them (2: a usage err
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -204,12 +208,20 @@ class Verifier:
         transcript: PublicTranscript,
         receipts: Sequence[Receipt] = (),
         package: AuditorPackage | None = None,
+        *,
+        unanswered: Sequence[tuple[str | None, str]] = (),
     ) -> Verdict:
         """The verdict on one window (checks 1–6, docs/audit.md).
 
         A live window (``transcript.coalition is None``: still open) gets checks 1–4
         only — commitments, ledger, account policies, receipts — and a verdict that is
-        ``live_ok`` or FAIL, never PASS: ĉ and the seed for re-execution come at close."""
+        ``live_ok`` or FAIL, never PASS: ĉ and the seed for re-execution come at close.
+
+        ``unanswered``: (account or None, H(q)) of requests the accounts sent but got no
+        answer to (a connection lost mid-request: the record may have been appended
+        without the receipt reaching them; the shipped client logs them). Each excuses
+        one record of that account (of any account for None) with that H(q) from the
+        rule that a submitting account's records all carry one of its receipts."""
         failures: list[CheckFailure] = []
         com = transcript.commitments
         key = self.provider_key or com.provider_key
@@ -284,6 +296,13 @@ class Verifier:
             failures.append(CheckFailure("ledger_integrity", "bad signature on the tree head"))
         if policy is not None and sth.window_id != policy.window_id:
             failures.append(CheckFailure("ledger_integrity", "the tree head is for another window"))
+        if sth.commitments != com.digest():
+            failures.append(
+                CheckFailure(
+                    "ledger_integrity",
+                    "the tree head was signed under other commitments than the published ones",
+                )
+            )
         if sth.size != log.size or log.root().hex() != sth.root:
             failures.append(
                 CheckFailure(
@@ -330,6 +349,15 @@ class Verifier:
                     CheckFailure("receipt_consistency", f"{where}: a receipt of another window")
                 )
                 continue
+            if r.commitments != com.digest():
+                failures.append(
+                    CheckFailure(
+                        "receipt_consistency",
+                        f"{where}: issued under other commitments than the published ones (the "
+                        "commitments were changed after the query was answered)",
+                    )
+                )
+                continue
             if r.tree_size > final or not 0 <= r.position < r.tree_size:
                 failures.append(
                     CheckFailure("receipt_consistency", f"{where}: not in the ledger (dropped)")
@@ -353,8 +381,8 @@ class Verifier:
             rec = records[r.position]
             if (
                 rec is None
-                or (rec.account, rec.query_hash, rec.topk_hash)
-                != (r.account, r.query_hash, r.topk_hash)
+                or (rec.account, rec.query_hash, rec.topk_hash, rec.seq)
+                != (r.account, r.query_hash, r.topk_hash, r.seq)
                 or not verify_inclusion(
                     transcript.records[r.position],
                     r.position,
@@ -366,6 +394,7 @@ class Verifier:
                 failures.append(
                     CheckFailure("receipt_consistency", f"{where}: contradicted by the ledger")
                 )
+        failures.extend(_unasked_records(records, receipts, unanswered))
         if transcript.coalition is None:  # live: ĉ and the seed come at close
             if package is not None:
                 failures.append(
@@ -560,6 +589,40 @@ def _sigma_floor(policy: AuditPolicy, account: str | None = None) -> list[CheckF
             "per-account guarantee ε_audit rests on does not hold",
         )
     ]
+
+
+def _unasked_records(
+    records: Sequence[QueryRecord | None],
+    receipts: Sequence[Receipt],
+    unanswered: Sequence[tuple[str | None, str]] = (),
+) -> list[CheckFailure]:
+    """Records in the name of an account that submitted receipts but that none of its
+    receipts names: queries it never asked for (filler records that move its query
+    numbers j, a replay of one of its queries). An account that submits its receipts
+    submits all of them — the shipped client keeps every one, charged failures included —
+    and the requests it got no answer to (``unanswered``), each excusing one record with
+    its H(q)."""
+    named: dict[str, set[int]] = {}
+    for r in receipts:
+        named.setdefault(r.account, set()).add(r.position)
+    excused = Counter(unanswered)
+    out = []
+    for i, rec in enumerate(records):
+        if rec is None or rec.account not in named or i in named[rec.account]:
+            continue
+        for key in ((rec.account, rec.query_hash), (None, rec.query_hash)):
+            if excused[key] > 0:
+                excused[key] -= 1
+                break
+        else:
+            out.append(
+                CheckFailure(
+                    "receipt_consistency",
+                    f"record {i} is in the name of {rec.account!r}, which submitted its "
+                    "receipts, but none of them names it: a query the account never asked for",
+                )
+            )
+    return out
 
 
 def _calibrated_estimator(policy: AuditPolicy) -> list[CheckFailure]:

@@ -242,6 +242,13 @@ class AuditWindow:
         self._commitments = signed
         return signed
 
+    @property
+    def commitments(self) -> Commitments:
+        """The published phase-A commitments (after :meth:`commit`, or given)."""
+        if self._commitments is None:
+            raise ConfigError("Publish the commitments (commit) before the window's queries.")
+        return self._commitments
+
     # ------------------------------------------------------------------ phase B
     def _embed(self, text: str | None, vector: FloatArray | None) -> tuple[np.ndarray, str]:
         if (text is None) == (vector is None):
@@ -414,13 +421,15 @@ class AuditWindow:
         pos = ticket.result()[0]  # waits for the (shared) commit: the record is durable
         size = pos + 1
         unsigned = Receipt(
-            self.policy.window_id,
-            account,
-            hq,
-            record.topk_hash,
-            pos,
-            size,
-            self.ledger.root(size).hex(),
+            window_id=self.policy.window_id,
+            account=account,
+            query_hash=hq,
+            topk_hash=record.topk_hash,
+            seq=record.seq,
+            position=pos,
+            tree_size=size,
+            root=self.ledger.root(size).hex(),
+            commitments=self.commitments.digest(),
         )
         receipt = replace(unsigned, signature=self.key.sign(unsigned.message()))
         return QueryAnswer(witness.positions, witness.ids, receipt)
@@ -428,10 +437,13 @@ class AuditWindow:
     def tree_head(self) -> SignedTreeHead:
         """The signed current ledger root C_ledger,t."""
         size = self.ledger.size  # once: a root read later could be of a longer ledger
-        unsigned = SignedTreeHead(self.policy.window_id, size, self.ledger.root(size).hex())
-        return SignedTreeHead(
-            **{**asdict(unsigned), "signature": self.key.sign(unsigned.message())}
+        unsigned = SignedTreeHead(
+            window_id=self.policy.window_id,
+            size=size,
+            root=self.ledger.root(size).hex(),
+            commitments=self.commitments.digest(),
         )
+        return replace(unsigned, signature=self.key.sign(unsigned.message()))
 
     # ------------------------------------------------------------------ phase C
     def coalition_claim(self) -> CoalitionClaim:

@@ -78,12 +78,13 @@ def _remote(
 ) -> tuple:  # type: ignore[type-arg]
     """The transcript of a service's window, the receipts accounts kept, the package."""
     from ragprivacy.audit import Receipt, load_window
-    from ragprivacy.service import fetch_window, load_receipts
+    from ragprivacy.service import fetch_window, load_receipts, load_unanswered
 
     transcript = fetch_window(url, window, live=live)
     receipts = [Receipt.from_dict(r) for r in load_receipts(receipts_dir)] if receipts_dir else []
+    unanswered = load_unanswered(receipts_dir) if receipts_dir else []
     package = load_window(auditor_dir)[2] if auditor_dir else None
-    return transcript, receipts, package
+    return transcript, receipts, package, unanswered
 
 
 def _verdict(
@@ -99,15 +100,16 @@ def _verdict(
     from ragprivacy.audit import Verifier, load_window
     from ragprivacy.embed import create_embedder
 
+    unanswered: list[tuple[str | None, str]] = []
     if remote is not None:
-        transcript, receipts, package = remote
+        transcript, receipts, package, unanswered = remote
     else:
         assert directory is not None
         transcript, receipts, package = load_window(directory)
     emb = create_embedder(embedder) if embedder else None
     v = Verifier(
         mode=mode, beta=beta, eta=eta, rng=seed, embedder=emb, provider_key=provider_key
-    ).verify(transcript, receipts, package)
+    ).verify(transcript, receipts, package, unanswered=unanswered)
     return v.to_dict()
 
 

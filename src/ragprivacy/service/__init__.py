@@ -23,7 +23,7 @@ from ragprivacy.service.backend import (
     SqliteBackend,
     StateBackend,
 )
-from ragprivacy.service.client import Client, load_receipts
+from ragprivacy.service.client import Client, load_receipts, load_unanswered
 from ragprivacy.service.demo import run_service_demo
 from ragprivacy.service.keys import ApiKey, new_key, parse_key
 from ragprivacy.service.provider import (
@@ -70,6 +70,7 @@ __all__ = [
     "export_auditor",
     "fetch_window",
     "load_receipts",
+    "load_unanswered",
     "new_key",
     "open_window",
     "parse_key",

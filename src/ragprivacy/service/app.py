@@ -159,6 +159,14 @@ async def _on_error(_: Request, exc: Exception) -> JSONResponse:
         _log.error("internal error (%s)", type(exc).__name__)  # never the message
     lines = str(exc).splitlines()
     detail = row.detail or (lines[0] if lines else type(exc).__name__)
+    if isinstance(exc, ChargedFailureError) and exc.receipt is not None:
+        # the failed answer's record was appended: its receipt goes to the account, which
+        # submits every receipt it holds (a record it has none for is one it never asked for)
+        return JSONResponse(
+            {"detail": detail, "receipt": exc.receipt},
+            status_code=row.status,
+            headers=dict(row.headers) or None,
+        )
     return _error(row.status, detail, dict(row.headers) or None)
 
 

@@ -1,9 +1,22 @@
-"""An account's HTTP client (httpx) that keeps every receipt it gets (collusion paper M5).
+"""An account's HTTP client (httpx) that checks and keeps every receipt it gets (collusion
+paper M5).
 
-An honest account saves the signed receipt of each answer (``receipts_dir``, one JSON line
-per receipt in ``receipts.jsonl``); at the end of a window it hands them to the verifier
-(``ragprivacy audit verify --url URL --receipts DIR``), which checks that each is in the
-final ledger, unchanged. The client talks only to the ``base_url`` it was given.
+An honest account saves the signed receipt of each answer — and of each answer that failed
+after retrieval (HTTP 502: the record was appended and paid for) — in ``receipts_dir``, one
+JSON line per receipt in ``receipts.jsonl``; at the end of a window it hands them all to the
+verifier (``ragprivacy audit verify --url URL --receipts DIR``), which checks that each is in
+the final ledger, unchanged, and that no record in the account's name lacks one.
+
+Before keeping a receipt the client checks what only the account can check
+(:meth:`Client.check_receipt`): the provider's signature (under the key in the window's
+commitments, or a ``provider_key`` known in advance), that it names the commitments the
+service publishes for its window (fetched once per window, their signature checked), that
+H(q) is the hash of the query the account sent (a provider that grinds H(q) with trailing
+spaces is caught here), and that the account's query numbers j only grow. A receipt that
+fails is not kept: it is written to ``rejected/receipts.jsonl`` as evidence and the call
+raises :class:`~ragprivacy.errors.VerificationError` — and its record, which the account
+holds no receipt for, FAILs the window's verification as a query it never asked for.
+The client talks only to the ``base_url`` it was given.
 """
 
 from __future__ import annotations
@@ -15,20 +28,26 @@ from typing import Any
 
 import httpx
 
+from ragprivacy.audit import Commitments, Receipt, query_hash, verify_signature
 from ragprivacy.errors import (
     BackendError,
     BudgetExhaustedError,
     BusyError,
     ChargedFailureError,
     ConfigError,
+    DataError,
     GeneratorUnavailableError,
+    VerificationError,
 )
 
-__all__ = ["Client", "load_receipts"]
+__all__ = ["Client", "load_receipts", "load_unanswered"]
 
 
 class Client:
-    """``Client(base_url, key).retrieve(query)``; ``receipts_dir`` keeps the receipts."""
+    """``Client(base_url, key).retrieve(query)``; ``receipts_dir`` keeps the receipts.
+
+    ``provider_key``: the provider's Ed25519 public key (hex), known in advance; default:
+    the key in each window's published commitments."""
 
     def __init__(
         self,
@@ -38,6 +57,7 @@ class Client:
         receipts_dir: str | Path | None = None,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        provider_key: str | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(
@@ -53,6 +73,12 @@ class Client:
         self.receipts_dir = Path(receipts_dir) if receipts_dir is not None else None
         if self.receipts_dir is not None:
             self.receipts_dir.mkdir(parents=True, exist_ok=True)
+        self.provider_key = provider_key
+        self._commitments: dict[str, Commitments] = {}  # window id -> checked commitments
+        self._account: str | None = None  # this key's account, from its first receipt
+        self._last: dict[tuple[str, str], int] = {}  # (window id, account) -> last j kept
+        for r in self._kept():  # of every account that shares the folder
+            self._note(r)
 
     def __repr__(self) -> str:  # never the key
         return f"Client({self.base_url!r})"
@@ -66,12 +92,25 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        r = self._http.post(path, json=body)
+    def _post(self, path: str, body: dict[str, Any], query: str) -> dict[str, Any]:
+        try:
+            r = self._http.post(path, json=body)
+        except httpx.TransportError:
+            # sent, but no answer came back: a record may have been appended whose receipt
+            # never arrived; logged so that the verifier does not count it as a query the
+            # account never asked for
+            self._append(
+                "unanswered/requests.jsonl",
+                {"account": self._account, "query_hash": query_hash(query)},
+            )
+            raise
         if r.status_code == 429:
             raise BudgetExhaustedError(_detail(r))
         if r.status_code == 502:  # failed after retrieval: charged like an answer
-            raise ChargedFailureError(f"{path}: HTTP 502: {_detail(r)}")
+            paid = _json(r).get("receipt")
+            if isinstance(paid, dict):  # its record was appended: keep its receipt
+                self._keep(paid, query)
+            raise ChargedFailureError(f"{path}: HTTP 502: {_detail(r)}", receipt=paid)
         if r.status_code == 503 and "retry-after" in r.headers:  # busy: nothing spent
             raise BusyError(f"{path}: HTTP 503: {_detail(r)}")
         if r.status_code == 503:  # the service's generator was never reached: free
@@ -81,24 +120,111 @@ class Client:
         out: dict[str, Any] = r.json()
         receipt = out.get("receipt") or out.get("ragprivacy", {}).get("receipt")
         if receipt is not None:
-            self._keep(receipt)
+            self._keep(receipt, query)
         return out
 
-    def _keep(self, receipt: dict[str, Any]) -> None:
+    # ------------------------------------------------------------------ receipts
+    def check_receipt(self, receipt: dict[str, Any], query: str) -> Receipt:
+        """``receipt`` checked as only the account can: signed by the provider, issued
+        under the commitments its window publishes, H(q) of ``query``, the same account
+        as this key's earlier receipts, and a larger query number j than the account's
+        receipts of the window kept before (a gap is allowed: the account may query from
+        several clients; a record the provider put in its name in between FAILs
+        verification, since no receipt names it). Raises
+        :class:`~ragprivacy.errors.VerificationError` naming what failed."""
+        try:
+            r = Receipt.from_dict(receipt)
+        except DataError as exc:
+            raise VerificationError(f"The service sent a malformed receipt: {exc}") from None
+        com = self._window_commitments(r.window_id)
+        key = self.provider_key or com.provider_key
+        if not verify_signature(key, r.message(), r.signature):
+            raise VerificationError("The receipt is not signed by the provider's key.")
+        if r.commitments != com.digest():
+            raise VerificationError(
+                f"The receipt names other commitments than those window {r.window_id!r} "
+                "publishes: the provider changed its commitments."
+            )
+        if r.query_hash != query_hash(query):
+            raise VerificationError(
+                "The receipt's H(q) is not the hash of the query this client sent: the "
+                "provider answered (and recorded) another query text."
+            )
+        if self._account is not None and r.account != self._account:
+            raise VerificationError(
+                "The receipt names another account than this key's earlier receipts."
+            )
+        last = self._last.get((r.window_id, r.account), 0)
+        if r.seq <= last:
+            raise VerificationError(
+                f"The receipt's query number j = {r.seq} does not follow the account's "
+                f"earlier receipts of window {r.window_id!r} (last j = {last})."
+            )
+        return r
+
+    def _window_commitments(self, window_id: str) -> Commitments:
+        """The published commitments of ``window_id``, fetched once and their signature
+        checked (under ``provider_key`` when given)."""
+        if window_id not in self._commitments:
+            r = self._http.get(f"/v1/audit/windows/{window_id}/commitments")
+            if r.status_code >= 400:
+                raise BackendError(
+                    f"/v1/audit/windows/{window_id}/commitments: HTTP {r.status_code}: {_detail(r)}"
+                )
+            try:
+                com = Commitments.from_dict(r.json())
+            except (DataError, ValueError, TypeError, KeyError):
+                raise VerificationError(
+                    f"Window {window_id!r}'s published commitments do not parse."
+                ) from None
+            if not com.verify(self.provider_key):
+                raise VerificationError(
+                    f"Window {window_id!r}'s commitments are not signed by the provider's key."
+                )
+            self._commitments[window_id] = com
+        return self._commitments[window_id]
+
+    def _keep(self, receipt: dict[str, Any], query: str) -> None:
+        """Check ``receipt`` and keep it; a receipt that fails is kept apart as evidence
+        (``rejected/``, which the verifier does not read) and the call raises."""
+        try:
+            checked = self.check_receipt(receipt, query)
+        except VerificationError:
+            self._append("rejected/receipts.jsonl", receipt)
+            raise
+        self._account = checked.account
+        self._note(checked)
+        self._append("receipts.jsonl", receipt)
+
+    def _note(self, r: Receipt) -> None:
+        key = (r.window_id, r.account)
+        self._last[key] = max(self._last.get(key, 0), r.seq)
+
+    def _kept(self) -> list[Receipt]:
+        """The receipts this client kept before (a client restarted mid-window goes on
+        checking j from there)."""
+        if self.receipts_dir is None or not (self.receipts_dir / "receipts.jsonl").exists():
+            return []
+        return [Receipt.from_dict(r) for r in load_receipts(self.receipts_dir)]
+
+    def _append(self, name: str, receipt: dict[str, Any]) -> None:
         if self.receipts_dir is None:
             return
-        with open(self.receipts_dir / "receipts.jsonl", "a", encoding="utf-8") as f:
+        path = self.receipts_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(receipt, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
+    # ------------------------------------------------------------------ calls
     def retrieve(self, query: str, *, k: int | None = None) -> dict[str, Any]:
         """The private top-K documents, privacy spent, budget left and the receipt."""
-        return self._post("/v1/retrieve", {"query": query, **({"k": k} if k else {})})
+        return self._post("/v1/retrieve", {"query": query, **({"k": k} if k else {})}, query)
 
     def answer(self, query: str, *, k: int | None = None) -> dict[str, Any]:
         """The RAG answer (``answer``) with the same fields."""
-        return self._post("/v1/answer", {"query": query, **({"k": k} if k else {})})
+        return self._post("/v1/answer", {"query": query, **({"k": k} if k else {})}, query)
 
     def budget(self) -> dict[str, Any]:
         r = self._http.get("/v1/budget")
@@ -108,11 +234,33 @@ class Client:
         return out
 
 
+def _json(r: httpx.Response) -> dict[str, Any]:
+    try:
+        body = r.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
 def _detail(r: httpx.Response) -> str:
     try:
         return str(r.json().get("detail", r.text))
     except ValueError:
         return r.text[:200]
+
+
+def load_unanswered(directory: str | Path) -> list[tuple[str | None, str]]:
+    """(account or None, H(q)) of the requests a :class:`Client` sent but got no answer to
+    (``directory/unanswered/*.jsonl``; none when the folder is missing): the verifier's
+    ``unanswered`` evidence."""
+    d = Path(directory) / "unanswered"
+    out: list[tuple[str | None, str]] = []
+    for n, row in enumerate(load_receipts(d) if d.is_dir() else [], 1):
+        if not isinstance(row.get("query_hash"), str):
+            raise ConfigError(f"{d}: entry {n} has no query_hash.")
+        account = row.get("account")
+        out.append((account if isinstance(account, str) else None, row["query_hash"]))
+    return out
 
 
 def load_receipts(directory: str | Path) -> list[dict[str, Any]]:

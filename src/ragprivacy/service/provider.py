@@ -415,8 +415,10 @@ class ServiceProvider:
                 failed.append(exc)  # the record is appended: the query is paid for
 
         served = self._serve(account, query, k, generate)
-        if failed:
-            raise charged_failure(failed[-1])
+        if failed:  # the record is appended: the account keeps its receipt, as for an answer
+            error = charged_failure(failed[-1])
+            error.receipt = served.receipt
+            raise error
         return served, done[-1]
 
     def _serve(

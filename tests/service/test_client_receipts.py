@@ -1,0 +1,194 @@
+"""The shipped client checks every receipt before keeping it (issue: the provider chooses
+nothing). Each cheat is the provider's own serving code in front of a real audit window —
+it holds its keys and answers as it likes — reached by the real client over HTTP
+(``httpx.MockTransport``); the client is never patched."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from ragprivacy.audit import AuditPolicy, AuditWindow, Receipt, Verifier, query_hash
+from ragprivacy.embed import create_embedder
+from ragprivacy.errors import ChargedFailureError, VerificationError
+from ragprivacy.service import Client, load_receipts, load_unanswered
+
+TEXTS = [f"record {i}: patient {i} was seen for condition {i % 7}" for i in range(24)]
+
+
+def _window() -> AuditWindow:
+    emb = create_embedder("hashing")
+    window = AuditWindow(
+        policy=AuditPolicy(
+            epsilon_acc=4.0,
+            delta_acc=1e-6,
+            rate_limit=8,
+            k_max=2,
+            delta_policy=4e-6,
+            window_id="W1",
+            window_start=0,
+            window_end=2**62,
+            top_k=3,
+        ),
+        tenants={"clinic": ([f"d{i}" for i in range(len(TEXTS))], emb.encode(TEXTS))},
+        accounts={"alice": "clinic", "bob": "clinic"},
+        embedder=emb,
+        seed=bytes(range(32)),
+    )
+    window.commit(published_at=0)
+    return window
+
+
+Answer = Callable[[AuditWindow, str], dict[str, Any]]
+
+
+def _honest(window: AuditWindow, query: str) -> dict[str, Any]:
+    return window.query("alice", query).receipt.to_dict()
+
+
+def _provider(window: AuditWindow, answer: Answer, *, status: int = 200) -> httpx.MockTransport:
+    """A provider's HTTP front: /v1/retrieve answers through ``answer``; the window's
+    commitments are published as the service publishes them."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/audit/windows/W1/commitments":
+            return httpx.Response(200, json=window.commitments.to_dict())
+        query = json.loads(request.content)["query"]
+        body = {"documents": [], "receipt": answer(window, query)}
+        if status == 502:
+            body = {"detail": "Generation failed after retrieval.", "receipt": body["receipt"]}
+        return httpx.Response(status, json=body)
+
+    return httpx.MockTransport(handle)
+
+
+def _client(transport: httpx.MockTransport, receipts: Path, **kw: Any) -> Client:
+    return Client("http://provider", "rpk_x", receipts_dir=receipts, transport=transport, **kw)
+
+
+def _kept(receipts: Path) -> list[dict[str, Any]]:
+    return load_receipts(receipts) if (receipts / "receipts.jsonl").exists() else []
+
+
+def test_an_honest_provider_s_receipts_are_kept(tmp_path: Path) -> None:
+    window = _window()
+    with _client(_provider(window, _honest), tmp_path) as alice:
+        for q in ("who has asthma?", "who has gout?"):
+            alice.retrieve(q)
+    assert [r["seq"] for r in _kept(tmp_path)] == [1, 2]
+    receipts = [Receipt.from_dict(r) for r in _kept(tmp_path)]
+    assert Verifier().verify(window.transcript(), receipts, window.auditor_package()).passed
+
+
+def test_h_of_q_grinding_is_refused_and_then_fails_the_window(tmp_path: Path) -> None:
+    """The provider answers (and records) the query with trailing spaces — the same
+    embedding, a new H(q), so new noise — until the noise suits it. The client refuses the
+    receipt (kept apart as evidence), and the record, which the account holds no receipt
+    for, FAILs the window."""
+
+    def ground(window: AuditWindow, query: str) -> dict[str, Any]:
+        return window.query("alice", query + "   ").receipt.to_dict()
+
+    window = _window()
+    with _client(_provider(window, _honest), tmp_path) as alice:
+        alice.retrieve("who has asthma?")
+    with (
+        _client(_provider(window, ground), tmp_path) as alice,
+        pytest.raises(VerificationError, match="not the hash of the query"),
+    ):
+        alice.retrieve("who has diabetes?")
+    assert len(_kept(tmp_path)) == 1  # the ground receipt is not among the kept ones
+    assert (tmp_path / "rejected" / "receipts.jsonl").exists()
+    receipts = [Receipt.from_dict(r) for r in _kept(tmp_path)]
+    v = Verifier().verify(window.transcript(), receipts, window.auditor_package())
+    assert v.failed_check == "receipt_consistency"
+    assert any("never asked for" in f.detail for f in v.failures)
+
+
+def test_re_signed_commitments_and_foreign_keys_and_replays_are_refused(tmp_path: Path) -> None:
+    window = _window()
+    # the provider re-signs its commitments with another seed after answering
+    with _client(_provider(window, _honest), tmp_path / "a") as alice:
+        alice.retrieve("who has asthma?")
+    com = window.commitments
+    window._commitments = replace(com, c_seed="00" * 32)  # its own serving state
+    window._commitments = replace(
+        window._commitments, signature=window.key.sign(window._commitments.message())
+    )
+    with _client(_provider(window, _honest), tmp_path / "b") as fresh:
+        fresh.retrieve("who has gout?")  # consistent with what it publishes now
+    stale = _kept(tmp_path / "a")[0]
+    with (
+        _client(_provider(window, lambda w, q: stale), tmp_path / "b") as alice,
+        pytest.raises(VerificationError, match="other commitments"),
+    ):
+        alice.retrieve("who has asthma?")
+    # a key known in advance that is not the one the provider signs with
+    other = "11" * 32
+    with (
+        _client(_provider(_window(), _honest), tmp_path / "c", provider_key=other) as alice,
+        pytest.raises(VerificationError, match="not signed by the provider's key"),
+    ):
+        alice.retrieve("who has asthma?")
+    # a replay of an earlier receipt (its j does not grow)
+    window = _window()
+    first = _honest(window, "who has asthma?")
+    with _client(_provider(window, lambda w, q: first), tmp_path / "d") as alice:
+        alice.retrieve("who has asthma?")
+        with pytest.raises(VerificationError, match="query number j = 1"):
+            alice.retrieve("who has asthma?")
+
+
+def test_a_charged_failure_s_receipt_is_kept_like_an_answer_s(tmp_path: Path) -> None:
+    window = _window()
+    with (
+        _client(_provider(window, _honest, status=502), tmp_path) as alice,
+        pytest.raises(ChargedFailureError) as err,
+    ):
+        alice.retrieve("who has asthma?")
+    assert err.value.receipt is not None and len(_kept(tmp_path)) == 1
+    receipts = [Receipt.from_dict(r) for r in _kept(tmp_path)]
+    assert Verifier().verify(window.transcript(), receipts, window.auditor_package()).passed
+
+
+def test_the_unsalted_embedding_is_what_the_noise_ignores() -> None:
+    """Trailing spaces give the hashing embedder the same vector (the grinding cheat's
+    premise: a new H(q) at no cost to the answer's relevance)."""
+    emb = create_embedder("hashing")
+    a, b = emb.encode(["who has asthma?", "who has asthma?   "])
+    assert np.allclose(a, b)
+
+
+def test_a_record_whose_answer_was_lost_is_excused_by_the_client_s_log(tmp_path: Path) -> None:
+    """An honest provider killed between appending a record and answering: the account
+    never gets the receipt. The client logs the request it got no answer to, and that
+    excuses exactly one record with its H(q) — not a second one."""
+    window = _window()
+
+    def crash(window: AuditWindow, query: str) -> dict[str, Any]:
+        window.query("alice", query)  # appended and durable ...
+        raise httpx.ConnectError("connection reset")  # ... but the answer is lost
+
+    answers = [_honest, crash]
+    front = _provider(window, lambda w, q: answers.pop(0)(w, q))
+    with _client(front, tmp_path) as alice:
+        alice.retrieve("who has asthma?")
+        with pytest.raises(httpx.ConnectError):
+            alice.retrieve("who has gout?")
+    unanswered = load_unanswered(tmp_path)
+    assert unanswered == [("alice", query_hash("who has gout?"))]
+    receipts = [Receipt.from_dict(r) for r in _kept(tmp_path)]
+    transcript, package = window.transcript(), window.auditor_package()
+    assert Verifier().verify(transcript, receipts, package, unanswered=unanswered).passed
+    assert not Verifier().verify(transcript, receipts, package).passed
+    window.query("alice", "who has gout?")  # a second record with that H(q): not excused
+    v = Verifier().verify(window.transcript(), receipts, window.auditor_package(),
+                          unanswered=unanswered)  # fmt: skip
+    assert v.failed_check == "receipt_consistency"
