@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-# Under pytest-xdist (``make test`` runs ``-n``: one worker process per core) each worker
+# Under pytest-xdist (``make test`` runs ``-n``: a worker process per core, at most 4) each worker
 # keeps to one BLAS / OpenMP / torch thread, and so do the processes its tests start:
 # N workers each starting a thread per core would oversubscribe the machine. Set before
 # the tests import numpy or torch, which read these once; a value already set is kept.

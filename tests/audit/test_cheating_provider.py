@@ -151,14 +151,20 @@ def test_timestamps_going_backwards_fail_the_ledger(honest) -> None:
     assert any("timestamp" in f.detail for f in v.failures)
 
 
-def test_a_receipt_or_tree_head_of_another_window_fails(honest) -> None:
+def test_a_receipt_or_tree_head_relabelled_for_another_window_fails(honest) -> None:
     key = honest.provider.key
     r = honest.receipts[0]
     other = replace(r, window_id="W-other")
     other = replace(other, signature=key.sign(other.message()))
-    v = Verifier().verify(honest.transcript, [other], honest.package)
+    # a receipt labelled with another window says nothing about this one (a folder may
+    # hold several windows' receipts) ...
+    assert Verifier().verify(honest.transcript, [other], honest.package).passed
+    # ... so the record it stands for is one its account holds no receipt of this window for
+    others = [other if x is r else x for x in honest.receipts]
+    v = Verifier().verify(honest.transcript, others, honest.package)
     assert v.failed_check == "receipt_consistency"
-    assert any("another window" in f.detail for f in v.failures)
+    assert any(f"record {r.position} " in f.detail and "never asked for" in f.detail
+               for f in v.failures)  # fmt: skip
     head = replace(honest.transcript.tree_head, window_id="W-other")
     head = replace(head, signature=key.sign(head.message()))
     v = Verifier().verify(replace(honest.transcript, tree_head=head), [], honest.package)
@@ -366,3 +372,17 @@ def test_a_record_an_account_never_asked_for_fails_when_it_submits_its_receipts(
         for f in v.failures
     )
     assert Verifier().verify(honest.transcript, honest.receipts, honest.package).passed
+
+
+def test_an_open_window_committed_outside_the_calibration_fails_live() -> None:
+    """θ and τ are public from phase A: a live check FAILs them before the window closes."""
+    w = demo_window(seed=2)
+    p = w.provider
+    policy = replace(p.policy, theta=1.0)
+    com = replace(w.transcript.commitments, policy=policy.to_dict(),
+                  c_policy=policy.commitment().hex())  # fmt: skip
+    com = replace(com, signature=p.key.sign(com.message()))
+    live = replace(_recommitted(w.transcript, com, p.key), coalition=None)
+    v = Verifier().verify(live, [])
+    assert v.live and v.failed_check == "policy_cap"
+    assert any("above the calibrated θ*" in f.detail for f in v.failures)

@@ -17,7 +17,7 @@ import pytest
 
 from ragprivacy.audit import AuditPolicy, AuditWindow, Receipt, Verifier, query_hash
 from ragprivacy.embed import create_embedder
-from ragprivacy.errors import ChargedFailureError, VerificationError
+from ragprivacy.errors import BackendError, ChargedFailureError, VerificationError
 from ragprivacy.service import Client, load_receipts, load_unanswered
 
 TEXTS = [f"record {i}: patient {i} was seen for condition {i % 7}" for i in range(24)]
@@ -192,3 +192,63 @@ def test_a_record_whose_answer_was_lost_is_excused_by_the_client_s_log(tmp_path:
     v = Verifier().verify(window.transcript(), receipts, window.auditor_package(),
                           unanswered=unanswered)  # fmt: skip
     assert v.failed_check == "receipt_consistency"
+
+
+def test_answers_out_of_order_are_kept_and_a_replayed_j_is_not(tmp_path: Path) -> None:
+    window = _window()
+    early, late = _honest(window, "q one"), _honest(window, "q two")  # j = 1, 2
+    queue = [late, early, early]
+    with _client(_provider(window, lambda w, q: queue.pop(0)), tmp_path) as alice:
+        alice.retrieve("q two")  # j = 2 arrives first
+        alice.retrieve("q one")  # then j = 1: a new j, kept
+        with pytest.raises(VerificationError, match="already have"):
+            alice.retrieve("q one")  # j = 1 again: a replay
+    assert sorted(r["seq"] for r in _kept(tmp_path)) == [1, 2]
+
+
+@pytest.mark.parametrize("status", [500, 502])
+def test_a_server_error_without_a_receipt_is_logged_as_unanswered(
+    tmp_path: Path, status: int
+) -> None:
+    """A storage error may follow an append that took effect: the request is logged, for
+    this window, so that its record (if any) is excused once, in this window only."""
+    window = _window()
+    calls = [_honest]
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/commitments"):
+            return httpx.Response(200, json=window.commitments.to_dict())
+        query = json.loads(request.content)["query"]
+        if calls:
+            return httpx.Response(200, json={"receipt": calls.pop()(window, query)})
+        window.query("alice", query)  # appended, then the storage error
+        return httpx.Response(status, json={"detail": "lost the database"})
+
+    with _client(httpx.MockTransport(handle), tmp_path) as alice:
+        alice.retrieve("first")
+        with pytest.raises(BackendError, match=str(status)):
+            alice.retrieve("second")
+    assert load_unanswered(tmp_path, "W1") == [("alice", query_hash("second"))]
+    assert load_unanswered(tmp_path, "W2") == []  # another window's verification: none
+    receipts = [Receipt.from_dict(r) for r in _kept(tmp_path)]
+    transcript, package = window.transcript(), window.auditor_package()
+    unanswered = load_unanswered(tmp_path, "W1")
+    assert Verifier().verify(transcript, receipts, package, unanswered=unanswered).passed
+
+
+def test_commitments_that_cannot_be_fetched_leave_the_request_logged(tmp_path: Path) -> None:
+    window = _window()
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/commitments"):
+            return httpx.Response(503, json={"detail": "down"})
+        query = json.loads(request.content)["query"]
+        return httpx.Response(200, json={"receipt": _honest(window, query)})
+
+    with (
+        _client(httpx.MockTransport(handle), tmp_path) as alice,
+        pytest.raises(BackendError, match="503"),
+    ):
+        alice.retrieve("who has asthma?")
+    assert load_unanswered(tmp_path, "W1") == [(None, query_hash("who has asthma?"))]
+    assert _kept(tmp_path) == []

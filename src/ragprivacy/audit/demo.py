@@ -211,15 +211,7 @@ def _withhold(
     )
     if transcript.coalition is None:
         raise ConfigError("The window has no coalition claim yet; close it first.")
-    root = transcript.coalition.ledger_root
-    claim = CoalitionClaim(
-        size=estimate.size,
-        accounts=estimate.accounts,
-        theta=estimate.theta,
-        tau=estimate.tau,
-        ledger_root=root,
-        certificate=CoalitionClaim.certify(estimate, root),
-    )
+    claim = CoalitionClaim.of(estimate, transcript.coalition.ledger_root)
     return (
         PublicTranscript(transcript.commitments, transcript.records, transcript.tree_head, claim),
         replace(package, witnesses=keep),

@@ -106,6 +106,18 @@ class CoalitionClaim:
     ledger_root: str
     certificate: str
 
+    @classmethod
+    def of(cls, estimate: CoalitionEstimate, ledger_root: str) -> CoalitionClaim:
+        """The claim of ``estimate`` over the ledger of root ``ledger_root``, certified."""
+        return cls(
+            size=estimate.size,
+            accounts=estimate.accounts,
+            theta=estimate.theta,
+            tau=estimate.tau,
+            ledger_root=ledger_root,
+            certificate=cls.certify(estimate, ledger_root),
+        )
+
     @staticmethod
     def certify(estimate: CoalitionEstimate, ledger_root: str) -> str:
         return hashlib.sha256(

@@ -339,16 +339,15 @@ class Verifier:
         # 4. receipts (M5)
         final = log.size
         final_root = log.root()
+        held: dict[str, set[int]] = {}  # account -> positions its checked receipts name
         for r in receipts:
             where = f"receipt of {r.account!r} at position {r.position}"
             if not verify_signature(key, r.message(), r.signature):
                 failures.append(CheckFailure("receipt_consistency", f"{where}: bad signature"))
                 continue
             if policy is not None and r.window_id != policy.window_id:
-                failures.append(
-                    CheckFailure("receipt_consistency", f"{where}: a receipt of another window")
-                )
-                continue
+                continue  # signed for another window: its record is in that window's ledger
+            mine = held.setdefault(r.account, set())  # it submits this window's receipts: all
             if r.commitments != com.digest():
                 failures.append(
                     CheckFailure(
@@ -394,7 +393,11 @@ class Verifier:
                 failures.append(
                     CheckFailure("receipt_consistency", f"{where}: contradicted by the ledger")
                 )
-        failures.extend(_unasked_records(records, receipts, unanswered))
+                continue
+            mine.add(r.position)
+        failures.extend(_unasked_records(records, held, unanswered))
+        if policy is not None:  # public from phase A: a live window is held to it too
+            failures.extend(_calibrated_estimator(policy))
         if transcript.coalition is None:  # live: ĉ and the seed come at close
             if package is not None:
                 failures.append(
@@ -516,7 +519,6 @@ class Verifier:
             out.append(CheckFailure("policy_cap", "π_coal is not for the final ledger"))
         if (claim.theta, claim.tau) != (policy.theta, policy.tau):
             out.append(CheckFailure("policy_cap", "the estimator's settings differ from C_policy"))
-        out.extend(_calibrated_estimator(policy))
         if package is not None:
             missing = [
                 i for i, r in enumerate(records) if r is not None and i not in package.witnesses
@@ -593,7 +595,7 @@ def _sigma_floor(policy: AuditPolicy, account: str | None = None) -> list[CheckF
 
 def _unasked_records(
     records: Sequence[QueryRecord | None],
-    receipts: Sequence[Receipt],
+    held: Mapping[str, set[int]],
     unanswered: Sequence[tuple[str | None, str]] = (),
 ) -> list[CheckFailure]:
     """Records in the name of an account that submitted receipts but that none of its
@@ -601,10 +603,9 @@ def _unasked_records(
     numbers j, a replay of one of its queries). An account that submits its receipts
     submits all of them — the shipped client keeps every one, charged failures included —
     and the requests it got no answer to (``unanswered``), each excusing one record with
-    its H(q)."""
-    named: dict[str, set[int]] = {}
-    for r in receipts:
-        named.setdefault(r.account, set()).add(r.position)
+    its H(q). ``held``: account → the positions its receipts that checked name (an
+    account that submitted any receipt of the window is in it)."""
+    named = held
     excused = Counter(unanswered)
     out = []
     for i, rec in enumerate(records):

@@ -461,15 +461,7 @@ class AuditWindow:
             ts=[r.ts for r in records],
             tau=self.policy.tau,
         )
-        root = self.ledger.root().hex()
-        return CoalitionClaim(
-            size=estimate.size,
-            accounts=estimate.accounts,
-            theta=estimate.theta,
-            tau=estimate.tau,
-            ledger_root=root,
-            certificate=CoalitionClaim.certify(estimate, root),
-        )
+        return CoalitionClaim.of(estimate, self.ledger.root().hex())
 
     # ------------------------------------------------------------------ outputs
     def transcript(self) -> PublicTranscript:

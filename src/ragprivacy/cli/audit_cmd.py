@@ -82,7 +82,8 @@ def _remote(
 
     transcript = fetch_window(url, window, live=live)
     receipts = [Receipt.from_dict(r) for r in load_receipts(receipts_dir)] if receipts_dir else []
-    unanswered = load_unanswered(receipts_dir) if receipts_dir else []
+    window_id = str(transcript.commitments.policy.get("window_id", ""))
+    unanswered = load_unanswered(receipts_dir, window_id) if receipts_dir else []
     package = load_window(auditor_dir)[2] if auditor_dir else None
     return transcript, receipts, package, unanswered
 

@@ -236,7 +236,8 @@ def calibrate_pure_steps(epsilon: float, delta: float, steps: int) -> float:
     """The largest ε₀ such that ``steps`` adaptive ε₀-DP mechanisms are (ε, δ)-DP together.
 
     ``delta = 0``: ε/steps (basic composition, exact for pure DP), rounded down to the float
-    whose ``steps``-fold sum does not exceed ε. ``delta > 0``: the ε₀
+    whose product with ``steps`` (what :func:`~ragprivacy.dp.optimal_pure_composition`
+    gives at δ = 0) does not exceed ε. ``delta > 0``: the ε₀
     whose exact composition (:func:`~ragprivacy.dp.accounting.optimal_pure_composition`,
     Kairouz, Oh & Viswanath 2015, Thm 3.3) at δ equals ε, found by bisection to ~1e-12
     relative and rounded down, so composing the result ``steps`` times never exceeds ε at

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,9 @@ class Client:
         self.provider_key = provider_key
         self._commitments: dict[str, Commitments] = {}  # window id -> checked commitments
         self._account: str | None = None  # this key's account, from its first receipt
-        self._last: dict[tuple[str, str], int] = {}  # (window id, account) -> last j kept
+        self._window: str | None = None  # the window of the last receipt kept
+        self._seqs: dict[tuple[str, str], set[int]] = {}  # (window id, account) -> j's kept
+        self._lock = threading.Lock()
         for r in self._kept():  # of every account that shares the folder
             self._note(r)
 
@@ -96,20 +99,20 @@ class Client:
         try:
             r = self._http.post(path, json=body)
         except httpx.TransportError:
-            # sent, but no answer came back: a record may have been appended whose receipt
-            # never arrived; logged so that the verifier does not count it as a query the
-            # account never asked for
-            self._append(
-                "unanswered/requests.jsonl",
-                {"account": self._account, "query_hash": query_hash(query)},
-            )
+            # sent, but no answer came back: a record may have been appended whose
+            # receipt never arrived
+            self._unanswered(query)
             raise
         if r.status_code == 429:
             raise BudgetExhaustedError(_detail(r))
-        if r.status_code == 502:  # failed after retrieval: charged like an answer
+        if r.status_code in (500, 502):  # failed after retrieval: charged like an answer
             paid = _json(r).get("receipt")
             if isinstance(paid, dict):  # its record was appended: keep its receipt
                 self._keep(paid, query)
+            else:  # a storage error may follow an append that took effect
+                self._unanswered(query)
+            if r.status_code == 500:
+                raise BackendError(f"{path}: HTTP 500: {_detail(r)}")
             raise ChargedFailureError(f"{path}: HTTP 502: {_detail(r)}", receipt=paid)
         if r.status_code == 503 and "retry-after" in r.headers:  # busy: nothing spent
             raise BusyError(f"{path}: HTTP 503: {_detail(r)}")
@@ -127,10 +130,10 @@ class Client:
     def check_receipt(self, receipt: dict[str, Any], query: str) -> Receipt:
         """``receipt`` checked as only the account can: signed by the provider, issued
         under the commitments its window publishes, H(q) of ``query``, the same account
-        as this key's earlier receipts, and a larger query number j than the account's
-        receipts of the window kept before (a gap is allowed: the account may query from
-        several clients; a record the provider put in its name in between FAILs
-        verification, since no receipt names it). Raises
+        as this key's earlier receipts, and a query number j that none of the account's
+        receipts of the window kept before has (answers may arrive out of order, and
+        the account may query from several clients; a record the provider put in its
+        name FAILs verification, since no receipt names it). Raises
         :class:`~ragprivacy.errors.VerificationError` naming what failed."""
         try:
             r = Receipt.from_dict(receipt)
@@ -154,11 +157,10 @@ class Client:
             raise VerificationError(
                 "The receipt names another account than this key's earlier receipts."
             )
-        last = self._last.get((r.window_id, r.account), 0)
-        if r.seq <= last:
+        if r.seq < 1 or r.seq in self._seqs.get((r.window_id, r.account), set()):
             raise VerificationError(
-                f"The receipt's query number j = {r.seq} does not follow the account's "
-                f"earlier receipts of window {r.window_id!r} (last j = {last})."
+                f"The receipt's query number j = {r.seq} is one the account's earlier "
+                f"receipts of window {r.window_id!r} already have (a replay)."
             )
         return r
 
@@ -186,26 +188,49 @@ class Client:
 
     def _keep(self, receipt: dict[str, Any], query: str) -> None:
         """Check ``receipt`` and keep it; a receipt that fails is kept apart as evidence
-        (``rejected/``, which the verifier does not read) and the call raises."""
-        try:
-            checked = self.check_receipt(receipt, query)
-        except VerificationError:
-            self._append("rejected/receipts.jsonl", receipt)
-            raise
-        self._account = checked.account
-        self._note(checked)
-        self._append("receipts.jsonl", receipt)
+        (``rejected/``, which the verifier does not read) and the call raises. A check
+        that could not run (the commitments could not be fetched) logs the request as
+        unanswered, so that its record does not count as one the account never asked
+        for, and raises."""
+        with self._lock:  # one check and one append at a time: j's are compared in order
+            try:
+                checked = self.check_receipt(receipt, query)
+            except VerificationError:
+                self._append("rejected/receipts.jsonl", receipt)
+                raise
+            except Exception:
+                self._unanswered(query, receipt.get("window_id"))
+                raise
+            self._account = checked.account
+            self._note(checked)
+            self._append("receipts.jsonl", receipt)
+
+    def _unanswered(self, query: str, window_id: object = None) -> None:
+        """Log a request that may have left a record without a receipt in hand: (window,
+        account, H(q)) as far as the client knows them (None: any)."""
+        window = window_id if isinstance(window_id, str) else self._window
+        self._append(
+            "unanswered/requests.jsonl",
+            {"window_id": window, "account": self._account, "query_hash": query_hash(query)},
+        )
 
     def _note(self, r: Receipt) -> None:
-        key = (r.window_id, r.account)
-        self._last[key] = max(self._last.get(key, 0), r.seq)
+        self._seqs.setdefault((r.window_id, r.account), set()).add(r.seq)
+        self._window = r.window_id
 
     def _kept(self) -> list[Receipt]:
         """The receipts this client kept before (a client restarted mid-window goes on
-        checking j from there)."""
+        checking j from there). Lines of an earlier format are skipped: they bind no
+        commitments and no verifier of this version takes them."""
         if self.receipts_dir is None or not (self.receipts_dir / "receipts.jsonl").exists():
             return []
-        return [Receipt.from_dict(r) for r in load_receipts(self.receipts_dir)]
+        out = []
+        for row in load_receipts(self.receipts_dir):
+            try:
+                out.append(Receipt.from_dict(row))
+            except DataError:
+                continue
+        return out
 
     def _append(self, name: str, receipt: dict[str, Any]) -> None:
         if self.receipts_dir is None:
@@ -249,15 +274,21 @@ def _detail(r: httpx.Response) -> str:
         return r.text[:200]
 
 
-def load_unanswered(directory: str | Path) -> list[tuple[str | None, str]]:
+def load_unanswered(
+    directory: str | Path, window_id: str | None = None
+) -> list[tuple[str | None, str]]:
     """(account or None, H(q)) of the requests a :class:`Client` sent but got no answer to
     (``directory/unanswered/*.jsonl``; none when the folder is missing): the verifier's
-    ``unanswered`` evidence."""
+    ``unanswered`` evidence, for window ``window_id`` (entries of other windows are left
+    out; an entry that names no window counts for every window)."""
     d = Path(directory) / "unanswered"
     out: list[tuple[str | None, str]] = []
     for n, row in enumerate(load_receipts(d) if d.is_dir() else [], 1):
         if not isinstance(row.get("query_hash"), str):
             raise ConfigError(f"{d}: entry {n} has no query_hash.")
+        window = row.get("window_id")
+        if window_id is not None and isinstance(window, str) and window != window_id:
+            continue
         account = row.get("account")
         out.append((account if isinstance(account, str) else None, row["query_hash"]))
     return out

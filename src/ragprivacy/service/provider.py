@@ -403,6 +403,10 @@ class ServiceProvider:
         failed: list[Exception] = []
 
         def generate(ids: tuple[str, ...]) -> None:
+            # runs again when the query is derived again (another writer appended first):
+            # only the attempt whose record is appended answers
+            done.clear()
+            failed.clear()
             texts = self._texts[tenant]
             prompt = Prompt(
                 Task.ANSWER, query, budget.fit([texts[i] for i in ids[:docs]]), options=options
