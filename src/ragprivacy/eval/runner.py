@@ -377,22 +377,18 @@ def _run_pool(
     terminates the workers rather than waiting for the cells they are running, so a
     stop takes seconds and leaves no process behind; finished cells are already on disk.
     """
-    ctx = multiprocessing.get_context("spawn")
-    # children start with SIGINT ignored (an ignored signal survives exec, and Python
-    # then installs no KeyboardInterrupt handler): a Ctrl-C that reaches the process
-    # group while a child is still importing must not print its traceback. The two
-    # windows cover the manager's start and the first submit, which launches every
-    # spawned worker.
-    with _sigint_ignored():
-        manager = ctx.Manager() if step is not None or on_calls is not None else None
-        queue = manager.Queue() if manager is not None else None
+    # children start with SIGINT ignored (:class:`_QuietSpawnContext`): a Ctrl-C that
+    # reaches the process group while a child is still importing must not print its
+    # traceback, and this process ignores it only while it launches one
+    ctx = _QuietSpawnContext()
+    manager = ctx.Manager() if step is not None or on_calls is not None else None
+    queue = manager.Queue() if manager is not None else None
     # the pool's workers are the children that appear from here on (a public way to
     # find them; the manager, started above, is shut down on its own)
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_worker_init)
     try:
-        with _sigint_ignored():
-            futures = {pool.submit(_run_cell, *args[n], units=queue): n for n in pending}
+        futures = {pool.submit(_run_cell, *args[n], units=queue): n for n in pending}
         left = set(futures)
         while left:
             finished, left = wait(left, timeout=0.25, return_when=FIRST_COMPLETED)
@@ -408,6 +404,26 @@ def _run_pool(
     finally:
         if manager is not None:
             manager.shutdown()
+
+
+class _QuietSpawnProcess(multiprocessing.context.SpawnProcess):
+    """A spawned process that starts with SIGINT ignored (an ignored signal survives
+    exec, and Python then installs no KeyboardInterrupt handler). The parent ignores
+    SIGINT only for the launch itself (fork, exec, the start-up data written), not while
+    it waits for the child to come up — a manager's handshake, a worker's imports take
+    seconds on a busy machine — so a Ctrl-C that arrives meanwhile still stops the run."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        with _sigint_ignored():
+            return multiprocessing.context.SpawnProcess._Popen(process_obj)
+
+
+class _QuietSpawnContext(multiprocessing.context.SpawnContext):
+    """The spawn context whose processes are :class:`_QuietSpawnProcess` (the pool's
+    workers and the progress manager)."""
+
+    Process = _QuietSpawnProcess
 
 
 def _worker_init() -> None:
