@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from ragprivacy._storage import connection_lost, map_backend_errors, read_retrying
@@ -34,6 +34,8 @@ __all__ = [
     "qmark",
     "redact_url",
 ]
+
+T = TypeVar("T")
 
 _SCHEMES = ("postgresql://", "postgres://")
 #: every table of ours lives in this schema (``public`` stays on the path for extensions)
@@ -172,19 +174,30 @@ class PgPool:
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
-        """A pooled connection (autocommit), given back when the block ends."""
-        with self._pool.connection() as conn:
+        """A pooled connection (autocommit), given back when the block ends. A lost
+        connection is a :class:`~ragprivacy.errors.BackendError` (the broken one leaves
+        the pool and the idle ones are tested), never the driver's error."""
+        with (
+            map_backend_errors(self.name, undone="nothing was done", on_lost=self.replace_lost),
+            self._pool.connection() as conn,
+        ):
             yield conn
+
+    def retrying(self, step: Callable[[Any], T]) -> T:
+        """``step(conn)`` on a pooled connection, run once more on a fresh one if the
+        first was lost: only for work that may safely run twice (a read, a schema's
+        ``CREATE ... IF NOT EXISTS``)."""
+
+        def once() -> T:
+            with self._pool.connection() as conn:
+                return step(conn)
+
+        return read_retrying(once, self.name, on_lost=self.replace_lost)
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows of one ``?``-placeholder query (run once more on a fresh connection
         if the first one was lost: a read changes nothing)."""
-
-        def once() -> list[tuple[Any, ...]]:
-            with self._pool.connection() as conn:
-                return list(conn.execute(qmark(sql), tuple(params)).fetchall())
-
-        return read_retrying(once, self.name, on_lost=self.replace_lost)
+        return self.retrying(lambda conn: list(conn.execute(qmark(sql), tuple(params)).fetchall()))
 
     def replace_lost(self) -> None:
         """One connection was lost: test every idle one and replace those the server

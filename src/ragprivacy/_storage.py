@@ -78,11 +78,17 @@ SQLITE = Dialect("sqlite", for_update="", greatest="MAX")
 POSTGRES = Dialect("postgres", for_update=" FOR UPDATE", greatest="GREATEST")
 
 
+class _LostConnection(BackendError):
+    """The ``BackendError`` of a lost connection, so that a caller above the block that
+    mapped it can still tell that a fresh connection may succeed."""
+
+
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` says the connection to the PostgreSQL server is gone (the server
     restarted, failed over, or ended the backend with ``pg_terminate_backend``), so that
-    a fresh connection may succeed."""
-    return _failure(exc) == "lost"
+    a fresh connection may succeed: the driver's error, or the ``BackendError`` that
+    :func:`map_backend_errors` made of it."""
+    return isinstance(exc, _LostConnection) or _failure(exc) == "lost"
 
 
 def _failure(exc: BaseException) -> Failure | None:
@@ -123,7 +129,7 @@ def _error(failure: Failure | None, exc: BaseException, store: str, undone: str)
             "Retry, or lower the load on this replica."
         )
     if failure == "lost":
-        return BackendError(
+        return _LostConnection(
             f"Lost the connection to {store} ({_detail(exc)}); the server rolled back what "
             "had not committed. Retry: the next request reconnects."
         )

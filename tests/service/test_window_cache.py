@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ragprivacy.errors import WindowClosedError
+from ragprivacy.errors import BackendError, WindowClosedError
 from ragprivacy.service import ServiceState
 from ragprivacy.service.provider import ServiceProvider, close_window, open_window
 
@@ -53,4 +53,35 @@ def test_requests_reuse_the_open_window_and_see_a_new_one(tmp_path: Path, admin)
     assert provider.retrieve("a", "asthma").window_id == "W7"
     provider.retrieve("a", "asthma again")
     assert loads == ["W7"]
+    provider.close()
+
+
+def test_a_window_load_that_fails_half_way_is_loaded_again(tmp_path: Path, admin) -> None:  # type: ignore[no-untyped-def]
+    """A storage failure while the server loads the open window (its texts come after its
+    row) is that request's 502; the next request loads the whole window again instead of
+    serving from a half-filled cache (a KeyError, a 500, on every later request)."""
+    state = tmp_path / "state"
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": f"r {i} gout"}) + "\n"
+                              for i in range(10)))  # fmt: skip
+    admin(state, "tenant", "create", "t", "--k", "2")
+    admin(state, "docs", "add", "t", str(corpus))
+    admin(state, "account", "create", "t", "a", "--eps", "4", "--delta", "1e-6",
+          "--rate-limit", "100")  # fmt: skip
+    st = ServiceState(state, create=False)
+    open_window(st)
+    texts = st.texts
+    lost = [True]
+
+    def fails_once(tenant: str, count: int):  # type: ignore[no-untyped-def]
+        if lost.pop() if lost else False:
+            raise BackendError("Lost the connection to the state; retry.")
+        return texts(tenant, count)
+
+    st.texts = fails_once  # type: ignore[method-assign]
+    provider = ServiceProvider(st)
+    with pytest.raises(BackendError):
+        provider.retrieve("a", "gout")
+    served = provider.retrieve("a", "gout")
+    assert served.window_id == "W1" and len(served.documents) == 2
     provider.close()

@@ -194,8 +194,9 @@ class PostgresLedgerStorage(LedgerStorage):
         self._owner: int | None = None  # the thread that opened it
         self._sealed: int | None = None
         try:
-            with self._pool.connection() as conn:
-                create_schema(conn, _PG_SCHEMA, "ragprivacy/ledger-schema")
+            self._pool.retrying(
+                lambda conn: create_schema(conn, _PG_SCHEMA, "ragprivacy/ledger-schema")
+            )
             with self._pool.transaction() as tx:
                 tx.execute(
                     "INSERT INTO ledger_heads (ledger, sealed) VALUES (?, NULL) "

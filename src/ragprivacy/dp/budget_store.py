@@ -660,8 +660,9 @@ class PostgresBudgetStore(_SqlBudgetStore):
         self.name = f"the budget store {store!r} in {redact_url(pool.url)}"
         self._head_id = store
         self._sql = _Statements(_PG_TABLES, POSTGRES)
-        with pool.connection() as conn:
-            create_schema(conn, self._sql.schema, "ragprivacy/budget-schema")
+        pool.retrying(
+            lambda conn: create_schema(conn, self._sql.schema, "ragprivacy/budget-schema")
+        )
         super().__init__(self._open(capacity))
 
     def __repr__(self) -> str:

@@ -271,8 +271,9 @@ class PostgresBackend(StateBackend):
                 f"--identity-key {self.identity_path} is a directory; give a file path."
             )
         self.pool = PgPool(url, max_size=pool_size)
-        with self.pool.connection() as conn:
-            create_schema(conn, postgres_schema(SCHEMA), "ragprivacy/state-schema")
+        self.pool.retrying(
+            lambda conn: create_schema(conn, postgres_schema(SCHEMA), "ragprivacy/state-schema")
+        )
         self._pgvector: bool | None = None
         self._tables: dict[str, str] = {}
 

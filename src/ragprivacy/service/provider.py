@@ -290,16 +290,14 @@ class ServiceProvider:
             raise WindowClosedError("No audit window is open; the service answers only inside one.")
         with self._lock:
             if self._window_id != window_id or self._provider is None or self._window is None:
+                # everything is loaded before anything is kept: a load that fails half-way
+                # (a lost connection) leaves the cache as it was, for the next request
                 window = self.state.window(window_id)
-                if self._provider is not None:
-                    self._provider.close()
-                self._provider = _published(self.state, window)
-                self._window_id, self._window = window_id, window
-                self._texts = {}
+                texts: dict[str, dict[str, str]] = {}
                 for t, count in window.snapshot["tenants"].items():
-                    ids, texts = self.state.texts(t, count)
-                    self._texts[t] = dict(zip(ids, texts))
-                self._voting = VotingTenants(
+                    ids, bodies = self.state.texts(t, count)
+                    texts[t] = dict(zip(ids, bodies))
+                voting = VotingTenants(
                     self.state,
                     window.window_id,
                     window.snapshot.get("voting", {}),
@@ -307,6 +305,11 @@ class ServiceProvider:
                     self.state.embedder(),
                     prompt_budget=self.prompt_budget,
                 )
+                provider = _published(self.state, window)
+                if self._provider is not None:
+                    self._provider.close()
+                self._provider, self._window_id, self._window = provider, window_id, window
+                self._texts, self._voting = texts, voting
             return self._window, self._provider
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ragprivacy._postgres import SCHEMA, PgPool
-from ragprivacy._storage import map_backend_errors, read_retrying
+from ragprivacy._storage import connection_lost, map_backend_errors, read_retrying
 from ragprivacy._typing import FloatArray
 from ragprivacy.audit import EmbeddingSource
 from ragprivacy.errors import BackendError
@@ -57,14 +57,19 @@ def qualified(table: str) -> str:
 
 def has_pgvector(pool: PgPool) -> bool:
     """Whether the database has the ``vector`` extension (created if this role may)."""
-    with pool.connection() as conn:
+
+    def look(conn: Any) -> bool:
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
             return True
         try:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        except Exception:  # not installed, or no privilege: the embeddings stay blobs
+        except Exception as exc:  # not installed, or no privilege: the embeddings stay blobs
+            if connection_lost(exc):  # no answer yet: the caller must not cache "no"
+                raise
             return False
         return True
+
+    return pool.retrying(look)
 
 
 def table_exists(pool: PgPool, table: str) -> bool:
