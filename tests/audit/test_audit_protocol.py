@@ -149,7 +149,7 @@ def test_the_service_and_the_audit_select_alike_on_the_same_record() -> None:
     for r in range(2):
         sel = router.search(vectors[r], account="a", query_hashes=[f"h{r}"])
         units = Grid().to_units(np.clip(kb.index.scores(vectors[r : r + 1])[0], -1.0, 1.0))
-        rec = QueryRecord("a", "t", f"h{r}", "", ts=5, seq=r + 1, proof="").rec("W0")
+        rec = QueryRecord("a", "t", "", "", ts=5, seq=r + 1, proof="").rec("W0", f"h{r}")
         z = derived_noise(seed, rec, mech, len(kb))
         np.testing.assert_array_equal(sel.indices[0], mech.select_units(units, z))
 
@@ -192,7 +192,9 @@ def test_provider_reexecution_and_verifier_agree_on_scores_outside_the_range() -
     pkg = provider.auditor_package()
     mech = provider.policy.mechanism()
     for i, a in enumerate(answers):  # the provider ran the account's rule
-        rec = QueryRecord.from_bytes(provider.transcript().records[i]).rec("w")
+        rec = QueryRecord.from_bytes(provider.transcript().records[i]).rec(
+            "w", pkg.witnesses[i].query_hash()
+        )
         s = integer_scores(pkg.tenant_fixed["t"], pkg.witnesses[i].query_vector(), 20)
         z = derived_noise(pkg.seed, rec, mech, s.size)
         assert tuple(mech.select_units(s, z)) == a.positions

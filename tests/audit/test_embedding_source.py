@@ -147,6 +147,7 @@ def test_answer_query_reads_the_scores_itself_when_none_are_given() -> None:
     index = TenantCommitment("t0", source)
     q = fixed_point(_vectors(1, 16, 9))[0]
     common = dict(
+        salt="5a" * 32,
         window_id="W1",
         mechanism=POLICY.mechanism(),
         grid_bits=POLICY.grid_bits,

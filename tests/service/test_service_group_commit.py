@@ -23,6 +23,7 @@ def _witness(i: int) -> RecordWitness:
         positions=(i,),
         ids=(f"d{i}",),
         openings=((i, "00", ()),),
+        salt=f"{i:064x}",
     )
 
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from ragprivacy.audit import Receipt, verify_signature
+from ragprivacy.audit import QueryRecord, Receipt, verify_signature
 
 RATE_LIMIT = 4
 
@@ -80,7 +80,9 @@ def test_the_official_client_gets_the_answer_and_the_receipt_in_the_extra_field(
         params={"start": receipt["position"], "end": receipt["position"] + 1},
         timeout=60,
     ).json()
-    assert len(records) == 1 and receipt["query_hash"] in records[0]
+    assert len(records) == 1 and receipt["query_hash"] not in records[0]  # hidden
+    record = QueryRecord.from_bytes(records[0].encode())
+    assert record.opens_to(receipt["salt"], receipt["query_hash"], receipt["topk_hash"])
 
 
 @pytest.mark.parametrize(

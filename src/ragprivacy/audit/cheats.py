@@ -138,6 +138,6 @@ def tamper_ledger_file(directory: str | Path, position: int) -> None:
     if not 0 <= position < len(lines):
         raise ConfigError(f"No record {position} in {path} ({len(lines)} records).")
     rec = json.loads(lines[position])
-    rec["topk_hash"] = "f" * 64
+    rec["topk_commit"] = "f" * 64
     lines[position] = json.dumps(rec, sort_keys=True, separators=(",", ":"))
     path.write_text("\n".join(lines) + "\n")

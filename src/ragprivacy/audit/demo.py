@@ -228,7 +228,7 @@ def _rewrite(
         del records[victim]
     else:
         rec = QueryRecord.from_bytes(records[victim])
-        records[victim] = replace(rec, topk_hash="0" * 64).to_bytes()
+        records[victim] = replace(rec, topk_commit="0" * 64).to_bytes()
     log = MerkleLog()
     log.append_many(records)
     unsigned = replace(transcript.tree_head, size=log.size, root=log.root().hex())

@@ -38,7 +38,13 @@ from ragprivacy.audit.commitments import (
     verify_opening,
 )
 from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
-from ragprivacy.audit.records import QueryRecord, query_hash, topk_hash
+from ragprivacy.audit.records import (
+    QueryRecord,
+    query_commitment,
+    query_hash,
+    topk_commitment,
+    topk_hash,
+)
 from ragprivacy.embed import Embedder
 
 __all__ = [
@@ -55,7 +61,8 @@ class RecordWitness:
     """The provider's private witness for one record.
 
     ``query_fixed`` is the fixed-point query embedding (int32 hex); ``openings`` are
-    (position, vector hex, [proof hex]) of the selected positions in the scored index.
+    (position, vector hex, [proof hex]) of the selected positions in the scored index;
+    ``salt`` opens the record's commitments of H(q) and H(top-K).
     """
 
     query_text: str | None
@@ -65,6 +72,13 @@ class RecordWitness:
     positions: tuple[int, ...]
     ids: tuple[str, ...]
     openings: tuple[tuple[int, str, tuple[str, ...]], ...]
+    salt: str
+
+    def query_hash(self) -> str:
+        """H(q): of the witnessed text, or of the fixed-point vector of a vector query."""
+        if self.query_text is not None:
+            return query_hash(self.query_text)
+        return hashlib.sha256(self.query_vector().tobytes()).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,6 +93,7 @@ class RecordWitness:
             positions=tuple(int(p) for p in d["positions"]),
             ids=tuple(d["ids"]),
             openings=tuple((int(p), v, tuple(pr)) for p, v, pr in d["openings"]),
+            salt=d["salt"],
         )
 
     def digest(self) -> str:
@@ -159,9 +174,10 @@ class AuditorReexecution(ProofSystem):
         policy = ctx.account_policies.get(record.account, ctx.policy)
         q = witness.query_vector()
         # A1: the query embedding is Emb(q) for the committed embedder.
+        hq = witness.query_hash()
+        if query_commitment(witness.salt, hq) != record.query_commit:
+            return fail("A1", "H(q) of the witnessed query does not open the record")
         if witness.query_text is not None:
-            if query_hash(witness.query_text) != record.query_hash:
-                return fail("A1", "H(q) of the witnessed query differs from the record")
             if ctx.embedder is None:  # never PASS a text query without re-embedding it
                 return fail(
                     "A1",
@@ -175,8 +191,6 @@ class AuditorReexecution(ProofSystem):
                     "the witnessed query embedding is not Emb(q) under the committed "
                     "embedder (a decoy vector was scored or witnessed instead of the query)",
                 )
-        elif hashlib.sha256(q.tobytes()).hexdigest() != record.query_hash:
-            return fail("A1", "H(q) of the witnessed embedding differs from the record")
         # A4: every opened position comes from the account's own tenant commitment.
         own = ctx.index_roots.get(record.tenant)
         if own is None:
@@ -195,14 +209,15 @@ class AuditorReexecution(ProofSystem):
                 root, size, pos, bytes.fromhex(vec_hex), [bytes.fromhex(p) for p in proof]
             ):
                 return fail("A4", f"position {pos} does not open C_D[{record.tenant}]")
-        if topk_hash(record.tenant, witness.positions, witness.ids) != record.topk_hash:
-            return fail("A3", "H(top-K) of the witness differs from the record")
+        opened = topk_hash(record.tenant, witness.positions, witness.ids)
+        if topk_commitment(witness.salt, opened) != record.topk_commit:
+            return fail("A3", "H(top-K) of the witness does not open the record")
         if ctx.seed is None or record.tenant not in ctx.tenant_fixed:
             return []  # the remaining claims need the auditor's secrets
         fixed = ctx.tenant_fixed[record.tenant]
         # A2: the noise is derived from the committed seed and the public record.
         mech = policy.mechanism()
-        z = derived_noise(ctx.seed, record.rec(policy.window_id), mech, fixed.shape[0])
+        z = derived_noise(ctx.seed, record.rec(policy.window_id, hq), mech, fixed.shape[0])
         if noise_digest(z) != witness.noise_digest:
             return fail("A2", "the noise was not derived from the committed seed and rec_q")
         # A3: clip to the committed score range, noise every score, then top-K (the

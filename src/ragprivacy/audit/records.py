@@ -1,11 +1,20 @@
 """Phase B artefacts: ledger records r_q, signed receipts ρ_q and tree heads (§5.3).
 
-r_q = (a, t(a), H(q), H(top-K), ts, j, π_q) is appended to the Merkle ledger, j being the
-account's query number in the window (1, 2, …, at most r); the querying account receives
-ρ_q = (W, a, H(q), H(top-K), pos_q, C_ledger,t) signed with the provider's long-term
-Ed25519 key (RFC 8032, via ``cryptography``), and tree heads name the window W too. Raw
-content is stored only as hashes. Every artefact has a canonical byte encoding (what is
-hashed or signed).
+r_q = (a, t(a), C(H(q)), C(H(top-K)), ts, j, π_q) is appended to the Merkle ledger, j
+being the account's query number in the window (1, 2, …, at most r); the querying account
+receives ρ_q = (W, a, H(q), H(top-K), salt, pos_q, C_ledger,t) signed with the provider's
+long-term Ed25519 key (RFC 8032, via ``cryptography``), and tree heads name the window W
+too. Raw content is stored only as hashes. Every artefact has a canonical byte encoding
+(what is hashed or signed).
+
+**Hiding (deviation from §5.3, which records H(q) and H(top-K) themselves):** the ledger
+is public, and an unsalted hash of a query text or of a list of document ids is tested by
+a dictionary in seconds (plausible questions about known names; every id triple of a
+tenant). So a record carries C(h) = SHA-256(tag ‖ salt ‖ h) with a fresh 256-bit salt per
+record (:func:`record_salt`), and the opening (salt, H(q), H(top-K)) goes only to the
+account, in its receipt, and to the auditor, in the record's witness. The salt binds
+nothing the noise depends on (rec_q holds H(q) itself), so the provider gains nothing by
+choosing it.
 
 **Deviation from the paper (§5.3):** the public input of the derived noise is
 rec_q = (W, a, t(a), H(q), j) (:func:`ragprivacy.dp.query_input`), not (a, t(a), H(q), ts):
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,8 +48,11 @@ __all__ = [
     "QueryRecord",
     "Receipt",
     "SignedTreeHead",
+    "query_commitment",
     "query_hash",
     "query_input",
+    "record_salt",
+    "topk_commitment",
     "topk_hash",
     "verify_signature",
 ]
@@ -57,6 +70,32 @@ def topk_hash(tenant: str, positions: Sequence[int], ids: Sequence[str]) -> str:
             {"tenant": tenant, "positions": [int(p) for p in positions], "ids": list(ids)}
         )
     ).hexdigest()
+
+
+def record_salt() -> str:
+    """A fresh 256-bit salt (hex) for one record's commitments."""
+    return os.urandom(32).hex()
+
+
+def _commit(tag: bytes, salt: str, digest: str) -> str:
+    try:
+        raw = bytes.fromhex(salt) + bytes.fromhex(digest)
+    except ValueError:
+        raw = b""  # a malformed opening opens nothing
+    if len(raw) != 64:
+        return ""
+    return hashlib.sha256(tag + raw).hexdigest()
+
+
+def query_commitment(salt: str, query_hash: str) -> str:
+    """C(H(q)) = SHA-256("query-commit:" ‖ salt ‖ H(q)): what the public record holds in
+    place of H(q) ("" for a malformed opening, which matches no record)."""
+    return _commit(b"query-commit:", salt, query_hash)
+
+
+def topk_commitment(salt: str, topk_hash: str) -> str:
+    """C(H(top-K)) = SHA-256("topk-commit:" ‖ salt ‖ H(top-K)), as :func:`query_commitment`."""
+    return _commit(b"topk-commit:", salt, topk_hash)
 
 
 class ProviderKey:
@@ -96,20 +135,28 @@ def verify_signature(public_hex: str, message: bytes, signature_hex: str) -> boo
 
 @dataclass(frozen=True, slots=True)
 class QueryRecord:
-    """r_q: account, its tenant, H(q), H(top-K), timestamp, the account's query number j
-    in the window, and the attestation π_q."""
+    """r_q: account, its tenant, the salted commitments of H(q) and H(top-K), timestamp,
+    the account's query number j in the window, and the attestation π_q."""
 
     account: str
     tenant: str
-    query_hash: str
-    topk_hash: str
+    query_commit: str
+    topk_commit: str
     ts: int
     seq: int
     proof: str
 
-    def rec(self, window_id: str) -> tuple[str, str, str, str, int]:
-        """rec_q = (W, a, t(a), H(q), j): the public input of the derived noise (A2)."""
-        return query_input(window_id, self.account, self.tenant, self.query_hash, self.seq)
+    def rec(self, window_id: str, query_hash: str) -> tuple[str, str, str, str, int]:
+        """rec_q = (W, a, t(a), H(q), j) for the opened H(q): the input of the derived
+        noise (A2)."""
+        return query_input(window_id, self.account, self.tenant, query_hash, self.seq)
+
+    def opens_to(self, salt: str, query_hash: str, topk_hash: str) -> bool:
+        """Whether (salt, H(q), H(top-K)) opens this record's two commitments."""
+        return (
+            query_commitment(salt, query_hash) == self.query_commit
+            and topk_commitment(salt, topk_hash) == self.topk_commit
+        )
 
     def to_bytes(self) -> bytes:
         return canonical_json(asdict(self))
@@ -118,20 +165,34 @@ class QueryRecord:
     def from_bytes(cls, data: bytes) -> QueryRecord:
         try:
             d = json.loads(data)
+        except ValueError as exc:
+            raise DataError(f"A ledger leaf is not a query record: {exc}.") from None
+        if isinstance(d, dict) and "query_hash" in d:
+            raise DataError(
+                "This ledger's records hold H(q) itself: it was written by an earlier "
+                "ragprivacy, before records held salted commitments, and cannot be verified "
+                "by this version."
+            )
+        try:
             return cls(**d)
-        except (ValueError, TypeError) as exc:
+        except TypeError as exc:
             raise DataError(f"A ledger leaf is not a query record: {exc}.") from None
 
 
-def _unbound(kind: str, d: Mapping[str, Any]) -> DataError:
-    """The error for an export whose ``kind`` does not bind the window's commitments."""
-    return DataError(
-        f"This {kind} does not bind the window's commitments (no 'commitments' field): it was "
-        "exported by an earlier ragprivacy, before receipts and tree heads named the "
-        "commitments they were issued under, and cannot be verified by this version."
-        if "commitments" not in d
-        else f"This is not a {kind}: its fields are {', '.join(sorted(d))}."
-    )
+def _unbound(kind: str, d: Mapping[str, Any], *, salted: bool = False) -> DataError:
+    """The error for an export whose ``kind`` predates this version's fields."""
+    if "commitments" not in d:
+        return DataError(
+            f"This {kind} does not bind the window's commitments (no 'commitments' field): "
+            "it was exported by an earlier ragprivacy, before receipts and tree heads named "
+            "the commitments they were issued under, and cannot be verified by this version."
+        )
+    if salted and "salt" not in d:
+        return DataError(
+            f"This {kind} has no 'salt': it was exported by an earlier ragprivacy, before "
+            "records held salted commitments, and cannot be verified by this version."
+        )
+    return DataError(f"This is not a {kind}: its fields are {', '.join(sorted(d))}.")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +200,9 @@ class Receipt:
     """ρ_q, co-signed at query time: what an honest account can later show the verifier.
 
     Besides the record's place in the ledger (position, tree size, root) and its
-    (a, H(q), H(top-K)), it names the account's query number j (``seq``) and the digest of
+    (a, H(q), H(top-K)) with the ``salt`` that opens the record's commitments of them
+    (:meth:`QueryRecord.opens_to`; the account's secret: the public record hides them), it
+    names the account's query number j (``seq``) and the digest of
     the window's commitments it was issued under (``commitments``,
     :meth:`ragprivacy.audit.Commitments.digest`): commitments re-signed later — another
     seed, late accounts, a back-dated ``published_at`` — contradict every receipt issued
@@ -150,6 +213,7 @@ class Receipt:
     account: str
     query_hash: str
     topk_hash: str
+    salt: str
     seq: int
     position: int
     tree_size: int
@@ -170,7 +234,7 @@ class Receipt:
         try:
             return cls(**dict(d))
         except TypeError:
-            raise _unbound("receipt", d) from None
+            raise _unbound("receipt", d, salted=True) from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,7 +18,13 @@ from ragprivacy._typing import IntArray
 from ragprivacy.audit.commitments import TenantCommitment
 from ragprivacy.audit.noise import derived_noise, noise_digest
 from ragprivacy.audit.proofs import ProofSystem, RecordWitness
-from ragprivacy.audit.records import QueryRecord, topk_hash
+from ragprivacy.audit.records import (
+    QueryRecord,
+    query_commitment,
+    record_salt,
+    topk_commitment,
+    topk_hash,
+)
 from ragprivacy.dp import GaussianNoisyTopK, noise_first_min_scored, query_input
 
 __all__ = ["ScoreAt", "Selection", "answer_query", "exact_selection"]
@@ -83,6 +89,7 @@ def answer_query(
     scored_tenant: str | None = None,
     scores: np.ndarray | None = None,
     select: Selection = exact_selection,
+    salt: str | None = None,
 ) -> tuple[QueryRecord, RecordWitness]:
     """Answer one query privately: the one implementation every audited path runs.
 
@@ -93,8 +100,10 @@ def answer_query(
     Noise z_q derived from (s_W, rec_q = (W, a, t(a), H(q), j)) for every slot of the
     tenant's index, exact integer scores of the fixed-point query against the slots that
     noise leaves in the race (:func:`exact_selection`: the same positions as scoring every
-    slot), the account mechanism's integer noise-then-select, then the record r_q with its
-    attestation π_q and the private witness (Merkle openings of the selected positions).
+    slot), the account mechanism's integer noise-then-select, then the record r_q (H(q) and
+    H(top-K) committed under a fresh salt) with its attestation π_q and the private witness
+    (the salt, Merkle openings of the selected positions). ``salt``: a fresh one unless
+    given (a test that compares two runs gives one).
     Appending the record, charging the account and signing the receipt are the caller's
     (:class:`~ragprivacy.audit.AuditWindow`). ``select`` is the selection rule; only a
     test of the verifier passes another one (a cheating provider's, e.g.
@@ -121,6 +130,7 @@ def answer_query(
         (p, vector.hex(), tuple(h.hex() for h in proof))
         for p, (vector, proof) in zip(chosen, index.openings(chosen))
     ]
+    salt = salt or record_salt()
     witness = RecordWitness(
         query_text=query_text,
         query_fixed=np.asarray(query_fixed).astype("<i4").tobytes().hex(),
@@ -129,12 +139,13 @@ def answer_query(
         positions=chosen,
         ids=chosen_ids,
         openings=tuple(openings),
+        salt=salt,
     )
     record = QueryRecord(
         account,
         tenant,
-        query_hash,
-        topk_hash(tenant, chosen, chosen_ids),
+        query_commitment(salt, query_hash),
+        topk_commitment(salt, topk_hash(tenant, chosen, chosen_ids)),
         int(ts),
         int(seq),
         proof_system.prove_record(witness),

@@ -23,7 +23,8 @@ Checks, in order (every check runs; the verdict names all failures, the first on
    receipt names the commitments it was issued under, as the tree head does), a valid
    consistency proof from the receipt's root to the final root (append-only), a valid
    inclusion proof of the record at pos_q,
-   and the receipted (a, H(q), H(top-K), j) equal to the ledger's record. A dropped or
+   and the receipted (a, j) equal to the ledger record's, whose salted commitments the
+   receipt's (salt, H(q), H(top-K)) open. A dropped or
    rewritten record fails here, and so does any record in the name of an account that
    submitted receipts but that none of its receipts names (a query it never asked for).
 5. ``per_record`` — claims A1–A4 by the proof system, for every record (``mode="full"``)
@@ -380,8 +381,8 @@ class Verifier:
             rec = records[r.position]
             if (
                 rec is None
-                or (rec.account, rec.query_hash, rec.topk_hash, rec.seq)
-                != (r.account, r.query_hash, r.topk_hash, r.seq)
+                or (rec.account, rec.seq) != (r.account, r.seq)
+                or not rec.opens_to(r.salt, r.query_hash, r.topk_hash)
                 or not verify_inclusion(
                     transcript.records[r.position],
                     r.position,
@@ -395,7 +396,8 @@ class Verifier:
                 )
                 continue
             mine.add(r.position)
-        failures.extend(_unasked_records(records, held, unanswered))
+        opened = {i: w.query_hash() for i, w in package.witnesses.items()} if package else None
+        failures.extend(_unasked_records(records, held, unanswered, opened))
         if policy is not None:  # public from phase A: a live window is held to it too
             failures.extend(_calibrated_estimator(policy))
         if transcript.coalition is None:  # live: ĉ and the seed come at close
@@ -597,33 +599,49 @@ def _unasked_records(
     records: Sequence[QueryRecord | None],
     held: Mapping[str, set[int]],
     unanswered: Sequence[tuple[str | None, str]] = (),
+    opened: Mapping[int, str] | None = None,
 ) -> list[CheckFailure]:
     """Records in the name of an account that submitted receipts but that none of its
     receipts names: queries it never asked for (filler records that move its query
     numbers j, a replay of one of its queries). An account that submits its receipts
     submits all of them — the shipped client keeps every one, charged failures included —
-    and the requests it got no answer to (``unanswered``), each excusing one record with
-    its H(q). ``held``: account → the positions its receipts that checked name (an
-    account that submitted any receipt of the window is in it)."""
+    and the requests it got no answer to (``unanswered``, (account, H(q))), each excusing
+    one record. A public record hides its H(q), so an entry excuses a record with that
+    H(q) where the auditor package opens the records (``opened``: position → H(q)), and
+    any one record of its account without the package. ``held``: account → the positions
+    its receipts that checked name (an account that submitted any receipt of the window
+    is in it)."""
     named = held
     excused = Counter(unanswered)
+    by_account = Counter(a for a, _ in unanswered)  # without openings: one record per entry
     out = []
     for i, rec in enumerate(records):
         if rec is None or rec.account not in named or i in named[rec.account]:
             continue
-        for key in ((rec.account, rec.query_hash), (None, rec.query_hash)):
+        if opened is None:
+            for who in (rec.account, None):
+                if by_account[who] > 0:
+                    by_account[who] -= 1
+                    break
+            else:
+                out.append(_never_asked(i, rec.account))
+            continue
+        hq = opened.get(i, "")
+        for key in ((rec.account, hq), (None, hq)):
             if excused[key] > 0:
                 excused[key] -= 1
                 break
         else:
-            out.append(
-                CheckFailure(
-                    "receipt_consistency",
-                    f"record {i} is in the name of {rec.account!r}, which submitted its "
-                    "receipts, but none of them names it: a query the account never asked for",
-                )
-            )
+            out.append(_never_asked(i, rec.account))
     return out
+
+
+def _never_asked(position: int, account: str) -> CheckFailure:
+    return CheckFailure(
+        "receipt_consistency",
+        f"record {position} is in the name of {account!r}, which submitted its receipts, "
+        "but none of them names it: a query the account never asked for",
+    )
 
 
 def _calibrated_estimator(policy: AuditPolicy) -> list[CheckFailure]:

@@ -56,7 +56,14 @@ from ragprivacy.audit.commitments import (
 from ragprivacy.audit.counter import LedgerCounter, StaleCount
 from ragprivacy.audit.merkle import MerkleLog
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, RecordWitness
-from ragprivacy.audit.records import ProviderKey, QueryRecord, Receipt, SignedTreeHead, query_hash
+from ragprivacy.audit.records import (
+    ProviderKey,
+    QueryRecord,
+    Receipt,
+    SignedTreeHead,
+    query_hash,
+    topk_hash,
+)
 from ragprivacy.audit.selection import ScoreAt, answer_query, exact_selection
 from ragprivacy.audit.transcript import (
     AuditorPackage,
@@ -424,7 +431,8 @@ class AuditWindow:
             window_id=self.policy.window_id,
             account=account,
             query_hash=hq,
-            topk_hash=record.topk_hash,
+            topk_hash=topk_hash(tenant, witness.positions, witness.ids),
+            salt=witness.salt,
             seq=record.seq,
             position=pos,
             tree_size=size,

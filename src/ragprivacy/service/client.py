@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ from ragprivacy.errors import (
     GeneratorUnavailableError,
     VerificationError,
 )
+
+_SALT = re.compile(r"[0-9a-f]{64}")  # a receipt's salt: 256 bits, lowercase hex
 
 __all__ = ["Client", "load_receipts", "load_unanswered"]
 
@@ -147,6 +150,10 @@ class Client:
             raise VerificationError(
                 f"The receipt names other commitments than those window {r.window_id!r} "
                 "publishes: the provider changed its commitments."
+            )
+        if not _SALT.fullmatch(r.salt):
+            raise VerificationError(
+                "The receipt carries no 256-bit salt: it cannot open its public record."
             )
         if r.query_hash != query_hash(query):
             raise VerificationError(
