@@ -415,3 +415,35 @@ def test_a_cache_key_isolates_the_upstream_cache_per_account() -> None:
         ("k-bob", "k-bob"),
         (None, None),
     ]
+
+
+def test_a_sent_prompt_is_noted_for_the_request_and_a_refused_one_is_not() -> None:
+    """What the failure rule reads: a request that reached the server (answered, or failed
+    after connecting) notes that its prompt was used, in a batch's worker threads too; a
+    refused connection notes nothing."""
+    import httpx
+
+    from ragprivacy.generate import tracking_prompts
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json={"choices": [{"message": {"content": "ok"}, "logprobs": None}]}
+        )
+
+    g = OpenAIGenerator(
+        "m", "http://model.local/v1", transport=httpx.MockTransport(handler), concurrency=4
+    )
+    with tracking_prompts() as used:
+        assert not used[0]
+        g.generate_batch([Prompt(Task.CHAT, "hi"), Prompt(Task.CHAT, "there")])
+        assert used[0]
+    g.close()
+    with socket.socket() as s:  # bound, never listening: connections there are refused
+        s.bind(("127.0.0.1", 0))
+        refused = OpenAIGenerator(
+            "m", f"http://127.0.0.1:{s.getsockname()[1]}/v1", max_retries=0, timeout=2
+        )
+        with tracking_prompts() as used, pytest.raises(BackendError):
+            refused.generate(PROMPT)
+        assert not used[0]
+        refused.close()

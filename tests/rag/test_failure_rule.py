@@ -24,7 +24,14 @@ from ragprivacy.errors import (
     ConfigError,
     GeneratorUnavailableError,
 )
-from ragprivacy.generate import Generator, Prompt, PromptBudget, TokenDistribution, tokenize
+from ragprivacy.generate import (
+    Generator,
+    Prompt,
+    PromptBudget,
+    TokenDistribution,
+    note_prompt_used,
+    tokenize,
+)
 from ragprivacy.rag import (
     DPVoteRAG,
     MuRAG,
@@ -47,7 +54,8 @@ QUESTION = "what is the secret of record 3?"
 
 class FlakyLLM(Generator):
     """Answers 'alpha'; every call fails while ``down`` is set (``unreached``: before
-    the prompt left, as a refused connection does)."""
+    the prompt left, as a refused connection does), or once ``calls_left`` calls were
+    answered. A call that answers notes its prompt used, as a remote generator does."""
 
     name = "flaky"
 
@@ -55,13 +63,19 @@ class FlakyLLM(Generator):
         self.down = False
         self.unreached = False
         self.seen = ""
+        self.calls_left: int | None = None
 
     def _check(self) -> None:
+        if self.calls_left is not None:
+            if self.calls_left == 0:
+                self.down = True
+            self.calls_left -= 1
         if self.down and self.unreached:
             raise GeneratorUnavailableError("connection refused")
         if self.down:
             # a backend error that quotes its prompt, as HTTP 400 bodies may
             raise BackendError(f"The generator did not answer; prompt held {self.seen!r}.")
+        note_prompt_used()
 
     def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
         return self.generate_batch([prompt])[0]
@@ -218,6 +232,43 @@ def test_a_generator_never_reached_spends_nothing(case: Case, tmp_path: object) 
     llm.down = False
     system.answer(QUESTION, account="alice")
     assert spend() > 0.0
+
+
+#: the systems that call the generator more than once per answer
+MULTI_CALL = [c for c in CASES if c.id in {"dp_vote+noisy_topk", "naive_multi", "murag"}]
+
+
+class Disagreeing(FlakyLLM):
+    """Half the voters answer outside the vocabulary, so once a token is released the
+    vote asks them again: an answer makes two generator calls."""
+
+    def generate_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int | None = None
+    ) -> list[Completion]:
+        out = super().generate_batch(prompts, max_tokens=max_tokens)
+        return [c if i % 2 else Completion("beta", ("beta",)) for i, c in enumerate(out)]
+
+
+@pytest.mark.parametrize("case", MULTI_CALL)
+def test_an_unreachable_generator_after_an_earlier_call_is_charged(
+    case: Case, tmp_path: object
+) -> None:
+    """A generator that answered the first call of an answer (the documents left) and
+    is unreachable at a later one: charged like an answer, never given back — whether
+    the answer got to that call depends on what the first one said. Unreachable at the
+    first call: still free."""
+    llm = Disagreeing()
+    system, spend = case(llm, tmp_path)
+    llm.calls_left = 1
+    llm.unreached = True
+    with pytest.raises(ChargedFailureError, match="charged like an answer"):
+        system.answer(QUESTION, account="alice")
+    charged = spend()
+    assert charged > 0.0 and llm.calls_left < 0  # it got to a second call
+    llm.down, llm.calls_left = False, 0
+    with pytest.raises(GeneratorUnavailableError):
+        system.answer(QUESTION, account="alice")
+    assert spend() == charged
 
 
 @pytest.mark.parametrize("case", CASES)

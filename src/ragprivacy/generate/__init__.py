@@ -39,6 +39,7 @@ from ragprivacy.generate.reference import (
     ReferenceReader,
     is_defense_instruction,
 )
+from ragprivacy.generate.sent import note_prompt_used, tracking_prompts
 from ragprivacy.generate.templates import (
     DEFAULT_TEMPLATES,
     MASK_PATTERN,
@@ -95,10 +96,12 @@ __all__ = [
     "is_defense_instruction",
     "normalize",
     "normalize_all",
+    "note_prompt_used",
     "register_generator",
     "register_template",
     "render_prompt",
     "smollm2_path",
     "template_names",
     "tokenize",
+    "tracking_prompts",
 ]

@@ -46,6 +46,7 @@ exponential backoff (``backoff · 2**attempt`` seconds, at most 30, or the serve
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import math
 import os
@@ -63,6 +64,7 @@ from ragprivacy._validation import check_choice, check_positive, check_positive_
 from ragprivacy.errors import BackendError, ConfigError, GeneratorUnavailableError
 from ragprivacy.generate.base import Generator, TokenDistribution, register_generator
 from ragprivacy.generate.prompt import Prompt
+from ragprivacy.generate.sent import note_prompt_used
 from ragprivacy.generate.tokens import tokenize
 from ragprivacy.types import Completion
 
@@ -232,8 +234,10 @@ class OpenAIGenerator(Generator):
                 raise _Retryable(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
             except httpx.HTTPError as exc:
                 reached = True
+                note_prompt_used()
                 raise _Retryable(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
             reached = True
+            note_prompt_used()
             return self._answer(url, resp)
 
         retrying = tenacity.Retrying(
@@ -429,7 +433,12 @@ class OpenAIGenerator(Generator):
         if self.concurrency == 1 or len(prompts) < 2:
             return [self.generate(p, max_tokens=max_tokens) for p in prompts]
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(lambda p: self.generate(p, max_tokens=max_tokens), prompts))
+            # each call in the request's context: its prompts' use is noted for the request
+            futures = [
+                pool.submit(contextvars.copy_context().run, self.generate, p, max_tokens=max_tokens)
+                for p in prompts
+            ]
+            return [f.result() for f in futures]
 
     def next_token_distribution(
         self, prompt: Prompt, prefix: Sequence[str] | str = ()

@@ -12,7 +12,7 @@ from typing import Any
 from ragprivacy._registry import Registry
 from ragprivacy.dp import compose, event_epsilon
 from ragprivacy.errors import ChargedFailureError, GeneratorUnavailableError, RagPrivacyError
-from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
+from ragprivacy.generate import Generator, Prompt, PromptBudget, Task, tracking_prompts
 from ragprivacy.retrieval import KnowledgeBase, Retriever
 from ragprivacy.types import (
     Completion,
@@ -136,21 +136,28 @@ def charged_on_failure(
     propagates as it is.
 
     The one exception is a failure that provably does not depend on the data:
-    :class:`~ragprivacy.errors.GeneratorUnavailableError` (the generator was never
-    reached, so no byte of the prompt left). Its retrievals are given back
-    (``Retriever.release``) and it propagates. Refusals before retrieval (validation,
-    budgets, a prompt that could overflow the context: :class:`ragprivacy.generate.
-    PromptBudget`) never get here and spend nothing.
+    :class:`~ragprivacy.errors.GeneratorUnavailableError` at the block's *first*
+    generator call (the generator was never reached, so no byte of the prompt left). Its
+    retrievals are given back (``Retriever.release``) and it propagates. An unreachable
+    generator after an earlier call of the block carried the documents is charged like
+    any failure: the documents left, and whether the request got to that later call (a
+    DP vote's next token) depends on what the earlier calls answered
+    (:mod:`ragprivacy.generate.sent`). Refusals before retrieval (validation, budgets, a
+    prompt that could overflow the context: :class:`ragprivacy.generate.PromptBudget`)
+    never get here and spend nothing.
     """
-    try:
-        yield
-    except GeneratorUnavailableError:
-        retriever.release(retrievals, account=account)
-        raise
-    except ChargedFailureError:
-        raise
-    except Exception as exc:
-        raise charged_failure(exc) from None
+    with tracking_prompts() as used:
+        try:
+            yield
+        except GeneratorUnavailableError as exc:
+            if used[0]:  # an earlier call carried the documents
+                raise charged_failure(exc) from None
+            retriever.release(retrievals, account=account)
+            raise
+        except ChargedFailureError:
+            raise
+        except Exception as exc:
+            raise charged_failure(exc) from None
 
 
 def check_prompt(

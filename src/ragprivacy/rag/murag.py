@@ -34,8 +34,8 @@ were read, a generation that fails (or is cancelled) keeps everything the reques
 charged — the account's ε under ``naive_multi``, the documents' filter charges under
 MURAG/-ADA, a private retriever's per-account queries — because whether it fails can
 depend on the documents (a context-length error depends on their lengths), and the
-caller sees that it failed. Only a generator that was never reached
-(:class:`~ragprivacy.errors.GeneratorUnavailableError`) gives everything back.
+caller sees that it failed. Only a generator that was never reached at the answer's
+first call (:class:`~ragprivacy.errors.GeneratorUnavailableError`) gives everything back.
 
 Reuse of earlier answers (Private-RAG §6, ``reuse_answers=True``): the previous answers
 are DP outputs, so re-using them is post-processing and free; the most similar earlier

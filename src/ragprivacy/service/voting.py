@@ -17,7 +17,8 @@ Accounting:
 * a failure is an answer: the answer is counted before it is computed and stays counted
   if the vote fails after retrieval (the systems keep their filter charges too), because
   whether it fails can depend on the documents; it is given back only when nothing was
-  read (a refusal before retrieval) or the generator was never reached (the first
+  read (a refusal before retrieval) or the generator was never reached at the vote's
+  first call (the first
   :data:`~ragprivacy.service.state.FREE_FAILURES` times in a window); a crash between the
   count and the reply charges an answer nobody got — the safe direction;
 * prompts have a data-independent size: each retrieved document is cut and padded to the
