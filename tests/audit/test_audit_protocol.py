@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from ragprivacy.audit import (
     save_window,
 )
 from ragprivacy.audit.cheats import CheatingWindow, Misbehaviour, tamper_ledger_file
-from ragprivacy.audit.commitments import seed_commitment, verify_opening
+from ragprivacy.audit.commitments import index_salt_key, seed_commitment, verify_opening
 from ragprivacy.audit.demo import demo_window
 from ragprivacy.audit.noise import integer_scores
 from ragprivacy.corpus import Corpus
@@ -236,12 +238,32 @@ def test_commitments_and_openings() -> None:
     rng = np.random.default_rng(0)
     vecs = rng.standard_normal((9, 8))
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    c = TenantCommitment("t", vecs)
-    vb, proof = c.opening(4)
-    assert verify_opening(c.root, c.size, 4, vb, proof)
-    assert not verify_opening(c.root, c.size, 5, vb, proof)
-    other = TenantCommitment("u", vecs[::-1])
-    assert not verify_opening(other.root, other.size, 4, vb, proof)
+    ids = [f"d{i}" for i in range(9)]
+    texts = [hashlib.sha256(f"text {i}".encode()).hexdigest() for i in range(9)]
+    key = index_salt_key(bytes(range(32)))
+    c = TenantCommitment("t", vecs, ids, salt_key=key, contents=texts)
+    vb, proof, salt = c.opening(4)
+    assert verify_opening(c.root, c.size, 4, vb, proof, salt=salt, doc_id="d4", content=texts[4])
+    assert not verify_opening(
+        c.root, c.size, 5, vb, proof, salt=salt, doc_id="d4", content=texts[4]
+    )
+    # the id and the text are committed with the embedding, under the leaf's salt
+    assert not verify_opening(
+        c.root, c.size, 4, vb, proof, salt=salt, doc_id="d5", content=texts[4]
+    )
+    assert not verify_opening(
+        c.root, c.size, 4, vb, proof, salt=salt, doc_id="d4", content=texts[5]
+    )
+    assert not verify_opening(
+        c.root, c.size, 4, vb, proof, salt=bytes(32), doc_id="d4", content=texts[4]
+    )
+    other = TenantCommitment("u", vecs[::-1], ids, salt_key=key, contents=texts)
+    assert not verify_opening(
+        other.root, other.size, 4, vb, proof, salt=salt, doc_id="d4", content=texts[4]
+    )
+    # the same documents under another window's seed: another root (salted leaves)
+    resalted = TenantCommitment("t", vecs, ids, salt_key=index_salt_key(bytes(32)), contents=texts)
+    assert resalted.root != c.root
     q = c.fixed[4]
     assert integer_scores(c.fixed, q, 20).argmax() == 4
     with pytest.raises(ConfigError):

@@ -29,6 +29,7 @@ from ragprivacy.audit import (
     exact_selection,
     fixed_point,
 )
+from ragprivacy.audit.commitments import index_salt_key
 from ragprivacy.audit.noise import integer_scores
 from ragprivacy.errors import DataError
 
@@ -105,11 +106,22 @@ def test_a_source_gives_the_same_window_as_rows_in_memory_and_it_verifies() -> N
     assert verdict.passed, verdict.failed_check()
 
 
+def _commitment(tenant: str, rows: object) -> TenantCommitment:
+    """The tenant's commitment with one id per row (what a window commits beside them)."""
+    n = rows.size if isinstance(rows, ArraySource) else len(rows)  # type: ignore[arg-type]
+    return TenantCommitment(
+        tenant,
+        rows,  # type: ignore[arg-type]
+        [f"d{i}" for i in range(n)],
+        salt_key=index_salt_key(bytes(range(32))),
+    )
+
+
 def test_a_store_changed_after_the_commitment_is_refused() -> None:
     rows = _vectors(30, 8, 3)
     source = ArraySource(rows)
-    commitment = TenantCommitment("t0", source)
-    assert commitment.root == TenantCommitment("t0", rows).root
+    commitment = _commitment("t0", source)
+    assert commitment.root == _commitment("t0", rows).root
     source.rows = source.rows.copy()
     source.rows[4] = _vectors(1, 8, 4)[0]
     with pytest.raises(DataError, match="position 4"):
@@ -136,7 +148,7 @@ def test_exact_selection_asks_score_at_only_for_the_slots_its_noise_leaves() -> 
     assert np.array_equal(picked, mech.select_units(scores, noise))
     assert len(asked) == 1 and asked[0].size == 64  # max(64, 8K) of the 200 slots
     assert np.array_equal(asked[0], np.unique(asked[0])) and set(picked) <= set(asked[0])
-    commitment = TenantCommitment("t", ArraySource(rows))
+    commitment = _commitment("t", ArraySource(rows))
     assert np.array_equal(commitment.scores(q, POLICY.grid_bits), scores)
     assert np.array_equal(commitment.scores_at(q, [5, 0, 5], POLICY.grid_bits), scores[[5, 0, 5]])
 
@@ -144,7 +156,7 @@ def test_exact_selection_asks_score_at_only_for_the_slots_its_noise_leaves() -> 
 def test_answer_query_reads_the_scores_itself_when_none_are_given() -> None:
     rows = _vectors(300, 16, 8)
     source = ArraySource(rows)
-    index = TenantCommitment("t0", source)
+    index = _commitment("t0", source)
     q = fixed_point(_vectors(1, 16, 9))[0]
     common = dict(
         salt="5a" * 32,
@@ -152,7 +164,6 @@ def test_answer_query_reads_the_scores_itself_when_none_are_given() -> None:
         mechanism=POLICY.mechanism(),
         grid_bits=POLICY.grid_bits,
         index=index,
-        ids=[f"d{i}" for i in range(300)],
         seed=bytes(range(32)),
         account="a",
         tenant="t0",
@@ -171,5 +182,5 @@ def test_answer_query_reads_the_scores_itself_when_none_are_given() -> None:
     assert [len(f) for f in source.fetched[fetched:]] == [64, POLICY.top_k]
     given, same = answer_query(**common, scores=index.scores(q, POLICY.grid_bits))  # type: ignore[arg-type]
     assert read == given and witness == same
-    in_memory, _ = answer_query(**{**common, "index": TenantCommitment("t0", rows)})  # type: ignore[arg-type]
+    in_memory, _ = answer_query(**{**common, "index": _commitment("t0", rows)})  # type: ignore[arg-type]
     assert in_memory == read

@@ -1,7 +1,8 @@
 """What an outsider reads of a window hides what it commits to (the audit's third round,
-item 1): a dictionary of plausible questions and a brute force over every id list of a
-tenant, tested against everything a window publishes, match nothing; the account opens
-its own records with its receipts, and the auditor opens every record with the witnesses.
+item 1): a dictionary of plausible questions, a brute force over every id list of a
+tenant and a regenerated corpus, tested against everything a window publishes, match
+nothing; the account opens its own records with its receipts, and the auditor opens
+every record and every index leaf with the seed and the witnesses.
 
 The attack is the outsider's: it has the public transcript (commitments, every record,
 the signed tree head, the coalition claim) and the templates and names the queries were
@@ -16,9 +17,20 @@ import re
 
 import pytest
 
-from ragprivacy.audit import AuditPolicy, AuditWindow, QueryRecord, Verifier, query_hash
+from ragprivacy.audit import (
+    AuditPolicy,
+    AuditWindow,
+    MerkleLog,
+    QueryRecord,
+    TenantCommitment,
+    Verifier,
+    fixed_point,
+    query_hash,
+)
+from ragprivacy.audit.commitments import index_salt_key
 from ragprivacy.audit.records import topk_hash
 from ragprivacy.embed import create_embedder
+from ragprivacy.errors import DataError
 
 NAMES = ["Tyler Gay", "Ana Ruiz", "Wei Chen", "Omar Haddad", "Lena Fischer", "Ivo Novak"]
 CONDITIONS = ["asthma", "gout", "diabetes", "migraine"]
@@ -53,6 +65,7 @@ def _window() -> AuditWindow:
         ),
         tenants={"clinic": (IDS, emb.encode(DOCS))},
         accounts={"alice": "clinic", "bob": "clinic"},
+        contents={"clinic": [hashlib.sha256(d.encode()).hexdigest() for d in DOCS]},
         embedder=emb,
         seed=bytes(range(32)),
     )
@@ -99,11 +112,12 @@ def test_every_id_list_of_the_tenant_matches_nothing_published(served) -> None: 
     window, answers, _ = served
     public = _published(window)
     digests = set(re.findall(r"[0-9a-f]{64}", public))
+    texts = [hashlib.sha256(d.encode()).hexdigest() for d in DOCS]
     candidates = {
-        topk_hash("clinic", pos, [IDS[p] for p in pos])
+        topk_hash("clinic", pos, [IDS[p] for p in pos], [texts[p] for p in pos])
         for pos in itertools.permutations(range(len(IDS)), K)
     }
-    served_lists = {topk_hash("clinic", a.positions, a.ids) for a in answers}
+    served_lists = {a.receipt.topk_hash for a in answers}
     assert served_lists <= candidates  # the brute force covers what was served
     assert not candidates & digests
     assert not any(i in public for a in answers for i in a.ids)
@@ -120,10 +134,58 @@ def test_the_account_and_the_auditor_open_what_the_outsider_cannot(served) -> No
     package = window.auditor_package()
     assert all(
         records[i].opens_to(
-            w.salt, w.query_hash(), topk_hash(records[i].tenant, w.positions, w.ids)
+            w.salt, w.query_hash(), topk_hash(records[i].tenant, w.positions, w.ids, w.contents)
         )
         for i, w in package.witnesses.items()
     )
     assert len({r.query_commit for r in records}) == len(records)  # fresh salts
     verdict = Verifier().verify(window.transcript(), [a.receipt for a in answers], package)
     assert verdict.outcome == "PASS", verdict.failures[:3]
+
+
+def test_a_regenerated_corpus_does_not_match_the_index_root(served) -> None:  # type: ignore[no-untyped-def]
+    """The outsider regenerates the tenant's exact documents with the public embedder: the
+    root it builds (the paper's leaves H(Emb(d)), or the salted leaves under any key it
+    can name) is not the published C_D; the auditor, holding s_W, rebuilds it."""
+    window, _, _ = served
+    published = window.transcript().commitments.c_idx["clinic"][0]
+    rows = fixed_point(create_embedder("hashing").encode(DOCS))
+    plain = MerkleLog()
+    plain.append_many(hashlib.sha256(r.tobytes()).digest() for r in rows)
+    texts = [hashlib.sha256(d.encode()).hexdigest() for d in DOCS]
+    guesses = {plain.root().hex()} | {
+        TenantCommitment("clinic", rows / (1 << 15), IDS, salt_key=key, contents=texts).root.hex()
+        for key in (bytes(32), hashlib.sha256(b"").digest(), index_salt_key(bytes(32)))
+    }
+    assert published not in guesses
+    auditor = TenantCommitment(
+        "clinic",
+        rows / (1 << 15),
+        IDS,
+        salt_key=index_salt_key(window.auditor_package().seed),
+        contents=texts,
+    )
+    assert auditor.root.hex() == published
+
+
+def test_a_window_resumed_over_changed_texts_refuses_to_serve() -> None:
+    """A second process resuming the window over a text changed since the commitments
+    were published refuses to start: it would serve what the index never committed."""
+    window = _window()
+    emb = create_embedder("hashing")
+    texts = [hashlib.sha256(d.encode()).hexdigest() for d in DOCS]
+    common = dict(
+        policy=window.policy,
+        accounts=window.accounts,
+        embedder=emb,
+        seed=window.seed,
+        key=window.key,
+        commitments=window.commitments,
+    )
+    same = AuditWindow(tenants={"clinic": (IDS, emb.encode(DOCS))},
+                       contents={"clinic": texts}, **common)  # type: ignore[arg-type]  # fmt: skip
+    same.close()
+    changed = [*texts[:-1], hashlib.sha256(b"another text").hexdigest()]
+    with pytest.raises(DataError, match="changed since the window opened"):
+        AuditWindow(tenants={"clinic": (IDS, emb.encode(DOCS))},
+                    contents={"clinic": changed}, **common)  # type: ignore[arg-type]  # fmt: skip

@@ -5,6 +5,7 @@ it holds its keys and answers as it likes — reached by the real client over HT
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -39,11 +40,17 @@ def _window() -> AuditWindow:
         ),
         tenants={"clinic": ([f"d{i}" for i in range(len(TEXTS))], emb.encode(TEXTS))},
         accounts={"alice": "clinic", "bob": "clinic"},
+        contents={"clinic": [hashlib.sha256(t.encode()).hexdigest() for t in TEXTS]},
         embedder=emb,
         seed=bytes(range(32)),
     )
     window.commit(published_at=0)
     return window
+
+
+def _committed(receipt: dict[str, Any]) -> list[dict[str, str]]:
+    """The documents an honest service serves with ``receipt``: the committed texts."""
+    return [{"id": i, "text": TEXTS[int(i[1:])]} for _, i, _ in receipt["documents"]]
 
 
 Answer = Callable[[AuditWindow, str], dict[str, Any]]
@@ -53,15 +60,23 @@ def _honest(window: AuditWindow, query: str) -> dict[str, Any]:
     return window.query("alice", query).receipt.to_dict()
 
 
-def _provider(window: AuditWindow, answer: Answer, *, status: int = 200) -> httpx.MockTransport:
-    """A provider's HTTP front: /v1/retrieve answers through ``answer``; the window's
-    commitments are published as the service publishes them."""
+def _provider(
+    window: AuditWindow,
+    answer: Answer,
+    *,
+    status: int = 200,
+    serve: Callable[[dict[str, Any]], list[dict[str, str]]] = _committed,
+) -> httpx.MockTransport:
+    """A provider's HTTP front: /v1/retrieve answers through ``answer`` and serves the
+    documents ``serve`` gives for its receipt; the window's commitments are published as
+    the service publishes them."""
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/audit/windows/W1/commitments":
             return httpx.Response(200, json=window.commitments.to_dict())
         query = json.loads(request.content)["query"]
-        body = {"documents": [], "receipt": answer(window, query)}
+        receipt = answer(window, query)
+        body = {"documents": serve(receipt), "receipt": receipt}
         if status == 502:
             body = {"detail": "Generation failed after retrieval.", "receipt": body["receipt"]}
         return httpx.Response(status, json=body)
@@ -110,6 +125,45 @@ def test_h_of_q_grinding_is_refused_and_then_fails_the_window(tmp_path: Path) ->
     v = Verifier().verify(window.transcript(), receipts, window.auditor_package())
     assert v.failed_check == "receipt_consistency"
     assert any("never asked for" in f.detail for f in v.failures)
+
+
+def test_a_text_that_was_never_committed_is_refused_and_fails_the_window(tmp_path: Path) -> None:
+    """The provider serves another text under a committed id (its receipt honest): the
+    client refuses it. Re-signing the receipt so that it names the served text's hash
+    does not help: the receipted documents no longer open the public record."""
+    window = _window()
+
+    def swapped(receipt: dict[str, Any]) -> list[dict[str, str]]:
+        docs = _committed(receipt)
+        docs[0]["text"] = "Frank has diabetes."  # never committed under this id
+        return docs
+
+    with (
+        _client(_provider(window, _honest, serve=swapped), tmp_path / "a") as alice,
+        pytest.raises(VerificationError, match="not the text the window's index committed"),
+    ):
+        alice.retrieve("who has asthma?")
+
+    def re_signed(window: AuditWindow, query: str) -> dict[str, Any]:
+        r = window.query("alice", query).receipt
+        _, doc_id, _ = r.documents[0]
+        fake = hashlib.sha256(b"Frank has diabetes.").hexdigest()
+        docs = ((r.documents[0][0], doc_id, fake), *r.documents[1:])
+        forged = replace(
+            r, documents=docs, topk_hash=replace(r, documents=docs).opened_topk("clinic")
+        )
+        return replace(forged, signature=window.key.sign(forged.message())).to_dict()
+
+    def as_receipted(receipt: dict[str, Any]) -> list[dict[str, str]]:
+        docs = _committed(receipt)
+        docs[0]["text"] = "Frank has diabetes."
+        return docs
+
+    with _client(_provider(window, re_signed, serve=as_receipted), tmp_path / "b") as alice:
+        alice.retrieve("who has gout?")  # consistent with its own receipt
+    receipts = [Receipt.from_dict(r) for r in _kept(tmp_path / "b")]
+    v = Verifier().verify(window.transcript(), receipts, window.auditor_package())
+    assert v.failed_check == "receipt_consistency", v.failures[:3]
 
 
 def test_re_signed_commitments_and_foreign_keys_and_replays_are_refused(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ def _witness(i: int) -> RecordWitness:
         noise_digest=f"{i:064x}",
         positions=(i,),
         ids=(f"d{i}",),
-        openings=((i, "00", ()),),
+        contents=("",),
+        openings=((i, "00", (), "00"),),
         salt=f"{i:064x}",
     )
 

@@ -3,8 +3,9 @@
 Before the window opens the provider publishes, signed with its long-term Ed25519 key:
 
 * C_emb = H(embedder fingerprint ‖ prompt template ‖ tokenizer ‖ schema(D))   (R1, eq. 2.2)
-* C_idx = {C_{D_t}}: per tenant an RFC 9162 Merkle root over H(Emb(d)) of its
-  documents, in index order (R6, a vector commitment with O(log |D_t|) openings)
+* C_idx = {C_{D_t}}: per tenant an RFC 9162 Merkle root over its documents in index
+  order (R6, a vector commitment with O(log |D_t|) openings); leaf i is
+  H(salt_i ‖ Emb(d_i) ‖ id_i ‖ H(text_i)) (:func:`index_leaf`)
 * C_seed = H(s_W) for a fresh seed of at least 256 bits                          (G4)
 * C_ledger,0 = the empty tree's root SHA-256()                                    (G2)
 * C_policy = H(ε_acc ‖ δ_acc ‖ σ ‖ k_max ‖ δ_policy ‖ W)                          (eq. 5.1)
@@ -15,11 +16,22 @@ canonical JSON (sorted keys, no spaces, floats in shortest round-trip form). Emb
 are committed in fixed point (:data:`FIXED_BITS` fractional bits, int32 little endian),
 which is also what retrieval scores, so scores are integers and re-execution is
 bit-exact on any machine.
+
+**Hiding index leaves (deviation from §5.2, whose leaves are H(Emb(d))):** the root is
+public and the embedder is public and deterministic, so an unsalted leaf lets anyone test
+a guessed document (regenerate a corpus, match the root; recover a one-document tenant's
+text from a few candidates). Each leaf is salted with salt_i = HMAC(K_idx, (t, i)), K_idx
+derived from the window seed s_W (:func:`index_salt_key`): the auditor, who receives s_W,
+recomputes every leaf; nobody else can test one. The leaf also commits the document's id
+and the SHA-256 of its text (when the provider gives it), so a document served under an
+id or text that was never committed is caught (the account checks the text against its
+receipt, the auditor the receipt against the leaf).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 from abc import ABC, abstractmethod
@@ -55,6 +67,9 @@ __all__ = [
     "commit_hash",
     "embedding_commitment",
     "fixed_point",
+    "index_leaf",
+    "index_salt_key",
+    "leaf_salt",
     "seed_commitment",
     "verify_opening",
 ]
@@ -80,6 +95,23 @@ def seed_commitment(seed: bytes) -> bytes:
             f"{len(seed) if isinstance(seed, bytes) else type(seed).__name__}. Use os.urandom(32)."
         )
     return commit_hash("C_seed", seed)
+
+
+def index_salt_key(seed: bytes) -> bytes:
+    """K_idx: the key of the index leaves' salts, derived from the window seed s_W (only
+    the auditor, who receives s_W, can recompute a leaf)."""
+    return commit_hash("K_idx", seed)
+
+
+def leaf_salt(key: bytes, tenant: str, position: int) -> bytes:
+    """salt_i = HMAC-SHA256(K_idx, (tenant, i)): 256 bits per leaf."""
+    return hmac.new(key, encode_record("leaf-salt", tenant, int(position)), "sha256").digest()
+
+
+def index_leaf(salt: bytes, row: bytes, doc_id: str, content: str) -> bytes:
+    """Leaf data of C_{D_t}: H(salt ‖ fixed-point Emb(d) ‖ id ‖ H(text)) (``content``: the
+    hex SHA-256 of the document's text, or "" when the provider commits no text)."""
+    return commit_hash("index-leaf", salt, row, doc_id, content)
 
 
 def embedding_commitment(
@@ -144,19 +176,35 @@ SOURCE_CHUNK = 1024
 
 
 class TenantCommitment:
-    """C_{D_t}: an RFC 9162 Merkle root over H(fixed-point Emb(d)) in index order.
+    """C_{D_t}: an RFC 9162 Merkle root over the salted leaves :func:`index_leaf` of the
+    tenant's documents (fixed-point embedding, id, content hash) in index order.
 
     ``vectors`` are the tenant's embeddings ``[N_t, d]`` held in memory, or an
-    :class:`EmbeddingSource` they are read from (only the tree of their hashes is kept).
-    ``opening(i)`` returns the vector bytes and its inclusion proof; anyone holding the
-    root checks it with :func:`verify_opening`. :meth:`scores` and :meth:`scores_at` are
+    :class:`EmbeddingSource` they are read from (only the tree of their hashes is kept);
+    ``ids`` one id per row; ``salt_key`` is K_idx (:func:`index_salt_key`); ``contents``
+    the hex SHA-256 of each document's text (default: none committed).
+    ``opening(i)`` returns the vector bytes, its inclusion proof and its salt; the auditor
+    checks it against the root with :func:`verify_opening`. :meth:`scores` and :meth:`scores_at` are
     the exact integer scores (:func:`~ragprivacy.audit.integer_scores`) of a fixed-point
     query against every committed row or chosen positions, the same numbers from either
     storage.
     """
 
-    def __init__(self, tenant: str, vectors: FloatArray | EmbeddingSource) -> None:
+    def __init__(
+        self,
+        tenant: str,
+        vectors: FloatArray | EmbeddingSource,
+        ids: Sequence[str],
+        *,
+        salt_key: bytes,
+        contents: Sequence[str] | None = None,
+    ) -> None:
         self.tenant = tenant
+        self.ids = list(ids)
+        self.contents = list(contents) if contents is not None else [""] * len(self.ids)
+        if len(self.contents) != len(self.ids):
+            raise ConfigError(f"Tenant {tenant!r}: give one content hash per document.")
+        self._salt_key = salt_key
         self._log = MerkleLog()
         self._source: EmbeddingSource | None = None
         self._fixed: np.ndarray | None = None
@@ -164,9 +212,7 @@ class TenantCommitment:
             self._source = vectors
             self.dim = int(vectors.dim)
             for block in vectors.chunks(SOURCE_CHUNK):
-                self._log.append_many(
-                    hashlib.sha256(row.tobytes()).digest() for row in fixed_point(block)
-                )
+                self._append(fixed_point(block))
             if self._log.size != vectors.size:
                 raise DataError(
                     f"Tenant {tenant!r}: its store returned {self._log.size} embeddings, "
@@ -175,7 +221,22 @@ class TenantCommitment:
         else:
             self._fixed = fixed_point(vectors)
             self.dim = int(self._fixed.shape[1])
-            self._log.append_many(hashlib.sha256(row.tobytes()).digest() for row in self._fixed)
+            self._append(self._fixed)
+        if self._log.size != len(self.ids):
+            raise ConfigError(f"Tenant {tenant!r}: give one id per embedding.")
+
+    def _append(self, rows: np.ndarray) -> None:
+        start = self._log.size
+        if start + rows.shape[0] > len(self.ids):
+            raise ConfigError(f"Tenant {self.tenant!r}: give one id per embedding.")
+        self._log.append_many(self._leaf(start + i, row.tobytes()) for i, row in enumerate(rows))
+
+    def salt(self, position: int) -> bytes:
+        """salt_i of leaf ``position``."""
+        return leaf_salt(self._salt_key, self.tenant, position)
+
+    def _leaf(self, position: int, row: bytes) -> bytes:
+        return index_leaf(self.salt(position), row, self.ids[position], self.contents[position])
 
     @property
     def size(self) -> int:
@@ -210,22 +271,22 @@ class TenantCommitment:
             raise DataError(f"Tenant {self.tenant!r}: its store returned rows of another shape.")
         return rows
 
-    def opening(self, position: int) -> tuple[bytes, list[bytes]]:
+    def opening(self, position: int) -> tuple[bytes, list[bytes], bytes]:
         return self.openings([position])[0]
 
-    def openings(self, positions: Sequence[int]) -> list[tuple[bytes, list[bytes]]]:
-        """:meth:`opening` of each position, the rows read in one fetch from a source
-        (each checked against its committed leaf: a store changed since the window
-        opened is refused, never opened)."""
+    def openings(self, positions: Sequence[int]) -> list[tuple[bytes, list[bytes], bytes]]:
+        """:meth:`opening` of each position — (row bytes, inclusion proof, salt) — the rows
+        read in one fetch from a source (each checked against its committed leaf: a store
+        changed since the window opened is refused, never opened)."""
         rows = self.fixed_at(positions)
         out = []
         for p, row in zip(positions, rows):
-            if hashlib.sha256(row.tobytes()).digest() != self._log.leaf(int(p)):
+            if self._leaf(int(p), row.tobytes()) != self._log.leaf(int(p)):
                 raise DataError(
                     f"Tenant {self.tenant!r}: the stored embedding at position {p} is not "
                     "the committed one; its store changed since the window opened."
                 )
-            out.append((row.tobytes(), self._log.inclusion_proof(int(p))))
+            out.append((row.tobytes(), self._log.inclusion_proof(int(p)), self.salt(int(p))))
         return out
 
     @cached_property
@@ -265,10 +326,19 @@ class TenantCommitment:
 
 
 def verify_opening(
-    root: bytes, size: int, position: int, vector_bytes: bytes, proof: Sequence[bytes]
+    root: bytes,
+    size: int,
+    position: int,
+    vector_bytes: bytes,
+    proof: Sequence[bytes],
+    *,
+    salt: bytes,
+    doc_id: str,
+    content: str,
 ) -> bool:
-    """Check that ``vector_bytes`` sits at ``position`` of the committed tenant index."""
-    leaf = hashlib.sha256(vector_bytes).digest()
+    """Check that the document (``vector_bytes``, ``doc_id``, ``content``) sits at
+    ``position`` of the committed tenant index, under its leaf ``salt``."""
+    leaf = index_leaf(salt, vector_bytes, doc_id, content)
     return verify_inclusion(leaf, position, size, proof, root)
 
 

@@ -60,8 +60,9 @@ __all__ = [
 class RecordWitness:
     """The provider's private witness for one record.
 
-    ``query_fixed`` is the fixed-point query embedding (int32 hex); ``openings`` are
-    (position, vector hex, [proof hex]) of the selected positions in the scored index;
+    ``query_fixed`` is the fixed-point query embedding (int32 hex); ``contents`` the
+    committed hashes of the selected documents' texts; ``openings`` are (position, vector
+    hex, [proof hex], leaf salt hex) of the selected positions in the scored index;
     ``salt`` opens the record's commitments of H(q) and H(top-K).
     """
 
@@ -71,7 +72,8 @@ class RecordWitness:
     noise_digest: str
     positions: tuple[int, ...]
     ids: tuple[str, ...]
-    openings: tuple[tuple[int, str, tuple[str, ...]], ...]
+    contents: tuple[str, ...]
+    openings: tuple[tuple[int, str, tuple[str, ...], str], ...]
     salt: str
 
     def query_hash(self) -> str:
@@ -92,7 +94,8 @@ class RecordWitness:
             noise_digest=d["noise_digest"],
             positions=tuple(int(p) for p in d["positions"]),
             ids=tuple(d["ids"]),
-            openings=tuple((int(p), v, tuple(pr)) for p, v, pr in d["openings"]),
+            contents=tuple(d["contents"]),
+            openings=tuple((int(p), v, tuple(pr), sa) for p, v, pr, sa in d["openings"]),
             salt=d["salt"],
         )
 
@@ -204,12 +207,26 @@ class AuditorReexecution(ProofSystem):
         root, size = own
         if len(witness.openings) != len(witness.positions):
             return fail("A4", "one opening per selected position is required")
-        for (pos, vec_hex, proof), sel in zip(witness.openings, witness.positions):
+        if not len(witness.ids) == len(witness.contents) == len(witness.positions):
+            return fail("A4", "one id and one content hash per selected position is required")
+        for (pos, vec_hex, proof, salt), sel, doc_id, content in zip(
+            witness.openings, witness.positions, witness.ids, witness.contents
+        ):
             if pos != sel or not verify_opening(
-                root, size, pos, bytes.fromhex(vec_hex), [bytes.fromhex(p) for p in proof]
+                root,
+                size,
+                pos,
+                bytes.fromhex(vec_hex),
+                [bytes.fromhex(p) for p in proof],
+                salt=bytes.fromhex(salt),
+                doc_id=doc_id,
+                content=content,
             ):
-                return fail("A4", f"position {pos} does not open C_D[{record.tenant}]")
-        opened = topk_hash(record.tenant, witness.positions, witness.ids)
+                return fail(
+                    "A4",
+                    f"position {pos} with its id and text does not open C_D[{record.tenant}]",
+                )
+        opened = topk_hash(record.tenant, witness.positions, witness.ids, witness.contents)
         if topk_commitment(witness.salt, opened) != record.topk_commit:
             return fail("A3", "H(top-K) of the witness does not open the record")
         if ctx.seed is None or record.tenant not in ctx.tenant_fixed:

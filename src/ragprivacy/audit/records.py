@@ -63,11 +63,19 @@ def query_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def topk_hash(tenant: str, positions: Sequence[int], ids: Sequence[str]) -> str:
-    """H(top-K): SHA-256 hex over the tenant, the selected positions and ids, best first."""
+def topk_hash(
+    tenant: str, positions: Sequence[int], ids: Sequence[str], contents: Sequence[str]
+) -> str:
+    """H(top-K): SHA-256 hex over the tenant, the selected positions, their ids and the
+    committed hashes of their texts (index leaves), best first."""
     return hashlib.sha256(
         canonical_json(
-            {"tenant": tenant, "positions": [int(p) for p in positions], "ids": list(ids)}
+            {
+                "tenant": tenant,
+                "positions": [int(p) for p in positions],
+                "ids": list(ids),
+                "contents": list(contents),
+            }
         )
     ).hexdigest()
 
@@ -187,10 +195,11 @@ def _unbound(kind: str, d: Mapping[str, Any], *, salted: bool = False) -> DataEr
             "it was exported by an earlier ragprivacy, before receipts and tree heads named "
             "the commitments they were issued under, and cannot be verified by this version."
         )
-    if salted and "salt" not in d:
+    if salted and ("salt" not in d or "documents" not in d):
         return DataError(
-            f"This {kind} has no 'salt': it was exported by an earlier ragprivacy, before "
-            "records held salted commitments, and cannot be verified by this version."
+            f"This {kind} has no 'salt' or 'documents': it was exported by an earlier "
+            "ragprivacy, before records held salted commitments and receipts named the "
+            "committed documents, and cannot be verified by this version."
         )
     return DataError(f"This is not a {kind}: its fields are {', '.join(sorted(d))}.")
 
@@ -201,6 +210,9 @@ class Receipt:
 
     Besides the record's place in the ledger (position, tree size, root) and its
     (a, H(q), H(top-K)) with the ``salt`` that opens the record's commitments of them
+    and the ``documents`` H(top-K) is taken over — (position, id, SHA-256 of the text as
+    committed in the index leaf) of each selected document, so the account checks the
+    texts it was served against what was committed
     (:meth:`QueryRecord.opens_to`; the account's secret: the public record hides them), it
     names the account's query number j (``seq``) and the digest of
     the window's commitments it was issued under (``commitments``,
@@ -213,6 +225,7 @@ class Receipt:
     account: str
     query_hash: str
     topk_hash: str
+    documents: tuple[tuple[int, str, str], ...]
     salt: str
     seq: int
     position: int
@@ -229,11 +242,23 @@ class Receipt:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def opened_topk(self, tenant: str) -> str:
+        """H(top-K) of the receipted documents (position, id, content hash) of ``tenant``:
+        what ``topk_hash`` must be."""
+        return topk_hash(
+            tenant,
+            [p for p, _, _ in self.documents],
+            [i for _, i, _ in self.documents],
+            [c for _, _, c in self.documents],
+        )
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Receipt:
         try:
-            return cls(**dict(d))
-        except TypeError:
+            fields = dict(d)
+            fields["documents"] = tuple((int(p), str(i), str(c)) for p, i, c in fields["documents"])
+            return cls(**fields)
+        except (TypeError, KeyError, ValueError):
             raise _unbound("receipt", d, salted=True) from None
 
 

@@ -10,7 +10,7 @@ witness. The verifier's re-execution runs the same rule over every slot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
@@ -76,7 +76,6 @@ def answer_query(
     mechanism: GaussianNoisyTopK,
     grid_bits: int,
     index: TenantCommitment,
-    ids: Sequence[str],
     seed: bytes,
     account: str,
     tenant: str,
@@ -125,10 +124,11 @@ def answer_query(
 
     positions = select(mechanism, z, score_at)
     chosen = tuple(int(p) for p in positions)
-    chosen_ids = tuple(ids[p] for p in chosen)
+    chosen_ids = tuple(index.ids[p] for p in chosen)
+    chosen_contents = tuple(index.contents[p] for p in chosen)
     openings = [
-        (p, vector.hex(), tuple(h.hex() for h in proof))
-        for p, (vector, proof) in zip(chosen, index.openings(chosen))
+        (p, vector.hex(), tuple(h.hex() for h in proof), leaf.hex())
+        for p, (vector, proof, leaf) in zip(chosen, index.openings(chosen))
     ]
     salt = salt or record_salt()
     witness = RecordWitness(
@@ -138,6 +138,7 @@ def answer_query(
         noise_digest=noise_digest(z),
         positions=chosen,
         ids=chosen_ids,
+        contents=chosen_contents,
         openings=tuple(openings),
         salt=salt,
     )
@@ -145,7 +146,7 @@ def answer_query(
         account,
         tenant,
         query_commitment(salt, query_hash),
-        topk_commitment(salt, topk_hash(tenant, chosen, chosen_ids)),
+        topk_commitment(salt, topk_hash(tenant, chosen, chosen_ids, chosen_contents)),
         int(ts),
         int(seq),
         proof_system.prove_record(witness),

@@ -160,12 +160,14 @@ class PublicTranscript:
 
 @dataclass(slots=True)
 class AuditorPackage:
-    """What a trusted auditor receives for re-execution: seed, witnesses, embeddings."""
+    """What a trusted auditor receives for re-execution: seed, witnesses, embeddings,
+    and the ids and content hashes committed beside them."""
 
     seed: bytes
     witnesses: dict[int, RecordWitness]
     tenant_fixed: dict[str, np.ndarray]
     tenant_ids: dict[str, list[str]]
+    tenant_contents: dict[str, list[str]]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,10 +178,17 @@ class AuditorPackage:
                 for t, v in self.tenant_fixed.items()
             },
             "tenant_ids": self.tenant_ids,
+            "tenant_contents": self.tenant_contents,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> AuditorPackage:
+        if "tenant_contents" not in d:
+            raise DataError(
+                "This auditor package has no 'tenant_contents': it was exported by an "
+                "earlier ragprivacy, before index leaves were salted and committed ids and "
+                "texts, and cannot be verified by this version."
+            )
         return cls(
             seed=bytes.fromhex(d["seed"]),
             witnesses={int(k): RecordWitness.from_dict(w) for k, w in d["witnesses"].items()},
@@ -188,6 +197,7 @@ class AuditorPackage:
                 for t, v in d["tenant_fixed"].items()
             },
             tenant_ids={t: list(v) for t, v in d["tenant_ids"].items()},
+            tenant_contents={t: list(v) for t, v in d["tenant_contents"].items()},
         )
 
 

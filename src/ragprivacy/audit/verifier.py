@@ -65,9 +65,11 @@ from ragprivacy._validation import check_choice, check_in_range
 from ragprivacy.audit.coalition import THETA_CALIBRATED, TIE, estimate_coalition
 from ragprivacy.audit.commitments import (
     EMPTY_LEDGER,
+    FIXED_BITS,
     AuditPolicy,
     TenantCommitment,
     embedding_commitment,
+    index_salt_key,
     scoring_matrix,
     seed_commitment,
 )
@@ -77,7 +79,7 @@ from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, Verificatio
 from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
 from ragprivacy.audit.transcript import AuditorPackage, CoalitionClaim, PublicTranscript
 from ragprivacy.embed import Embedder, create_embedder
-from ragprivacy.errors import RagPrivacyError
+from ragprivacy.errors import ConfigError, RagPrivacyError
 
 __all__ = ["CHECKS", "OUTCOMES", "CheckFailure", "Verdict", "Verifier", "sample_size"]
 
@@ -282,11 +284,14 @@ class Verifier:
         if package is not None:
             if seed_commitment(package.seed).hex() != com.c_seed:
                 failures.append(CheckFailure("commitment_integrity", "C_seed ≠ H(s_W)"))
+            salt_key = index_salt_key(package.seed)
             for t, (root, _size) in com.c_idx.items():
-                fixed = package.tenant_fixed.get(t)
-                if fixed is None or TenantCommitment(t, fixed / (1 << 15)).root.hex() != root:
+                if _opened_root(package, t, salt_key) != root:
                     failures.append(
-                        CheckFailure("commitment_integrity", f"C_D[{t}] ≠ the given embeddings")
+                        CheckFailure(
+                            "commitment_integrity",
+                            f"C_D[{t}] ≠ the given embeddings, ids and texts",
+                        )
                     )
         # 2. ledger integrity
         sth = transcript.tree_head
@@ -382,6 +387,7 @@ class Verifier:
             if (
                 rec is None
                 or (rec.account, rec.seq) != (r.account, r.seq)
+                or r.opened_topk(rec.tenant) != r.topk_hash
                 or not rec.opens_to(r.salt, r.query_hash, r.topk_hash)
                 or not verify_inclusion(
                     transcript.records[r.position],
@@ -593,6 +599,26 @@ def _sigma_floor(policy: AuditPolicy, account: str | None = None) -> list[CheckF
             "per-account guarantee ε_audit rests on does not hold",
         )
     ]
+
+
+def _opened_root(package: AuditorPackage, tenant: str, key: bytes) -> str | None:
+    """C_{D_t} recomputed from the package's embeddings, ids and content hashes (None
+    when the package lacks the tenant or they do not fit together)."""
+    fixed = package.tenant_fixed.get(tenant)
+    ids = package.tenant_ids.get(tenant)
+    if fixed is None or ids is None:
+        return None
+    try:
+        index = TenantCommitment(
+            tenant,
+            fixed / (1 << FIXED_BITS),
+            ids,
+            salt_key=key,
+            contents=package.tenant_contents.get(tenant),
+        )
+    except ConfigError:
+        return None
+    return index.root.hex()
 
 
 def _unasked_records(

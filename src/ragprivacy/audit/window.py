@@ -51,6 +51,7 @@ from ragprivacy.audit.commitments import (
     TenantCommitment,
     embedding_commitment,
     fixed_point,
+    index_salt_key,
     seed_commitment,
 )
 from ragprivacy.audit.counter import LedgerCounter, StaleCount
@@ -74,7 +75,7 @@ from ragprivacy.audit.transcript import (
 )
 from ragprivacy.dp import GaussianNoisyTopK
 from ragprivacy.embed import Embedder
-from ragprivacy.errors import BudgetExhaustedError, BusyError, ConfigError
+from ragprivacy.errors import BudgetExhaustedError, BusyError, ConfigError, DataError
 
 __all__ = ["AuditWindow", "WitnessStore"]
 
@@ -126,6 +127,9 @@ class AuditWindow:
             the same window resumes them instead of committing again).
         embedder_spec: the registry spec of ``embedder`` (e.g. ``"hashing:384"``),
             published so a verifier can rebuild it; default: its name.
+        contents: tenant id → the hex SHA-256 of each document's text, in index order,
+            committed in the index leaves (a tenant left out commits no text: only its
+            ids and embeddings).
     """
 
     def __init__(
@@ -146,6 +150,7 @@ class AuditWindow:
         witness_store: WitnessStore | None = None,
         commitments: Commitments | None = None,
         embedder_spec: str | None = None,
+        contents: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.policy = policy
         self.embedder = embedder
@@ -159,6 +164,10 @@ class AuditWindow:
             raise ConfigError("An audit window needs at least one tenant.")
         self._ids: dict[str, list[str]] = {}
         self._index: dict[str, TenantCommitment] = {}
+        texts = dict(contents or {})
+        unknown_texts = sorted(set(texts) - set(tenants))
+        if unknown_texts:
+            raise ConfigError(f"Contents given for unknown tenants: {', '.join(unknown_texts)}.")
         for t, (ids, vectors) in tenants.items():
             rows = (
                 vectors.size
@@ -168,7 +177,9 @@ class AuditWindow:
             if len(ids) != rows:
                 raise ConfigError(f"Tenant {t!r}: give one id per embedding.")
             self._ids[t] = list(ids)
-            self._index[t] = TenantCommitment(t, vectors)
+            self._index[t] = TenantCommitment(
+                t, vectors, ids, salt_key=index_salt_key(self.seed), contents=texts.get(t)
+            )
         for a, t in accounts.items():
             if t not in self._index:
                 raise ConfigError(f"Account {a!r} names unknown tenant {t!r}.")
@@ -196,6 +207,14 @@ class AuditWindow:
         self.prompt_template = prompt_template
         self.tokenizer = tokenizer
         self._commitments: Commitments | None = commitments
+        if commitments is not None:  # resumed: serve only the documents it committed
+            for t, c in self._index.items():
+                if commitments.c_idx.get(t) != (c.root.hex(), c.size):
+                    raise DataError(
+                        f"Tenant {t!r}: its documents (embeddings, ids or texts) are not "
+                        "those the window's published commitments name; they changed since "
+                        "the window opened. Close the window and open a new one."
+                    )
 
     def close(self) -> None:
         """Close the window's ledger (its file or its connection); the window is not
@@ -396,7 +415,6 @@ class AuditWindow:
             mechanism=self._mechanisms[account],
             grid_bits=self.policy.grid_bits,
             index=self._index[scored],
-            ids=self._ids[scored],
             seed=self._noise_seed(),
             account=account,
             tenant=tenant,
@@ -431,7 +449,8 @@ class AuditWindow:
             window_id=self.policy.window_id,
             account=account,
             query_hash=hq,
-            topk_hash=topk_hash(tenant, witness.positions, witness.ids),
+            topk_hash=topk_hash(tenant, witness.positions, witness.ids, witness.contents),
+            documents=tuple(zip(witness.positions, witness.ids, witness.contents)),
             salt=witness.salt,
             seq=record.seq,
             position=pos,
@@ -498,4 +517,5 @@ class AuditWindow:
             witnesses=self._witnesses_by_position(),
             tenant_fixed={t: c.fixed for t, c in self._index.items()},
             tenant_ids={t: list(v) for t, v in self._ids.items()},
+            tenant_contents={t: list(c.contents) for t, c in self._index.items()},
         )

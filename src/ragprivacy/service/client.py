@@ -21,6 +21,7 @@ The client talks only to the ``base_url`` it was given.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -126,18 +127,26 @@ class Client:
         out: dict[str, Any] = r.json()
         receipt = out.get("receipt") or out.get("ragprivacy", {}).get("receipt")
         if receipt is not None:
-            self._keep(receipt, query)
+            self._keep(receipt, query, out.get("documents"))
         return out
 
     # ------------------------------------------------------------------ receipts
-    def check_receipt(self, receipt: dict[str, Any], query: str) -> Receipt:
+    def check_receipt(
+        self,
+        receipt: dict[str, Any],
+        query: str,
+        documents: list[dict[str, Any]] | None = None,
+    ) -> Receipt:
         """``receipt`` checked as only the account can: signed by the provider, issued
         under the commitments its window publishes, H(q) of ``query``, the same account
-        as this key's earlier receipts, and a query number j that none of the account's
+        as this key's earlier receipts, a query number j that none of the account's
         receipts of the window kept before has (answers may arrive out of order, and
         the account may query from several clients; a record the provider put in its
-        name FAILs verification, since no receipt names it). Raises
-        :class:`~ragprivacy.errors.VerificationError` naming what failed."""
+        name FAILs verification, since no receipt names it), and the served
+        ``documents`` ({id, text}, in order) those the receipt commits to: their ids, and
+        their texts' SHA-256 where the index committed one (a text served under an id it
+        was never committed with). Raises :class:`~ragprivacy.errors.VerificationError`
+        naming what failed."""
         try:
             r = Receipt.from_dict(receipt)
         except DataError as exc:
@@ -169,6 +178,8 @@ class Client:
                 f"The receipt's query number j = {r.seq} is one the account's earlier "
                 f"receipts of window {r.window_id!r} already have (a replay)."
             )
+        if documents is not None:
+            _check_documents(r, documents)
         return r
 
     def _window_commitments(self, window_id: str) -> Commitments:
@@ -193,7 +204,12 @@ class Client:
             self._commitments[window_id] = com
         return self._commitments[window_id]
 
-    def _keep(self, receipt: dict[str, Any], query: str) -> None:
+    def _keep(
+        self,
+        receipt: dict[str, Any],
+        query: str,
+        documents: list[dict[str, Any]] | None = None,
+    ) -> None:
         """Check ``receipt`` and keep it; a receipt that fails is kept apart as evidence
         (``rejected/``, which the verifier does not read) and the call raises. A check
         that could not run (the commitments could not be fetched) logs the request as
@@ -201,7 +217,7 @@ class Client:
         for, and raises."""
         with self._lock:  # one check and one append at a time: j's are compared in order
             try:
-                checked = self.check_receipt(receipt, query)
+                checked = self.check_receipt(receipt, query, documents)
             except VerificationError:
                 self._append("rejected/receipts.jsonl", receipt)
                 raise
@@ -264,6 +280,25 @@ class Client:
             raise BackendError(f"/v1/budget: HTTP {r.status_code}: {_detail(r)}")
         out: dict[str, Any] = r.json()
         return out
+
+
+def _check_documents(r: Receipt, documents: list[dict[str, Any]]) -> None:
+    """The served documents are the receipt's first ones, with the committed texts."""
+    if len(documents) > len(r.documents):
+        raise VerificationError("The service sent more documents than its receipt names.")
+    for served, (_, doc_id, content) in zip(documents, r.documents):
+        if not isinstance(served, dict) or served.get("id") != doc_id:
+            raise VerificationError(
+                "A served document's id is not the one the receipt names at its place."
+            )
+        text = served.get("text")
+        if content and (
+            not isinstance(text, str) or hashlib.sha256(text.encode("utf-8")).hexdigest() != content
+        ):
+            raise VerificationError(
+                f"The text served as document {doc_id!r} is not the text the window's "
+                "index committed for it."
+            )
 
 
 def _json(r: httpx.Response) -> dict[str, Any]:

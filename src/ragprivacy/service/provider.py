@@ -45,7 +45,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,22 +161,30 @@ def audit_window(
     policy: AuditPolicy | None = None,
     accounts: dict[str, str] | None = None,
     account_policies: dict[str, dict[str, Any]] | None = None,
+    texts: Mapping[str, Sequence[str]] | None = None,
 ) -> AuditWindow:
     """The :class:`AuditWindow` of ``window_id`` over the state: its tenants' stored
     embeddings (the first ``tenants[t]`` of each; a pgvector table is read, not loaded),
     the service's embedder and signing key, the window's durable ledger and witness
-    table. With ``commitments`` (a published window) the policy, accounts and account
-    policies are theirs; without, they must be given (a window being opened). Close it
-    (``with``) when done: it holds the ledger's connection."""
+    table; the SHA-256 of each document's text (``texts``: tenant → the texts in index
+    order, read from the state when not given) is committed beside its embedding. With
+    ``commitments`` (a published window) the policy, accounts and account policies are
+    theirs; without, they must be given (a window being opened). Close it (``with``) when
+    done: it holds the ledger's connection."""
     if commitments is not None:
         policy = AuditPolicy.from_dict(commitments.policy)
         accounts = commitments.accounts
         account_policies = commitments.account_policies  # with each account's committed σ
     if policy is None or accounts is None:
         raise ConfigError("An audit window needs its commitments, or a policy and accounts.")
+    if texts is None:
+        texts = {t: state.texts(t, count)[1] for t, count in tenants.items()}
     return AuditWindow(
         policy=policy,
         tenants={t: state.embeddings(t, count) for t, count in tenants.items()},
+        contents={
+            t: [hashlib.sha256(x.encode("utf-8")).hexdigest() for x in texts[t]] for t in tenants
+        },
         accounts=accounts,
         account_policies=account_policies,
         embedder=state.embedder(),
@@ -189,7 +197,9 @@ def audit_window(
     )
 
 
-def _published(state: ServiceState, window: Window) -> AuditWindow:
+def _published(
+    state: ServiceState, window: Window, texts: Mapping[str, Sequence[str]] | None = None
+) -> AuditWindow:
     """The :class:`AuditWindow` of a window whose commitments are published."""
     return audit_window(
         state,
@@ -197,6 +207,7 @@ def _published(state: ServiceState, window: Window) -> AuditWindow:
         window.snapshot["tenants"],
         seed=state.window_seed(window.window_id),
         commitments=Commitments.from_dict(window.commitments),
+        texts=texts,
     )
 
 
@@ -294,9 +305,11 @@ class ServiceProvider:
                 # (a lost connection) leaves the cache as it was, for the next request
                 window = self.state.window(window_id)
                 texts: dict[str, dict[str, str]] = {}
+                ordered: dict[str, list[str]] = {}
                 for t, count in window.snapshot["tenants"].items():
                     ids, bodies = self.state.texts(t, count)
                     texts[t] = dict(zip(ids, bodies))
+                    ordered[t] = list(bodies)
                 voting = VotingTenants(
                     self.state,
                     window.window_id,
@@ -305,7 +318,7 @@ class ServiceProvider:
                     self.state.embedder(),
                     prompt_budget=self.prompt_budget,
                 )
-                provider = _published(self.state, window)
+                provider = _published(self.state, window, ordered)
                 if self._provider is not None:
                     self._provider.close()
                 self._provider, self._window_id, self._window = provider, window_id, window
