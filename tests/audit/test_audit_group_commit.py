@@ -213,7 +213,7 @@ def _query(provider: AuditWindow, account: str, j: int):  # type: ignore[no-unty
 def test_concurrent_queries_all_get_receipts_and_the_window_verifies(tmp_path) -> None:
     """16 accounts query 3 times each from their own threads (provider-stamped times):
     every query gets its receipt, the ledger holds exactly those 48 records with each
-    account's numbers 1..3 and increasing timestamps, and the verifier passes."""
+    account's numbers 1..3 and timestamps that never decrease, and the verifier passes."""
     n, r = 16, 3
     provider = _provider(tmp_path, n, r)
     group = provider.ledger._group
@@ -229,7 +229,7 @@ def test_concurrent_queries_all_get_receipts_and_the_window_verifies(tmp_path) -
     for i in range(n):
         assert [x.seq for x in records if x.account == f"a{i}"] == [1, 2, 3]
         assert provider.used(f"a{i}") == r
-    assert all(a.ts < b.ts for a, b in itertools.pairwise(records))
+    assert all(a.ts <= b.ts for a, b in itertools.pairwise(records))
     for a in answers:  # each receipt names its own record
         assert records[a.receipt.position].account == a.receipt.account
     v = Verifier().verify(

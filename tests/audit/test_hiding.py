@@ -29,6 +29,7 @@ from ragprivacy.audit import (
 )
 from ragprivacy.audit.commitments import index_salt_key
 from ragprivacy.audit.records import topk_hash
+from ragprivacy.audit.window import TIMESTAMP_UNIT_NS
 from ragprivacy.embed import create_embedder
 from ragprivacy.errors import DataError
 
@@ -139,6 +140,8 @@ def test_the_account_and_the_auditor_open_what_the_outsider_cannot(served) -> No
         for i, w in package.witnesses.items()
     )
     assert len({r.query_commit for r in records}) == len(records)  # fresh salts
+    # stamped to the second: when within it each account asked is not published
+    assert all(r.ts % TIMESTAMP_UNIT_NS == 0 and r.ts > 0 for r in records)
     verdict = Verifier().verify(window.transcript(), [a.receipt for a in answers], package)
     assert verdict.outcome == "PASS", verdict.failures[:3]
 

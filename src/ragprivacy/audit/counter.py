@@ -76,7 +76,7 @@ class LedgerCounter:
     ) -> Callable[[MerkleLog], None]:
         """The check run inside the append, on the caught-up ledger: ``account`` has
         exactly the ``expected`` records its query number was derived from, is under its
-        rate limit (``check_limit``), and ``ts`` follows the last record's. A stale count,
+        rate limit (``check_limit``), and ``ts`` is not before the last record's. A stale count,
         or a provider-stamped ts (``restamp``) that another writer overtook, raises
         :class:`StaleCount`: the caller derives the query again."""
 
@@ -93,11 +93,11 @@ class LedgerCounter:
             if count != expected:
                 raise StaleCount
             check_limit(account, expected)
-            if log.size and ts <= last_ts:
+            if log.size and ts < last_ts:
                 if restamp:
                     raise StaleCount
                 raise ConfigError(
-                    f"Timestamps must increase with the ledger: {ts} follows {last_ts}."
+                    f"Timestamps must not decrease along the ledger: {ts} follows {last_ts}."
                 )
 
         return check

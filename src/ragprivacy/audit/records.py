@@ -19,8 +19,8 @@ choosing it.
 **Deviation from the paper (§5.3):** the public input of the derived noise is
 rec_q = (W, a, t(a), H(q), j) (:func:`ragprivacy.dp.query_input`), not (a, t(a), H(q), ts):
 the provider picks ts, so noise keyed by ts could be ground; j is fixed by the ledger. ts
-stays in the record, strictly increasing with the ledger position, for the coalition
-estimator's sliding window.
+stays in the record, to the whole second and never decreasing along the ledger, for the
+coalition estimator's sliding window.
 """
 
 from __future__ import annotations

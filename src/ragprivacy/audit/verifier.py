@@ -330,12 +330,12 @@ class Verifier:
             ):
                 failures.append(CheckFailure("ledger_integrity", f"record {i} lies outside W"))
             previous = next((r for r in reversed(records) if r is not None), None)
-            if rec is not None and previous is not None and rec.ts <= previous.ts:
+            if rec is not None and previous is not None and rec.ts < previous.ts:
                 failures.append(
                     CheckFailure(
                         "ledger_integrity",
-                        f"record {i}: its timestamp does not follow the previous record's "
-                        "(timestamps must increase with the ledger position)",
+                        f"record {i}: its timestamp is before the previous record's "
+                        "(timestamps must not decrease along the ledger)",
                     )
                 )
             records.append(rec)

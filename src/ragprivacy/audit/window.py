@@ -77,7 +77,13 @@ from ragprivacy.dp import GaussianNoisyTopK
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import BudgetExhaustedError, BusyError, ConfigError, DataError
 
-__all__ = ["AuditWindow", "WitnessStore"]
+__all__ = ["TIMESTAMP_UNIT_NS", "AuditWindow", "WitnessStore"]
+
+#: a record's timestamp is stamped to the whole second: the audit needs only that a record
+#: lies in its window and that stamps do not decrease along the ledger (the coalition
+#: estimator's τ covers the whole window, or the window FAILs ``policy_cap``), and a finer
+#: stamp would tell an outsider when each account asked
+TIMESTAMP_UNIT_NS = 1_000_000_000
 
 
 class WitnessStore:
@@ -297,10 +303,10 @@ class AuditWindow:
     ) -> QueryAnswer:
         """Answer one query (noise-then-select), append r_q and return a signed receipt.
 
-        ``ts=None`` stamps the record with the provider's clock, moved past the ledger's
-        last timestamp on every attempt: concurrent writers (other processes) then never
-        fail on a timestamp, they derive again like on a stale count. A given ``ts`` must
-        follow the ledger's last one.
+        ``ts=None`` stamps the record with the provider's clock to the whole second
+        (:data:`TIMESTAMP_UNIT_NS`), never before the ledger's last timestamp: concurrent
+        writers (other processes) then never fail on a timestamp, they derive again like
+        on a stale count. A given ``ts`` must not precede the ledger's last one.
 
         ``before_append(ids)`` runs on the selected documents before the record is
         appended (a service generates its answer there): if it raises, nothing is
@@ -357,10 +363,12 @@ class AuditWindow:
             )
 
     def _next_ts(self) -> int:
-        """Now, or one nanosecond past the ledger's last record and this process's last
-        stamp (clocks of two processes may stamp the same instant; a stamp may still be
-        queued for the ledger). Called under ``_lock``, with the append queued at once."""
-        ts = max(time.time_ns(), self.counter.last_ts + 1, self._last_stamp + 1)
+        """Now, to the whole :data:`TIMESTAMP_UNIT_NS`, and never before the ledger's last
+        record or this process's last stamp (clocks of two processes may disagree; a stamp
+        may still be queued for the ledger). Called under ``_lock``, with the append
+        queued at once."""
+        now = time.time_ns() // TIMESTAMP_UNIT_NS * TIMESTAMP_UNIT_NS
+        ts = max(now, self.policy.window_start, self.counter.last_ts, self._last_stamp)
         self._check_in_window(ts)
         self._last_stamp = ts
         return ts
