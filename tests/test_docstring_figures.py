@@ -10,7 +10,7 @@
    retries) is not a measurement: it goes on :data:`ALLOWED` with its reason.
 2. One spelling of rec_q, the public input of a query's derived noise: wherever a
    docstring, a comment or ``docs/*.md`` writes ``rec_q = (...)`` it is the code's
-   ``query_input`` tuple ``(W, a, t(a), H(q), j)``; the paper's ``(a, t(a), H(q), ts)`` is
+   ``query_input`` tuple ``(W, a, t(a), H(q), j, n)``; the paper's ``(a, t(a), H(q), ts)`` is
    allowed only where the text says it is the paper's (``paper`` or ``§5.3`` next to it).
 """
 
@@ -198,7 +198,7 @@ def test_no_measured_figures_in_docstrings_or_comments() -> None:
 
 # --- rec_q ---------------------------------------------------------------------------------
 
-REC_Q = "(W, a, t(a), H(q), j)"
+REC_Q = "(W, a, t(a), H(q), j, n)"
 PAPER_REC_Q = "(a, t(a), H(q), ts)"
 _REC_Q_AT = re.compile(r"rec_q`*\s*=\s*(?=\()")
 _PAPER_WORDS = re.compile(r"paper|§\s?5\.3")
@@ -227,7 +227,7 @@ def rec_q_problems(text: str) -> list[str]:
 
 
 def test_rec_q_check_catches_other_spellings() -> None:
-    assert rec_q_problems("noise from H(s_W ‖ rec_q), rec_q = (W, a, t(a), H(q), j).") == []
+    assert rec_q_problems("noise from H(s_W ‖ rec_q), rec_q = (W, a, t(a), H(q), j, n).") == []
     assert rec_q_problems("rec_q =\n    (W, account, tenant, H(q), j)") == [
         "(W, account, tenant, H(q), j)"
     ]
@@ -238,13 +238,15 @@ def test_rec_q_check_catches_other_spellings() -> None:
 def test_rec_q_is_the_code_s_query_input() -> None:
     from ragprivacy.dp import query_input
 
-    # the spelling follows the code: window, account, its tenant, query hash, query number
+    # the spelling follows the code: window, account, its tenant, query hash, query
+    # number, the client's nonce
     assert list(inspect.signature(query_input).parameters) == [
         "window_id",
         "account",
         "tenant",
         "query_hash",
         "seq",
+        "nonce",
     ]
     assert (query_input.__doc__ or "").startswith(f"rec_q = {REC_Q}:")
 

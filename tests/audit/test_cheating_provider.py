@@ -109,7 +109,7 @@ def test_sigma_at_or_above_calibration_passes_and_below_fails() -> None:
 
 def test_noise_does_not_depend_on_the_timestamp_so_grinding_it_gains_nothing() -> None:
     """Two providers with the same seed answer the same query at different timestamps:
-    the noise input rec_q = (W, a, t(a), H(q), j) has no timestamp, so the top-K is the
+    the noise input rec_q = (W, a, t(a), H(q), j, n) has no timestamp, so the top-K is the
     same — trying 200 timestamps per query cannot pick the noise."""
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((30, 16))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -53,11 +54,12 @@ def _committed(receipt: dict[str, Any]) -> list[dict[str, str]]:
     return [{"id": i, "text": TEXTS[int(i[1:])]} for _, i, _ in receipt["documents"]]
 
 
-Answer = Callable[[AuditWindow, str], dict[str, Any]]
+#: (window, query, the client's nonce) → the receipt the provider sends
+Answer = Callable[[AuditWindow, str, str], dict[str, Any]]
 
 
-def _honest(window: AuditWindow, query: str) -> dict[str, Any]:
-    return window.query("alice", query).receipt.to_dict()
+def _honest(window: AuditWindow, query: str, nonce: str = "") -> dict[str, Any]:
+    return window.query("alice", query, nonce=nonce).receipt.to_dict()
 
 
 def _provider(
@@ -74,8 +76,8 @@ def _provider(
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/audit/windows/W1/commitments":
             return httpx.Response(200, json=window.commitments.to_dict())
-        query = json.loads(request.content)["query"]
-        receipt = answer(window, query)
+        sent = json.loads(request.content)
+        receipt = answer(window, sent["query"], sent["nonce"])
         body = {"documents": serve(receipt), "receipt": receipt}
         if status == 502:
             body = {"detail": "Generation failed after retrieval.", "receipt": body["receipt"]}
@@ -108,8 +110,8 @@ def test_h_of_q_grinding_is_refused_and_then_fails_the_window(tmp_path: Path) ->
     receipt (kept apart as evidence), and the record, which the account holds no receipt
     for, FAILs the window."""
 
-    def ground(window: AuditWindow, query: str) -> dict[str, Any]:
-        return window.query("alice", query + "   ").receipt.to_dict()
+    def ground(window: AuditWindow, query: str, nonce: str) -> dict[str, Any]:
+        return window.query("alice", query + "   ", nonce=nonce).receipt.to_dict()
 
     window = _window()
     with _client(_provider(window, _honest), tmp_path) as alice:
@@ -144,8 +146,8 @@ def test_a_text_that_was_never_committed_is_refused_and_fails_the_window(tmp_pat
     ):
         alice.retrieve("who has asthma?")
 
-    def re_signed(window: AuditWindow, query: str) -> dict[str, Any]:
-        r = window.query("alice", query).receipt
+    def re_signed(window: AuditWindow, query: str, nonce: str) -> dict[str, Any]:
+        r = window.query("alice", query, nonce=nonce).receipt
         _, doc_id, _ = r.documents[0]
         fake = hashlib.sha256(b"Frank has diabetes.").hexdigest()
         docs = ((r.documents[0][0], doc_id, fake), *r.documents[1:])
@@ -180,7 +182,7 @@ def test_re_signed_commitments_and_foreign_keys_and_replays_are_refused(tmp_path
         fresh.retrieve("who has gout?")  # consistent with what it publishes now
     stale = _kept(tmp_path / "a")[0]
     with (
-        _client(_provider(window, lambda w, q: stale), tmp_path / "b") as alice,
+        _client(_provider(window, lambda w, q, n: stale), tmp_path / "b") as alice,
         pytest.raises(VerificationError, match="other commitments"),
     ):
         alice.retrieve("who has asthma?")
@@ -193,8 +195,13 @@ def test_re_signed_commitments_and_foreign_keys_and_replays_are_refused(tmp_path
         alice.retrieve("who has asthma?")
     # a replay of an earlier receipt (its j does not grow)
     window = _window()
-    first = _honest(window, "who has asthma?")
-    with _client(_provider(window, lambda w, q: first), tmp_path / "d") as alice:
+    first: list[dict[str, Any]] = []
+
+    def once(w: AuditWindow, query: str, nonce: str) -> dict[str, Any]:
+        first[:] = first or [_honest(w, query, nonce)]
+        return first[0]
+
+    with _client(_provider(window, once), tmp_path / "d") as alice:
         alice.retrieve("who has asthma?")
         with pytest.raises(VerificationError, match="query number j = 1"):
             alice.retrieve("who has asthma?")
@@ -226,12 +233,12 @@ def test_a_record_whose_answer_was_lost_is_excused_by_the_client_s_log(tmp_path:
     excuses exactly one record with its H(q) — not a second one."""
     window = _window()
 
-    def crash(window: AuditWindow, query: str) -> dict[str, Any]:
-        window.query("alice", query)  # appended and durable ...
+    def crash(window: AuditWindow, query: str, nonce: str) -> dict[str, Any]:
+        window.query("alice", query, nonce=nonce)  # appended and durable ...
         raise httpx.ConnectError("connection reset")  # ... but the answer is lost
 
     answers = [_honest, crash]
-    front = _provider(window, lambda w, q: answers.pop(0)(w, q))
+    front = _provider(window, lambda w, q, n: answers.pop(0)(w, q, n))
     with _client(front, tmp_path) as alice:
         alice.retrieve("who has asthma?")
         with pytest.raises(httpx.ConnectError):
@@ -249,15 +256,38 @@ def test_a_record_whose_answer_was_lost_is_excused_by_the_client_s_log(tmp_path:
 
 
 def test_answers_out_of_order_are_kept_and_a_replayed_j_is_not(tmp_path: Path) -> None:
+    """Two requests in flight: the first is recorded first (j = 1) but answered after the
+    second (j = 2); both are kept. The first receipt sent again is a replay."""
     window = _window()
-    early, late = _honest(window, "q one"), _honest(window, "q two")  # j = 1, 2
-    queue = [late, early, early]
-    with _client(_provider(window, lambda w, q: queue.pop(0)), tmp_path) as alice:
-        alice.retrieve("q two")  # j = 2 arrives first
-        alice.retrieve("q one")  # then j = 1: a new j, kept
-        with pytest.raises(VerificationError, match="already have"):
-            alice.retrieve("q one")  # j = 1 again: a replay
-    assert sorted(r["seq"] for r in _kept(tmp_path)) == [1, 2]
+    first_recorded, second_answered = threading.Event(), threading.Event()
+    sent: list[dict[str, Any]] = []
+
+    def in_flight(w: AuditWindow, query: str, nonce: str) -> dict[str, Any]:
+        if query == "q one":
+            sent.append(_honest(w, query, nonce))  # j = 1 ...
+            first_recorded.set()
+            assert second_answered.wait(60)  # ... answered once j = 2 was
+            return sent[0]
+        assert first_recorded.wait(60)
+        return _honest(w, query, nonce)  # j = 2
+
+    with _client(_provider(window, in_flight), tmp_path) as alice:
+
+        def second() -> None:
+            assert first_recorded.wait(60)
+            alice.retrieve("q two")
+            second_answered.set()
+
+        t = threading.Thread(target=second)
+        t.start()
+        alice.retrieve("q one")
+        t.join()
+    assert [r["seq"] for r in _kept(tmp_path)] == [2, 1]  # in the order they arrived
+    with (
+        _client(_provider(window, lambda w, q, n: sent[0]), tmp_path) as alice,
+        pytest.raises(VerificationError, match="already have"),
+    ):
+        alice.retrieve("q one")  # j = 1 again: a replay
 
 
 @pytest.mark.parametrize("status", [500, 502])
@@ -272,10 +302,11 @@ def test_a_server_error_without_a_receipt_is_logged_as_unanswered(
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/commitments"):
             return httpx.Response(200, json=window.commitments.to_dict())
-        query = json.loads(request.content)["query"]
+        body = json.loads(request.content)
+        query, nonce = body["query"], body["nonce"]
         if calls:
-            return httpx.Response(200, json={"receipt": calls.pop()(window, query)})
-        window.query("alice", query)  # appended, then the storage error
+            return httpx.Response(200, json={"receipt": calls.pop()(window, query, nonce)})
+        window.query("alice", query, nonce=nonce)  # appended, then the storage error
         return httpx.Response(status, json={"detail": "lost the database"})
 
     with _client(httpx.MockTransport(handle), tmp_path) as alice:
@@ -306,3 +337,31 @@ def test_commitments_that_cannot_be_fetched_leave_the_request_logged(tmp_path: P
         alice.retrieve("who has asthma?")
     assert load_unanswered(tmp_path, "W1") == [(None, query_hash("who has asthma?"))]
     assert _kept(tmp_path) == []
+
+
+def test_noise_derived_without_the_client_s_nonce_is_refused_and_fails_the_window(
+    tmp_path: Path,
+) -> None:
+    """The provider derives the noise without the client's nonce (from a seed it chose
+    for queries it predicted): the client refuses the receipt. Re-signing the receipt to
+    name the client's nonce does not help: it no longer opens the public record."""
+    window = _window()
+
+    def predicted(w: AuditWindow, query: str, nonce: str) -> dict[str, Any]:
+        return w.query("alice", query).receipt.to_dict()  # no nonce: precomputable noise
+
+    with (
+        _client(_provider(window, predicted), tmp_path / "a") as alice,
+        pytest.raises(VerificationError, match="nonce is not the one this client sent"),
+    ):
+        alice.retrieve("who has asthma?")
+
+    def relabelled(w: AuditWindow, query: str, nonce: str) -> dict[str, Any]:
+        r = replace(w.query("alice", query).receipt, nonce=nonce)
+        return replace(r, signature=w.key.sign(r.message())).to_dict()
+
+    with _client(_provider(window, relabelled), tmp_path / "b") as alice:
+        alice.retrieve("who has gout?")
+    receipts = [Receipt.from_dict(r) for r in _kept(tmp_path / "b")]
+    v = Verifier().verify(window.transcript(), receipts, window.auditor_package())
+    assert v.failed_check == "receipt_consistency", v.failures[:3]

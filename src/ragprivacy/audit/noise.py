@@ -2,7 +2,7 @@
 
 The noise of query q is *derived*, not drawn: z_q = DGS(H(s_W ‖ rec_q); σ), the exact
 discrete Gaussian of the account's mechanism reading the bits
-:func:`ragprivacy.dp.derived_bits` gives for rec_q = (W, a, t(a), H(q), j). Whoever holds
+:func:`ragprivacy.dp.derived_bits` gives for rec_q = (W, a, t(a), H(q), j, n). Whoever holds
 s_W re-derives exactly the same z_q.
 
 Scores are integers: embeddings are committed in fixed point (2^-15), their inner product

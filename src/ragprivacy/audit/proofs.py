@@ -5,7 +5,7 @@ ledger record, and checks records for the claims
 
 * A1 — embedder consistency: the query embedding is Emb(q) under the committed embedder;
 * A2 — noise derivation: z_q = DGS(H(s_W ‖ rec_q); σ) for the committed seed and σ, with
-  rec_q = (W, a, t(a), H(q), j) (:meth:`QueryRecord.rec`);
+  rec_q = (W, a, t(a), H(q), j, n) (:meth:`QueryRecord.rec`);
 * A3 — noise-then-select: the top-K are the K largest of clip(Score(q, E_{t(a)})) + z_q
   over the committed tenant index (scores clipped to the committed ``score_range``, noise
   on every score, then selection: :meth:`ragprivacy.dp.GaussianNoisyTopK.select_units`);
@@ -63,7 +63,8 @@ class RecordWitness:
     ``query_fixed`` is the fixed-point query embedding (int32 hex); ``contents`` the
     committed hashes of the selected documents' texts; ``openings`` are (position, vector
     hex, [proof hex], leaf salt hex) of the selected positions in the scored index;
-    ``salt`` opens the record's commitments of H(q) and H(top-K).
+    ``salt`` opens the record's commitments of H(q) and H(top-K); ``nonce`` is the client's
+    n of rec_q.
     """
 
     query_text: str | None
@@ -75,6 +76,7 @@ class RecordWitness:
     contents: tuple[str, ...]
     openings: tuple[tuple[int, str, tuple[str, ...], str], ...]
     salt: str
+    nonce: str = ""
 
     def query_hash(self) -> str:
         """H(q): of the witnessed text, or of the fixed-point vector of a vector query."""
@@ -97,6 +99,7 @@ class RecordWitness:
             contents=tuple(d["contents"]),
             openings=tuple((int(p), v, tuple(pr), sa) for p, v, pr, sa in d["openings"]),
             salt=d["salt"],
+            nonce=d["nonce"],
         )
 
     def digest(self) -> str:
@@ -178,7 +181,7 @@ class AuditorReexecution(ProofSystem):
         q = witness.query_vector()
         # A1: the query embedding is Emb(q) for the committed embedder.
         hq = witness.query_hash()
-        if query_commitment(witness.salt, hq) != record.query_commit:
+        if query_commitment(witness.salt, hq, witness.nonce) != record.query_commit:
             return fail("A1", "H(q) of the witnessed query does not open the record")
         if witness.query_text is not None:
             if ctx.embedder is None:  # never PASS a text query without re-embedding it
@@ -234,7 +237,9 @@ class AuditorReexecution(ProofSystem):
         fixed = ctx.tenant_fixed[record.tenant]
         # A2: the noise is derived from the committed seed and the public record.
         mech = policy.mechanism()
-        z = derived_noise(ctx.seed, record.rec(policy.window_id, hq), mech, fixed.shape[0])
+        z = derived_noise(
+            ctx.seed, record.rec(policy.window_id, hq, witness.nonce), mech, fixed.shape[0]
+        )
         if noise_digest(z) != witness.noise_digest:
             return fail("A2", "the noise was not derived from the committed seed and rec_q")
         # A3: clip to the committed score range, noise every score, then top-K (the

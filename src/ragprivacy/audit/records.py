@@ -17,7 +17,7 @@ nothing the noise depends on (rec_q holds H(q) itself), so the provider gains no
 choosing it.
 
 **Deviation from the paper (§5.3):** the public input of the derived noise is
-rec_q = (W, a, t(a), H(q), j) (:func:`ragprivacy.dp.query_input`), not (a, t(a), H(q), ts):
+rec_q = (W, a, t(a), H(q), j, n) (:func:`ragprivacy.dp.query_input`), not (a, t(a), H(q), ts):
 the provider picks ts, so noise keyed by ts could be ground; j is fixed by the ledger. ts
 stays in the record, to the whole second and never decreasing along the ledger, for the
 coalition estimator's sliding window.
@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -85,20 +86,25 @@ def record_salt() -> str:
     return os.urandom(32).hex()
 
 
-def _commit(tag: bytes, salt: str, digest: str) -> str:
+def _commit(tag: bytes, salt: str, digest: str, extra: str = "") -> str:
     try:
         raw = bytes.fromhex(salt) + bytes.fromhex(digest)
     except ValueError:
         raw = b""  # a malformed opening opens nothing
-    if len(raw) != 64:
+    if len(raw) != 64 or not NONCE.fullmatch(extra):
         return ""
-    return hashlib.sha256(tag + raw).hexdigest()
+    return hashlib.sha256(tag + raw + extra.encode("ascii")).hexdigest()
 
 
-def query_commitment(salt: str, query_hash: str) -> str:
-    """C(H(q)) = SHA-256("query-commit:" ‖ salt ‖ H(q)): what the public record holds in
-    place of H(q) ("" for a malformed opening, which matches no record)."""
-    return _commit(b"query-commit:", salt, query_hash)
+#: a client nonce: up to 256 bits in lowercase hex ("" when the client sent none)
+NONCE = re.compile(r"[0-9a-f]{0,64}")
+
+
+def query_commitment(salt: str, query_hash: str, nonce: str = "") -> str:
+    """C(H(q), n) = SHA-256("query-commit:" ‖ salt ‖ H(q) ‖ n): what the public record
+    holds in place of H(q) and the client's nonce n ("" for a malformed opening, which
+    matches no record)."""
+    return _commit(b"query-commit:", salt, query_hash, nonce)
 
 
 def topk_commitment(salt: str, topk_hash: str) -> str:
@@ -154,15 +160,17 @@ class QueryRecord:
     seq: int
     proof: str
 
-    def rec(self, window_id: str, query_hash: str) -> tuple[str, str, str, str, int]:
-        """rec_q = (W, a, t(a), H(q), j) for the opened H(q): the input of the derived
-        noise (A2)."""
-        return query_input(window_id, self.account, self.tenant, query_hash, self.seq)
+    def rec(
+        self, window_id: str, query_hash: str, nonce: str = ""
+    ) -> tuple[str, str, str, str, int, str]:
+        """rec_q = (W, a, t(a), H(q), j, n) for the opened H(q) and client nonce n: the
+        input of the derived noise (A2)."""
+        return query_input(window_id, self.account, self.tenant, query_hash, self.seq, nonce)
 
-    def opens_to(self, salt: str, query_hash: str, topk_hash: str) -> bool:
-        """Whether (salt, H(q), H(top-K)) opens this record's two commitments."""
+    def opens_to(self, salt: str, query_hash: str, topk_hash: str, nonce: str = "") -> bool:
+        """Whether (salt, H(q), n, H(top-K)) opens this record's two commitments."""
         return (
-            query_commitment(salt, query_hash) == self.query_commit
+            query_commitment(salt, query_hash, nonce) == self.query_commit
             and topk_commitment(salt, topk_hash) == self.topk_commit
         )
 
@@ -195,7 +203,7 @@ def _unbound(kind: str, d: Mapping[str, Any], *, salted: bool = False) -> DataEr
             "it was exported by an earlier ragprivacy, before receipts and tree heads named "
             "the commitments they were issued under, and cannot be verified by this version."
         )
-    if salted and ("salt" not in d or "documents" not in d):
+    if salted and ("salt" not in d or "documents" not in d or "nonce" not in d):
         return DataError(
             f"This {kind} has no 'salt' or 'documents': it was exported by an earlier "
             "ragprivacy, before records held salted commitments and receipts named the "
@@ -208,17 +216,17 @@ def _unbound(kind: str, d: Mapping[str, Any], *, salted: bool = False) -> DataEr
 class Receipt:
     """ρ_q, co-signed at query time: what an honest account can later show the verifier.
 
-    Besides the record's place in the ledger (position, tree size, root) and its
-    (a, H(q), H(top-K)) with the ``salt`` that opens the record's commitments of them
-    and the ``documents`` H(top-K) is taken over — (position, id, SHA-256 of the text as
-    committed in the index leaf) of each selected document, so the account checks the
-    texts it was served against what was committed
-    (:meth:`QueryRecord.opens_to`; the account's secret: the public record hides them), it
-    names the account's query number j (``seq``) and the digest of
-    the window's commitments it was issued under (``commitments``,
-    :meth:`ragprivacy.audit.Commitments.digest`): commitments re-signed later — another
-    seed, late accounts, a back-dated ``published_at`` — contradict every receipt issued
-    before, and a record in the account's name that none of its receipts names is one it
+    Besides the record's place in the ledger (position, tree size, root), it holds the
+    openings of the record's commitments, the account's secret (the public record hides
+    them; :meth:`QueryRecord.opens_to`): (a, H(q), H(top-K)), the ``salt``, the client's
+    ``nonce`` n of rec_q, and the ``documents`` H(top-K) is taken over — (position, id,
+    SHA-256 of the text as committed in the index leaf) of each selected document, so the
+    account checks the texts it was served against what was committed. It names the
+    account's query number j (``seq``) and the digest of the window's commitments it was
+    issued under (``commitments``, :meth:`ragprivacy.audit.Commitments.digest`):
+    commitments re-signed later — another seed, late accounts, a back-dated
+    ``published_at`` — contradict every receipt issued before, and a record in the
+    account's name that none of its receipts names is one it
     never asked for."""
 
     window_id: str
@@ -226,6 +234,7 @@ class Receipt:
     query_hash: str
     topk_hash: str
     documents: tuple[tuple[int, str, str], ...]
+    nonce: str
     salt: str
     seq: int
     position: int

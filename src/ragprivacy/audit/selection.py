@@ -89,6 +89,7 @@ def answer_query(
     scores: np.ndarray | None = None,
     select: Selection = exact_selection,
     salt: str | None = None,
+    nonce: str = "",
 ) -> tuple[QueryRecord, RecordWitness]:
     """Answer one query privately: the one implementation every audited path runs.
 
@@ -96,7 +97,7 @@ def answer_query(
     caller computed them already (they depend on neither the seed nor the record, so a
     provider computes them before it takes its lock); computed here otherwise.
 
-    Noise z_q derived from (s_W, rec_q = (W, a, t(a), H(q), j)) for every slot of the
+    Noise z_q derived from (s_W, rec_q = (W, a, t(a), H(q), j, n)) for every slot of the
     tenant's index, exact integer scores of the fixed-point query against the slots that
     noise leaves in the race (:func:`exact_selection`: the same positions as scoring every
     slot), the account mechanism's integer noise-then-select, then the record r_q (H(q) and
@@ -108,7 +109,7 @@ def answer_query(
     test of the verifier passes another one (a cheating provider's, e.g.
     :mod:`ragprivacy.audit.cheats`).
     """
-    rec = query_input(window_id, account, tenant, query_hash, seq)
+    rec = query_input(window_id, account, tenant, query_hash, seq, nonce)
     z = derived_noise(seed, rec, mechanism, index.size)
     given = scores
 
@@ -141,11 +142,12 @@ def answer_query(
         contents=chosen_contents,
         openings=tuple(openings),
         salt=salt,
+        nonce=nonce,
     )
     record = QueryRecord(
         account,
         tenant,
-        query_commitment(salt, query_hash),
+        query_commitment(salt, query_hash, nonce),
         topk_commitment(salt, topk_hash(tenant, chosen, chosen_ids, chosen_contents)),
         int(ts),
         int(seq),

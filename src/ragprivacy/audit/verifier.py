@@ -16,7 +16,7 @@ Checks, in order (every check runs; the verdict names all failures, the first on
    decodes and lies in W, and timestamps increase strictly with the ledger position.
 3. ``account_policy`` — every record names a committed account under its committed
    tenant t(a) (M4 caught); the j-th record of an account carries query number j (the
-   noise input rec_q = (W, a, t(a), H(q), j) is fixed by the ledger, not chosen by the
+   noise input rec_q = (W, a, t(a), H(q), j, n) is fixed by the ledger, not chosen by the
    provider); no account has more than r records in W.
 4. ``receipt_consistency`` — for every receipt an honest account submits (M5): the
    provider's signature, the window id and the digest of the published commitments (a
@@ -388,7 +388,7 @@ class Verifier:
                 rec is None
                 or (rec.account, rec.seq) != (r.account, r.seq)
                 or r.opened_topk(rec.tenant) != r.topk_hash
-                or not rec.opens_to(r.salt, r.query_hash, r.topk_hash)
+                or not rec.opens_to(r.salt, r.query_hash, r.topk_hash, r.nonce)
                 or not verify_inclusion(
                     transcript.records[r.position],
                     r.position,

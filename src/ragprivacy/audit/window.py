@@ -58,6 +58,7 @@ from ragprivacy.audit.counter import LedgerCounter, StaleCount
 from ragprivacy.audit.merkle import MerkleLog
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, RecordWitness
 from ragprivacy.audit.records import (
+    NONCE,
     ProviderKey,
     QueryRecord,
     Receipt,
@@ -300,6 +301,7 @@ class AuditWindow:
         vector: FloatArray | None = None,
         ts: int | None = None,
         before_append: Callable[[tuple[str, ...]], None] | None = None,
+        nonce: str = "",
     ) -> QueryAnswer:
         """Answer one query (noise-then-select), append r_q and return a signed receipt.
 
@@ -314,6 +316,9 @@ class AuditWindow:
         provably does not depend on the documents; any other failure is an answer, and
         the hook keeps it and lets the record be appended (the service's hook does:
         :mod:`ragprivacy.service.failures`).
+
+        ``nonce`` is the client's n of rec_q (up to 64 lowercase hex digits; the shipped
+        client sends 128 random bits and checks it on the receipt).
         """
         if self._commitments is None:
             raise ConfigError("Publish the commitments (commit) before the window's queries.")
@@ -321,6 +326,8 @@ class AuditWindow:
             raise ConfigError(f"Unknown account {account!r}.")
         if ts is not None:
             self._check_in_window(int(ts))
+        if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
+            raise ConfigError("A query's nonce must be at most 64 lowercase hex digits.")
         q, hq = self._embed(text, vector)
         q = self._query_vector(account, text, q)
         # No scores yet: the selection reads them inside the account's lock, for the few
@@ -335,7 +342,7 @@ class AuditWindow:
                 try:
                     stamp = None if ts is None else int(ts)  # None: stamped when queued
                     return self._answer(
-                        account, text, q, hq, stamp, expected, before_append, ts is None
+                        account, text, q, hq, stamp, expected, before_append, ts is None, nonce
                     )
                 except StaleCount:
                     continue
@@ -415,6 +422,7 @@ class AuditWindow:
         expected: int,
         before_append: Callable[[tuple[str, ...]], None] | None = None,
         restamp: bool = False,
+        nonce: str = "",
     ) -> QueryAnswer:
         self._check_rate_limit(account, expected)
         tenant, scored = self._route(account)
@@ -434,6 +442,7 @@ class AuditWindow:
             ts=0 if ts is None else ts,  # ts enters neither rec_q's noise nor π_q
             proof_system=self.proof_system,
             select=self._select,
+            nonce=nonce,
         )
         if before_append is not None:
             before_append(witness.ids)
@@ -459,6 +468,7 @@ class AuditWindow:
             query_hash=hq,
             topk_hash=topk_hash(tenant, witness.positions, witness.ids, witness.contents),
             documents=tuple(zip(witness.positions, witness.ids, witness.contents)),
+            nonce=nonce,
             salt=witness.salt,
             seq=record.seq,
             position=pos,

@@ -17,7 +17,7 @@ the verifier's re-execution):
   TopK(clip(Score(q, D)) + N(0, σ²I)), integer-exact on a fixed-point grid by default
   (:meth:`GaussianNoisyTopK.select_units` is the integer rule the audit commits to);
 * :func:`derived_bits` — with a window seed s_W, the noise of query q is derived,
-  z_q = DGS(H(s_W ‖ rec_q); σ) with rec_q = (W, a, t(a), H(q), j) (§5.3, claim A2, with the
+  z_q = DGS(H(s_W ‖ rec_q); σ) with rec_q = (W, a, t(a), H(q), j, n) (§5.3, claim A2, with the
   query number j for the paper's timestamp: see :func:`query_input`), so
   whoever holds s_W re-derives it exactly.
 
@@ -97,17 +97,20 @@ def noise_first_min_scored(k: int) -> int:
 
 
 def query_input(
-    window_id: str, account: str, tenant: str, query_hash: str, seq: int
-) -> tuple[str, str, str, str, int]:
-    """rec_q = (W, a, t(a), H(q), j): the public input of a query's derived noise.
+    window_id: str, account: str, tenant: str, query_hash: str, seq: int, nonce: str = ""
+) -> tuple[str, str, str, str, int, str]:
+    """rec_q = (W, a, t(a), H(q), j, n): the input of a query's derived noise.
 
-    j is the account's query number in window W (1, 2, …, at most r). **Deviation from
-    the paper** (§5.3 uses (a, t(a), H(q), ts)): a timestamp is the provider's choice, so
+    j is the account's query number in window W (1, 2, …, at most r); n is the nonce the
+    account's client sent with the query ("" when it sent none). **Deviation from the
+    paper** (§5.3 uses (a, t(a), H(q), ts)): a timestamp is the provider's choice, so
     noise keyed by it could be ground — re-derived for many timestamps until it favours a
     chosen document; j is fixed by the ledger (the verifier checks that the j-th record of
-    account a carries j), so nothing in rec_q is left to choose.
+    account a carries j), so nothing in rec_q is left to choose. The client's random n,
+    which the provider learns only with the request, keeps it from choosing a seed s_W
+    that favours queries it predicts before the window opens.
     """
-    return (str(window_id), str(account), str(tenant), str(query_hash), int(seq))
+    return (str(window_id), str(account), str(tenant), str(query_hash), int(seq), str(nonce))
 
 
 def derived_bits(seed: bytes, rec: RecordPart) -> ChaCha20Bits:

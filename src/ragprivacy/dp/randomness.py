@@ -144,7 +144,7 @@ class ChaCha20Bits:
             seed: a secret of at least 16 random bytes (32 recommended, e.g.
                 ``os.urandom(32)``; the audit protocol's s_W). Integers, strings and short
                 byte strings are refused: a guessable seed makes the noise guessable.
-            record: what the stream is for (e.g. rec_q = (W, a, t(a), H(q), j): window,
+            record: what the stream is for (e.g. rec_q = (W, a, t(a), H(q), j, n): window,
                 account, its tenant, query hash, query number), encoded unambiguously by
                 :func:`encode_record`.
         """

@@ -89,7 +89,7 @@ class TenantRetriever(Retriever):
         simulation: use the dp layer's float fast path (keyword ``rng``) instead of the
             secure discrete Gaussian; for experiments only.
         window_seed: with secure noise, derive each query's noise from
-            H(s_W ‖ rec_q), rec_q = (W, a, t(a), H(q), j) (§5.3 A2,
+            H(s_W ‖ rec_q), rec_q = (W, a, t(a), H(q), j, n) (§5.3 A2,
             :func:`ragprivacy.dp.query_input`; a is the account, t(a) its tenant, j its
             query number in the window) instead of OS entropy. At least 32 bytes.
         window_id: the name W of the current window (``open_window`` starts the next).
@@ -324,7 +324,7 @@ class TenantRetriever(Retriever):
         elif self.window_seed is None:
             sel = run(None, None, ChaCha20Bits.from_entropy())
             idx, noisy = sel.indices, sel.noisy_scores
-        else:  # one derived key per query record rec_q = (W, a, t(a), H(q), j)
+        else:  # one derived key per query record rec_q = (W, a, t(a), H(q), j, n)
             rows_i, rows_s = [], []
             for r in range(q.shape[0]):
                 hq = hashes[r] if hashes else hashlib.sha256(q[r].tobytes()).hexdigest()

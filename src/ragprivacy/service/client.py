@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import threading
 from pathlib import Path
 from typing import Any
@@ -100,8 +101,11 @@ class Client:
         self.close()
 
     def _post(self, path: str, body: dict[str, Any], query: str) -> dict[str, Any]:
+        # the noise input's n: the provider learns it only with the request, so it could
+        # not have chosen its window seed to favour this query
+        nonce = secrets.token_hex(16)
         try:
-            r = self._http.post(path, json=body)
+            r = self._http.post(path, json={**body, "nonce": nonce})
         except httpx.TransportError:
             # sent, but no answer came back: a record may have been appended whose
             # receipt never arrived
@@ -112,7 +116,7 @@ class Client:
         if r.status_code in (500, 502):  # failed after retrieval: charged like an answer
             paid = _json(r).get("receipt")
             if isinstance(paid, dict):  # its record was appended: keep its receipt
-                self._keep(paid, query)
+                self._keep(paid, query, nonce=nonce)
             else:  # a storage error may follow an append that took effect
                 self._unanswered(query)
             if r.status_code == 500:
@@ -127,7 +131,7 @@ class Client:
         out: dict[str, Any] = r.json()
         receipt = out.get("receipt") or out.get("ragprivacy", {}).get("receipt")
         if receipt is not None:
-            self._keep(receipt, query, out.get("documents"))
+            self._keep(receipt, query, out.get("documents"), nonce=nonce)
         return out
 
     # ------------------------------------------------------------------ receipts
@@ -136,6 +140,8 @@ class Client:
         receipt: dict[str, Any],
         query: str,
         documents: list[dict[str, Any]] | None = None,
+        *,
+        nonce: str | None = None,
     ) -> Receipt:
         """``receipt`` checked as only the account can: signed by the provider, issued
         under the commitments its window publishes, H(q) of ``query``, the same account
@@ -145,8 +151,8 @@ class Client:
         name FAILs verification, since no receipt names it), and the served
         ``documents`` ({id, text}, in order) those the receipt commits to: their ids, and
         their texts' SHA-256 where the index committed one (a text served under an id it
-        was never committed with). Raises :class:`~ragprivacy.errors.VerificationError`
-        naming what failed."""
+        was never committed with), and the ``nonce`` this client sent (the noise's n).
+        Raises :class:`~ragprivacy.errors.VerificationError` naming what failed."""
         try:
             r = Receipt.from_dict(receipt)
         except DataError as exc:
@@ -177,6 +183,11 @@ class Client:
             raise VerificationError(
                 f"The receipt's query number j = {r.seq} is one the account's earlier "
                 f"receipts of window {r.window_id!r} already have (a replay)."
+            )
+        if nonce is not None and r.nonce != nonce:
+            raise VerificationError(
+                "The receipt's nonce is not the one this client sent: the noise was not "
+                "derived from the client's randomness."
             )
         if documents is not None:
             _check_documents(r, documents)
@@ -209,6 +220,8 @@ class Client:
         receipt: dict[str, Any],
         query: str,
         documents: list[dict[str, Any]] | None = None,
+        *,
+        nonce: str | None = None,
     ) -> None:
         """Check ``receipt`` and keep it; a receipt that fails is kept apart as evidence
         (``rejected/``, which the verifier does not read) and the call raises. A check
@@ -217,7 +230,7 @@ class Client:
         for, and raises."""
         with self._lock:  # one check and one append at a time: j's are compared in order
             try:
-                checked = self.check_receipt(receipt, query, documents)
+                checked = self.check_receipt(receipt, query, documents, nonce=nonce)
             except VerificationError:
                 self._append("rejected/receipts.jsonl", receipt)
                 raise

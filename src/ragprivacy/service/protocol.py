@@ -89,6 +89,8 @@ class RetrieveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1, max_length=4096)
     k: int | None = Field(default=None, ge=1, le=100)
+    #: the client's random n of rec_q (its noise input), echoed in the receipt
+    nonce: str = Field(default="", pattern=r"^[0-9a-f]{0,64}$")
 
 
 class AnswerRequest(RetrieveRequest):

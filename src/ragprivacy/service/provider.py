@@ -365,7 +365,9 @@ class ServiceProvider:
         """Whether ``account``'s tenant policy lets answers carry log-probabilities."""
         return bool(self.state.tenants()[self.tenant_of(account)].get("logprobs", False))
 
-    def retrieve(self, account: str, query: str, *, k: int | None = None) -> ServedAnswer:
+    def retrieve(
+        self, account: str, query: str, *, k: int | None = None, nonce: str = ""
+    ) -> ServedAnswer:
         """The account's private top-K for ``query`` in the open window."""
         if self.votes(account):
             mode = self.state.tenants()[self.tenant_of(account)]["mode"]
@@ -373,7 +375,7 @@ class ServiceProvider:
                 f"This account's tenant runs {mode}: it releases only DP-voted answers "
                 "(POST /v1/answer or /v1/chat/completions), never documents."
             )
-        return self._serve(account, query, k, None)
+        return self._serve(account, query, k, None, nonce)
 
     def answer_voted(self, account: str, query: str, generator: Generator) -> VotedAnswer:
         """A voting tenant's answer for ``account`` (see :mod:`ragprivacy.service.voting`)."""
@@ -390,6 +392,7 @@ class ServiceProvider:
         *,
         k: int | None = None,
         max_tokens: int | None = None,
+        nonce: str = "",
     ) -> tuple[ServedAnswer, Completion]:
         """The RAG answer to ``query`` from the account's private top-K.
 
@@ -434,7 +437,7 @@ class ServiceProvider:
                     raise  # nothing is appended: the record's noise is never released
                 failed.append(exc)  # the record is appended: the query is paid for
 
-        served = self._serve(account, query, k, generate)
+        served = self._serve(account, query, k, generate, nonce)
         if failed:  # the record is appended: the account keeps its receipt, as for an answer
             error = charged_failure(failed[-1])
             error.receipt = served.receipt
@@ -447,6 +450,7 @@ class ServiceProvider:
         query: str,
         k: int | None,
         before_append: Callable[[tuple[str, ...]], None] | None,
+        nonce: str = "",
     ) -> ServedAnswer:
         window, provider = self._current()
         tenant = self.tenant_of(account)
@@ -456,7 +460,7 @@ class ServiceProvider:
         if k is not None and not 1 <= k <= policy.top_k:
             raise ConfigError(f"'k' must be between 1 and this tenant's K = {policy.top_k}.")
         try:
-            answer = provider.query(account, query, before_append=before_append)
+            answer = provider.query(account, query, before_append=before_append, nonce=nonce)
         except LogSealedError:
             raise WindowClosedError(
                 "The audit window closed while this query ran; nothing was spent. Query "

@@ -109,7 +109,7 @@ class Serving:
 
     def retrieve(self, account: str, request: RetrieveRequest) -> RetrieveResponse:
         """``POST /v1/retrieve``: the private top-K (refused for a voting tenant)."""
-        served = self.provider.retrieve(account, request.query, k=request.k)
+        served = self.provider.retrieve(account, request.query, k=request.k, nonce=request.nonce)
         return RetrieveResponse(
             window_id=served.window_id,
             documents=_documents(served),
@@ -120,7 +120,7 @@ class Serving:
 
     def answer(self, account: str, request: AnswerRequest) -> AnswerResponse:
         """``POST /v1/answer``: the account's answer in its tenant's mode."""
-        done = self._answered(account, request.query, request.k, request.max_tokens)
+        done = self._answered(account, request.query, request.k, request.max_tokens, request.nonce)
         return AnswerResponse(
             answer=done.completion.text,
             window_id=done.window_id,
@@ -202,7 +202,12 @@ class Serving:
         return NoisyTopKBudgetStatus.model_validate(left)
 
     def _answered(
-        self, account: str, query: str, k: int | None, max_tokens: int | None
+        self,
+        account: str,
+        query: str,
+        k: int | None,
+        max_tokens: int | None,
+        nonce: str = "",
     ) -> _Answered:
         """The account's answer (its tenant's mode) and the fields that ride with it."""
         provider = self.provider
@@ -223,7 +228,7 @@ class Serving:
                 budget=VotingBudget.model_validate(voted.budget),
             )
         served, completion = provider.answer(
-            account, query, self.generator, k=k, max_tokens=max_tokens
+            account, query, self.generator, k=k, max_tokens=max_tokens, nonce=nonce
         )
         return _Answered(
             completion=completion,
