@@ -74,6 +74,8 @@ def _provider(
     the service publishes them."""
 
     def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/audit/windows":
+            return httpx.Response(200, json=[{"window_id": "W1", "status": "open"}])
         if request.url.path == "/v1/audit/windows/W1/commitments":
             return httpx.Response(200, json=window.commitments.to_dict())
         sent = json.loads(request.content)
@@ -300,6 +302,8 @@ def test_a_server_error_without_a_receipt_is_logged_as_unanswered(
     calls = [_honest]
 
     def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/audit/windows":
+            return httpx.Response(200, json=[{"window_id": "W1", "status": "open"}])
         if request.url.path.endswith("/commitments"):
             return httpx.Response(200, json=window.commitments.to_dict())
         body = json.loads(request.content)
@@ -321,21 +325,47 @@ def test_a_server_error_without_a_receipt_is_logged_as_unanswered(
     assert Verifier().verify(transcript, receipts, package, unanswered=unanswered).passed
 
 
-def test_commitments_that_cannot_be_fetched_leave_the_request_logged(tmp_path: Path) -> None:
+def test_commitments_that_cannot_be_fetched_stop_the_request_before_it_is_sent(
+    tmp_path: Path,
+) -> None:
+    """The open window's commitments are fetched before the query is sent: when they
+    cannot be, the query is not sent (no record, nothing to log). When the window list
+    itself cannot be read, the receipt of a window not pinned before the request is
+    refused and the request logged, so its record is excused."""
     window = _window()
+    queries: list[str] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/audit/windows":
+            return httpx.Response(200, json=[{"window_id": "W1", "status": "open"}])
         if request.url.path.endswith("/commitments"):
             return httpx.Response(503, json={"detail": "down"})
-        query = json.loads(request.content)["query"]
-        return httpx.Response(200, json={"receipt": _honest(window, query)})
+        body = json.loads(request.content)
+        queries.append(body["query"])
+        return httpx.Response(200, json={"receipt": _honest(window, body["query"], body["nonce"])})
 
     with (
         _client(httpx.MockTransport(handle), tmp_path) as alice,
         pytest.raises(BackendError, match="503"),
     ):
         alice.retrieve("who has asthma?")
-    assert load_unanswered(tmp_path, "W1") == [(None, query_hash("who has asthma?"))]
+    assert queries == [] and _kept(tmp_path) == []
+    assert not (tmp_path / "unanswered").exists()
+
+    def unlisted(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/audit/windows":
+            return httpx.Response(503, json={"detail": "down"})
+        if request.url.path.endswith("/commitments"):
+            return httpx.Response(200, json=window.commitments.to_dict())
+        body = json.loads(request.content)
+        return httpx.Response(200, json={"receipt": _honest(window, body["query"], body["nonce"])})
+
+    with (
+        _client(httpx.MockTransport(unlisted), tmp_path) as alice,
+        pytest.raises(VerificationError, match="not published before this request"),
+    ):
+        alice.retrieve("who has gout?")
+    assert load_unanswered(tmp_path, "W1") == [(None, query_hash("who has gout?"))]
     assert _kept(tmp_path) == []
 
 

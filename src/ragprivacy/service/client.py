@@ -10,7 +10,10 @@ the final ledger, unchanged, and that no record in the account's name lacks one.
 Before keeping a receipt the client checks what only the account can check
 (:meth:`Client.check_receipt`): the provider's signature (under the key in the window's
 commitments, or a ``provider_key`` known in advance), that it names the commitments the
-service publishes for its window (fetched once per window, their signature checked), that
+service publishes for its window (those of every open window are fetched, their signature
+checked, before each request is sent, so the provider cannot choose them after seeing the
+query), that the noise's nonce is the one it sent, that the served texts are the committed
+ones, that
 H(q) is the hash of the query the account sent (a provider that grinds H(q) with trailing
 spaces is caught here), and that the account's query numbers j only grow. A receipt that
 fails is not kept: it is written to ``rejected/receipts.jsonl`` as evidence and the call
@@ -104,6 +107,7 @@ class Client:
         # the noise input's n: the provider learns it only with the request, so it could
         # not have chosen its window seed to favour this query
         nonce = secrets.token_hex(16)
+        pinned = self._pin()
         try:
             r = self._http.post(path, json={**body, "nonce": nonce})
         except httpx.TransportError:
@@ -116,7 +120,7 @@ class Client:
         if r.status_code in (500, 502):  # failed after retrieval: charged like an answer
             paid = _json(r).get("receipt")
             if isinstance(paid, dict):  # its record was appended: keep its receipt
-                self._keep(paid, query, nonce=nonce)
+                self._keep(paid, query, nonce=nonce, pinned=pinned)
             else:  # a storage error may follow an append that took effect
                 self._unanswered(query)
             if r.status_code == 500:
@@ -131,7 +135,7 @@ class Client:
         out: dict[str, Any] = r.json()
         receipt = out.get("receipt") or out.get("ragprivacy", {}).get("receipt")
         if receipt is not None:
-            self._keep(receipt, query, out.get("documents"), nonce=nonce)
+            self._keep(receipt, query, out.get("documents"), nonce=nonce, pinned=pinned)
         return out
 
     # ------------------------------------------------------------------ receipts
@@ -193,6 +197,17 @@ class Client:
             _check_documents(r, documents)
         return r
 
+    def _pin(self) -> frozenset[str]:
+        """Fetch (and check) the commitments of every open window before a request is
+        sent, so that a receipt can only be checked against commitments published before
+        the provider saw the query; returns the windows pinned so far."""
+        r = self._http.get("/v1/audit/windows")
+        if r.status_code < 400:
+            for w in r.json():
+                if isinstance(w, dict) and w.get("status") == "open":
+                    self._window_commitments(str(w.get("window_id")))
+        return frozenset(self._commitments)
+
     def _window_commitments(self, window_id: str) -> Commitments:
         """The published commitments of ``window_id``, fetched once and their signature
         checked (under ``provider_key`` when given)."""
@@ -222,6 +237,7 @@ class Client:
         documents: list[dict[str, Any]] | None = None,
         *,
         nonce: str | None = None,
+        pinned: frozenset[str] | None = None,
     ) -> None:
         """Check ``receipt`` and keep it; a receipt that fails is kept apart as evidence
         (``rejected/``, which the verifier does not read) and the call raises. A check
@@ -230,6 +246,16 @@ class Client:
         for, and raises."""
         with self._lock:  # one check and one append at a time: j's are compared in order
             try:
+                window = receipt.get("window_id")
+                if pinned is not None and window not in pinned:
+                    # its commitments were not published before the query was sent: the
+                    # provider could have chosen them after seeing it (a window opened
+                    # between the pin and the request is the honest case: retry)
+                    self._unanswered(query, window)
+                    raise VerificationError(
+                        f"Window {window!r}'s commitments were not published before this "
+                        "request was sent; its receipt cannot be bound to them. Retry."
+                    )
                 checked = self.check_receipt(receipt, query, documents, nonce=nonce)
             except VerificationError:
                 self._append("rejected/receipts.jsonl", receipt)
