@@ -1,17 +1,18 @@
 """Phase B artefacts: ledger records r_q, signed receipts ρ_q and tree heads (§5.3).
 
-r_q = (a, t(a), C(H(q)), C(H(top-K)), ts, j, π_q) is appended to the Merkle ledger, j
-being the account's query number in the window (1, 2, …, at most r); the querying account
-receives ρ_q = (W, a, H(q), H(top-K), salt, pos_q, C_ledger,t) signed with the provider's
-long-term Ed25519 key (RFC 8032, via ``cryptography``), and tree heads name the window W
-too. Raw content is stored only as hashes. Every artefact has a canonical byte encoding
+r_q = (a, t(a), C(H(q), n), C(H(top-K)), ts, j, π_q) is appended to the Merkle ledger, j
+being the account's query number in the window (1, 2, …, at most r) and n the client's
+nonce; the querying account receives ρ_q = (W, a, H(q), n, H(top-K), its documents, salt,
+j, pos_q, C_ledger,t, H(commitments)) signed with the provider's long-term Ed25519 key
+(RFC 8032, via ``cryptography``), and tree heads name the window W too. Raw content is
+stored only as hashes. Every artefact has a canonical byte encoding
 (what is hashed or signed).
 
 **Hiding (deviation from §5.3, which records H(q) and H(top-K) themselves):** the ledger
 is public, and an unsalted hash of a query text or of a list of document ids is tested by
 a dictionary in seconds (plausible questions about known names; every id triple of a
 tenant). So a record carries C(h) = SHA-256(tag ‖ salt ‖ h) with a fresh 256-bit salt per
-record (:func:`record_salt`), and the opening (salt, H(q), H(top-K)) goes only to the
+record (:func:`record_salt`), and the opening (salt, H(q), n, H(top-K)) goes only to the
 account, in its receipt, and to the auditor, in the record's witness. The salt binds
 nothing the noise depends on (rec_q holds H(q) itself), so the provider gains nothing by
 choosing it.
