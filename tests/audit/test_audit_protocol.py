@@ -23,11 +23,8 @@ from ragprivacy.audit.cheats import CheatingWindow, Misbehaviour, tamper_ledger_
 from ragprivacy.audit.commitments import index_salt_key, seed_commitment, verify_opening
 from ragprivacy.audit.demo import demo_window
 from ragprivacy.audit.noise import integer_scores
-from ragprivacy.corpus import Corpus
-from ragprivacy.dp import AccountPolicy, GaussianNoisyTopK, Grid, derived_bits, top_k_indices
+from ragprivacy.dp import GaussianNoisyTopK, Grid, derived_bits, top_k_indices
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
-from ragprivacy.retrieval import KnowledgeBase, TenantRetriever
-from ragprivacy.types import Document
 
 
 @pytest.fixture(scope="module")
@@ -134,26 +131,6 @@ def test_one_rule_with_scores_outside_the_range_agrees_with_the_dp_mechanism() -
         assert np.array_equal(mine, dp)
         differs += not np.array_equal(mine, top_k_indices(scores + z, 3))
     assert differs > 0  # unclipped selection is a different rule
-
-
-def test_the_service_and_the_audit_select_alike_on_the_same_record() -> None:
-    """A tenant retriever with a window seed draws z_q from the same derivation and runs
-    the same rule as the audited provider and the verifier."""
-    docs = [Document(f"d{i}", f"record {i} about subject {i % 3}") for i in range(12)]
-    kb = KnowledgeBase.build(Corpus(docs), embedder="hashing")
-    seed = bytes(range(32))
-    router = TenantRetriever(k=3, window_seed=seed)
-    router.add_tenant("t", kb)
-    policy = AccountPolicy(rate_limit=50, epsilon=1.0, sigma=0.2)
-    router.add_account("a", "t", policy)
-    mech = policy.mechanism(3)
-    vectors = kb.embedder.encode(["subject 1", "record 7"])
-    for r in range(2):
-        sel = router.search(vectors[r], account="a", query_hashes=[f"h{r}"])
-        units = Grid().to_units(np.clip(kb.index.scores(vectors[r : r + 1])[0], -1.0, 1.0))
-        rec = QueryRecord("a", "t", "", "", ts=5, seq=r + 1, proof="").rec("W0", f"h{r}")
-        z = derived_noise(seed, rec, mech, len(kb))
-        np.testing.assert_array_equal(sel.indices[0], mech.select_units(units, z))
 
 
 def _outside_range_window(**misbehaviour):

@@ -69,6 +69,13 @@ def test_account_policies_lower_the_window_budget_and_are_checked() -> None:
         POLICY.for_account({"epsilon_acc": 2.0})
     with pytest.raises(ConfigError, match="may set"):
         POLICY.for_account({"k_max": 9})
+    # the inverse: only what differs is committed, and it is checked the same way
+    assert POLICY.overrides_for(epsilon_acc=POLICY.epsilon_acc, rate_limit=3) == {"rate_limit": 3}
+    assert POLICY.overrides_for(rate_limit=POLICY.rate_limit) == {}
+    with pytest.raises(ConfigError, match="may not exceed"):
+        POLICY.overrides_for(rate_limit=POLICY.rate_limit + 1)
+    with pytest.raises(ConfigError, match="may set"):
+        POLICY.overrides_for(k_max=POLICY.k_max)
 
 
 def test_a_per_account_sigma_below_calibration_fails() -> None:

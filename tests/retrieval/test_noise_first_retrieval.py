@@ -92,14 +92,13 @@ def test_noisy_topk_retriever_gives_the_full_paths_output(sigma: float | None) -
     assert fast.counter.used("u") == full.counter.used("u") == len(QUERIES)
 
 
-@pytest.mark.parametrize("mode", ["float", "derived", "entropy"])
+@pytest.mark.parametrize("mode", ["float", "entropy"])
 def test_tenant_retriever_gives_the_full_paths_output(mode: str) -> None:
     rng = np.random.default_rng(2)
     kb = _kb(Counting(DIM), _dyadic(rng, N))
     queries = _dyadic(rng, 3)
     modes: dict[str, dict[str, Any]] = {
         "float": {"simulation": True, "rng": 5},
-        "derived": {"window_seed": bytes(range(32))},
         "entropy": {},
     }
     kw = modes[mode]

@@ -479,6 +479,16 @@ class AuditPolicy:
             )
         return mine
 
+    def overrides_for(self, **values: Any) -> dict[str, Any]:
+        """The committed overrides that give an account ``values`` (of
+        :data:`POLICY_OVERRIDES`) under this window policy: those that differ from it, the
+        inverse of :meth:`for_account`, which checks them (only lower)."""
+        differ = {
+            k: v for k, v in values.items() if k not in POLICY_OVERRIDES or getattr(self, k) != v
+        }
+        self.for_account(differ)
+        return differ
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["sigma"] = self.noise_sigma

@@ -8,13 +8,15 @@ selection (eq. 2.1)::
 
     Retr(q, a) = TopK(clip(Score(q, D_{t(a)})) + N(0, σ²I))
 
-:class:`TenantRetriever` is that router as a :class:`~ragprivacy.retrieval.Retriever`:
-the account — policy, counter, σ and the noise-then-select — is
-:mod:`ragprivacy.dp.account`; a RAG system over it is ``StandardRAG(TenantRetriever(...),
-generator)``. Noise is integer-exact discrete Gaussian from ChaCha20 bits by default
-(derived as z_q = DGS(H(s_W ‖ rec_q); σ) from a window seed, §5.3, with the derivation the
-audit verifier re-executes, :func:`ragprivacy.dp.derived_bits`), or the float fast path
-with ``simulation=True`` for experiments.
+:class:`TenantRetriever` is that router as a :class:`~ragprivacy.retrieval.Retriever`, in
+memory, for experiments and for RAG systems built in process: the tenant boundary, and for
+each account the policy, counter, σ and noise-then-select of :mod:`ragprivacy.dp.account`
+(nothing of its own); a RAG system over it is ``StandardRAG(TenantRetriever(...),
+generator)``. Noise is integer-exact discrete Gaussian from fresh OS entropy by default, or
+the float fast path with ``simulation=True`` for experiments. It keeps no records: an
+*audited* window — noise derived from a committed seed, z_q = DGS(H(s_W ‖ rec_q); σ)
+(§5.3), a ledger, receipts — is :class:`ragprivacy.audit.AuditWindow`, the one serving
+core the service and the verifier's re-execution run.
 
 The M4 misconfiguration of Remark 2.1 — a shared backend that lets an account's query be
 scored against *another* tenant's index — is an explicit switch, ``shared_backend``,
@@ -24,9 +26,8 @@ external-collusion experiment (§A.3), never as a deployment option.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,11 +41,8 @@ from ragprivacy.dp import (
     ChaCha20Bits,
     GaussianEvent,
     GaussianNoisyTopK,
-    NoisySelection,
     Reservation,
-    derived_bits,
     noise_first_min_scored,
-    query_input,
     simulation_rng,
 )
 from ragprivacy.errors import ConfigError, TenantAccessError
@@ -76,7 +74,6 @@ class TenantSelection:
     noisy_scores: FloatArray
     event: GaussianEvent
     reservation: Reservation
-    query_hashes: tuple[str, ...] = field(default=())
 
 
 class TenantRetriever(Retriever):
@@ -88,11 +85,6 @@ class TenantRetriever(Retriever):
             scored against any tenant's index. Off by default.
         simulation: use the dp layer's float fast path (keyword ``rng``) instead of the
             secure discrete Gaussian; for experiments only.
-        window_seed: with secure noise, derive each query's noise from
-            H(s_W ‖ rec_q), rec_q = (W, a, t(a), H(q), j, n) (§5.3 A2,
-            :func:`ragprivacy.dp.query_input`; a is the account, t(a) its tenant, j its
-            query number in the window) instead of OS entropy. At least 32 bytes.
-        window_id: the name W of the current window (``open_window`` starts the next).
         noise_first: score only the documents each query's noise leaves in the race
             (:meth:`~ragprivacy.dp.GaussianNoisyTopK.select_noise_first`, through the
             index's ``scores_at``): the same output as scoring every document, and which
@@ -122,8 +114,6 @@ class TenantRetriever(Retriever):
         k: int = 5,
         shared_backend: bool = False,
         simulation: bool = False,
-        window_seed: bytes | None = None,
-        window_id: str = "W0",
         noise_first: bool = True,
         rng: RngLike = None,
     ) -> None:
@@ -131,23 +121,11 @@ class TenantRetriever(Retriever):
         self.k = check_positive_int("k", k)
         self.shared_backend = bool(shared_backend)
         self.simulation = bool(simulation)
-        if window_seed is not None:
-            if simulation:
-                raise ConfigError("A window_seed derives secure noise; it needs simulation=False.")
-            if not isinstance(window_seed, bytes) or len(window_seed) < 32:
-                raise ConfigError(
-                    "The 'window_seed' parameter must be at least 32 random bytes (λ ≥ 256, "
-                    "§5.2); use os.urandom(32)."
-                )
-        self.window_seed = window_seed
         self.noise_first = bool(noise_first)
         self._rng = simulation_rng(rng, simulation=self.simulation)
         self._tenants: dict[str, KnowledgeBase] = {}
         self._accounts: dict[str, _Account] = {}
         self.counter = AccountCounter()
-        if not isinstance(window_id, str) or not window_id:
-            raise ConfigError(f"The 'window_id' must be a non-empty string; got {window_id!r}.")
-        self.window_id = window_id
 
     @property
     def kb(self) -> KnowledgeBase:
@@ -220,11 +198,9 @@ class TenantRetriever(Retriever):
         acc = self._account(account_id)
         return self.counter.remaining(acc.id, limit=acc.policy.rate_limit)
 
-    def open_window(self, window_id: str | None = None) -> None:
-        """Open a new audit window (named ``window_id``, default ``W<n>``): every
-        account's rate budget resets (M2) and query numbers start again at 1."""
+    def open_window(self) -> None:
+        """Start a new rate window: every account's rate budget resets (M2)."""
         self.counter.open_window()
-        self.window_id = window_id or f"W{self.counter.window}"
 
     def _account(self, account_id: str | None) -> _Account:
         if account_id is None or account_id not in self._accounts:
@@ -252,7 +228,6 @@ class TenantRetriever(Retriever):
         *,
         account: str,
         tenant: str | None = None,
-        query_hashes: Sequence[str] | None = None,
     ) -> TenantSelection:
         """Noisy top-K for a batch of query embeddings (rows) from one account.
 
@@ -269,79 +244,38 @@ class TenantRetriever(Retriever):
             raise ConfigError(
                 f"Query vectors must have shape [Q >= 1, {kb.index.dim}]; got {q.shape}."
             )
-        hashes = tuple(query_hashes) if query_hashes is not None else ()
-        if hashes and len(hashes) != q.shape[0]:
-            raise ConfigError("Give one query hash per query vector.")
         reservation = self.counter.reserve(acc.id, q.shape[0], limit=acc.policy.rate_limit)
         try:
-            return self._select(acc, target, q, hashes, reservation)
+            return self._select(acc, target, q, reservation)
         except BaseException:  # nothing was returned: the queries are given back
             self.counter.release(reservation)
             raise
 
     def _select(
-        self,
-        acc: _Account,
-        target: str,
-        q: FloatArray,
-        hashes: tuple[str, ...],
-        reservation: Reservation,
+        self, acc: _Account, target: str, q: FloatArray, reservation: Reservation
     ) -> TenantSelection:
         index = self._tenants[target].index
         mech = acc.mechanism
-        pad = noise_first_min_scored(self.k)
-        cache: list[FloatArray] = []
-
-        def scores() -> FloatArray:  # every score of the batch, computed at most once
-            if not cache:
-                cache.append(index.scores(q))
-            return cache[0]
-
-        def run(row: int | None, rng: RngLike, bits: ChaCha20Bits | None) -> NoisySelection:
-            """The whole batch (``row=None``) or query ``row`` alone (its own noise)."""
-            if not (self.noise_first and mech.score_range is not None):
-                return mech.select(scores() if row is None else scores()[row], rng=rng, bits=bits)
-            if row is None:
-                return mech.select_noise_first(
-                    (q.shape[0], len(index)),
-                    lambda r, positions: index.scores_at(q[r], positions),
-                    score_all=scores,
-                    rng=rng,
-                    bits=bits,
-                    min_scored=pad,
-                )
-            return mech.select_noise_first(
-                len(index),
-                lambda _, positions: index.scores_at(q[row], positions),
-                score_all=lambda: scores()[row],
+        rng = self._rng if self.simulation else None
+        bits = None if self.simulation else ChaCha20Bits.from_entropy()
+        if self.noise_first and mech.score_range is not None:
+            sel = mech.select_noise_first(
+                (q.shape[0], len(index)),
+                lambda r, positions: index.scores_at(q[r], positions),
+                score_all=lambda: index.scores(q),
+                rng=rng,
                 bits=bits,
-                min_scored=pad,
+                min_scored=noise_first_min_scored(self.k),
             )
-
-        if self.simulation:
-            sel = run(None, self._rng, None)
-            idx, noisy = sel.indices, sel.noisy_scores
-        elif self.window_seed is None:
-            sel = run(None, None, ChaCha20Bits.from_entropy())
-            idx, noisy = sel.indices, sel.noisy_scores
-        else:  # one derived key per query record rec_q = (W, a, t(a), H(q), j, n)
-            rows_i, rows_s = [], []
-            for r in range(q.shape[0]):
-                hq = hashes[r] if hashes else hashlib.sha256(q[r].tobytes()).hexdigest()
-                seq = reservation.first + r
-                rec = query_input(self.window_id, acc.id, acc.tenant, hq, seq)
-                one = run(r, None, derived_bits(self.window_seed, rec))
-                rows_i.append(one.indices)
-                rows_s.append(one.noisy_scores)
-            idx, noisy = np.stack(rows_i), np.stack(rows_s)
+        else:
+            sel = mech.select(index.scores(q), rng=rng, bits=bits)
         return TenantSelection(
             account=acc.id,
             tenant=target,
-            indices=np.asarray(idx),
-            noisy_scores=np.asarray(noisy),
+            indices=np.asarray(sel.indices),
+            noisy_scores=np.asarray(sel.noisy_scores),
             event=mech.event,
             reservation=reservation,
-            query_hashes=hashes,
         )
 
     def retrieve_batch(
@@ -353,8 +287,7 @@ class TenantRetriever(Retriever):
         acc = self._account(account)
         kb = self._tenants[self._target(acc, tenant)]
         vectors = kb.embedder.encode(list(queries))
-        hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in queries]
-        sel = self.search(vectors, account=acc.id, tenant=tenant, query_hashes=hashes)
+        sel = self.search(vectors, account=acc.id, tenant=tenant)
         ids = kb.index.ids
         return [
             Retrieval(
@@ -385,7 +318,6 @@ class TenantRetriever(Retriever):
             "k": self.k,
             "shared_backend": self.shared_backend,
             "simulation": self.simulation,
-            "derived_noise": self.window_seed is not None,
             "noise_first": self.noise_first,
             "tenants": {t: len(kb) for t, kb in sorted(self._tenants.items())},
             "accounts": {

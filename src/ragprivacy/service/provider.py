@@ -138,13 +138,12 @@ def _window_policy(
     )
     overrides: dict[str, dict[str, Any]] = {}
     for name, a in accounts.items():
-        mine = {
-            "epsilon_acc": a["epsilon"],
-            "delta_acc": a["delta"],
-            "rate_limit": a["rate_limit"],
-            "top_k": tenants[a["tenant"]]["k"],
-        }
-        differ = {k: v for k, v in mine.items() if getattr(policy, k) != v}
+        differ = policy.overrides_for(
+            epsilon_acc=a["epsilon"],
+            delta_acc=a["delta"],
+            rate_limit=a["rate_limit"],
+            top_k=tenants[a["tenant"]]["k"],
+        )
         if differ:
             overrides[name] = differ
     sizes = {t: int(tenants[t]["documents"]) for t in used}
