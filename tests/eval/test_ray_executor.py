@@ -267,6 +267,64 @@ def _with_env(marker: str) -> set[int]:
     return found
 
 
+class _SlowConnect:
+    """A stand-in for the ``ray`` module whose connection takes a while and meets the
+    user's Ctrl-C half-way."""
+
+    def __init__(self) -> None:
+        self.connected = self.shut = False
+
+    def is_initialized(self) -> bool:
+        return self.connected
+
+    def init(self, address: str, **_options: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the instance starts
+        time.sleep(0.3)
+        self.connected = True  # the connection was made in full
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+def test_a_ctrl_c_while_ray_connects_stops_the_run_once_connected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The signal is neither lost (the run would go on) nor raised inside ``ray.init``
+    (which would leave a half-started instance): it stops the run right after the
+    connection, which is then closed."""
+    from ray.util import queue
+
+    from ragprivacy.eval import ray_executor
+
+    fake = _SlowConnect()
+    monkeypatch.setattr(ray_executor, "_import_ray", lambda: fake)
+
+    def no_queue(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("the run went on after the Ctrl-C")
+
+    monkeypatch.setattr(queue, "Queue", no_queue)
+    inside, late = threading.Event(), []
+
+    def handler(signum: int, frame: Any) -> None:  # raise only inside the run (see above)
+        if inside.is_set():
+            raise KeyboardInterrupt
+        late.append(signum)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        inside.set()
+        with pytest.raises(KeyboardInterrupt):
+            ray_executor.run_ray(
+                RaySpec(address="local"), 1, [], {}, print, print, None, None, None
+            )
+        inside.clear()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert fake.connected and fake.shut and not late
+    assert signal.getsignal(signal.SIGINT) is previous
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
 def test_ctrl_c_stops_a_cli_run_on_the_instance_it_started(tmp_path: Path) -> None:
     """``ragprivacy run`` with ``address: local`` starts Ray for the run: Ctrl-C to the
     process group ends it with the runner's one line, keeps the finished cells and leaves

@@ -5,6 +5,7 @@ field ``ragprivacy``, and the refusals as the client's own exceptions."""
 from __future__ import annotations
 
 import hashlib
+import secrets
 
 import httpx
 import openai
@@ -35,6 +36,7 @@ def test_the_official_client_gets_the_answer_and_the_receipt_in_the_extra_field(
     service,
 ) -> None:  # type: ignore[no-untyped-def]
     question = "Which patient has asthma?"
+    nonce = secrets.token_hex(16)  # the noise's n, as the receipt-keeping client sends it
     with client(service, service.keys["bob"]) as c:
         resp = c.chat.completions.create(
             model="ragprivacy",
@@ -42,6 +44,7 @@ def test_the_official_client_gets_the_answer_and_the_receipt_in_the_extra_field(
                 {"role": "system", "content": "Answer from the records."},
                 {"role": "user", "content": question},
             ],
+            extra_body={"nonce": nonce},
         )
     assert isinstance(resp, ChatCompletion)
     assert resp.object == "chat.completion" and resp.model == "ragprivacy"
@@ -59,7 +62,7 @@ def test_the_official_client_gets_the_answer_and_the_receipt_in_the_extra_field(
     assert set(extra) == {"window_id", "receipt", "privacy", "budget"}  # no documents
     receipt = extra["receipt"]
     assert receipt["window_id"] == extra["window_id"] == "W1"
-    assert receipt["account"] == "bob"
+    assert receipt["account"] == "bob" and receipt["nonce"] == nonce
     assert receipt["query_hash"] == hashlib.sha256(question.encode()).hexdigest()
     assert 0 <= receipt["position"] < receipt["tree_size"]
     commitments = httpx.get(f"{service.url}/v1/audit/windows/W1/commitments", timeout=60).json()
@@ -82,7 +85,7 @@ def test_the_official_client_gets_the_answer_and_the_receipt_in_the_extra_field(
     ).json()
     assert len(records) == 1 and receipt["query_hash"] not in records[0]  # hidden
     record = QueryRecord.from_bytes(records[0].encode())
-    assert record.opens_to(receipt["salt"], receipt["query_hash"], receipt["topk_hash"])
+    assert record.opens_to(receipt["salt"], receipt["query_hash"], receipt["topk_hash"], nonce)
 
 
 @pytest.mark.parametrize(

@@ -43,8 +43,8 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from ragprivacy.errors import ConfigError
@@ -181,6 +181,32 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """SIGINT held back while Ray connects, then delivered.
+
+    Interrupted half-way, ``ray.init`` can leave a local instance's processes running;
+    ignoring the signal instead would lose the user's Ctrl-C. So SIGINT is blocked in
+    this thread (the threads and processes Ray starts meanwhile inherit the mask, as
+    Ray's own children block it), and one that reaches another thread is only noted; on
+    leaving, the mask and the handler are restored and a Ctrl-C that came is raised
+    again, through the handler it was meant for, once the connection can be closed."""
+    if not _in_main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: came.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending SIGINT is noted now
+        if previous is not None:  # None: set outside Python, cannot be restored
+            signal.signal(signal.SIGINT, previous)
+        if came:
+            signal.raise_signal(signal.SIGINT)
+
+
 def run_ray(
     spec: RaySpec,
     workers: int,
@@ -212,12 +238,7 @@ def run_ray(
     ray = _import_ray()
     from ray.util.queue import Queue
 
-    from ragprivacy.eval.runner import _sigint_ignored
-
-    # the local instance's processes start with SIGINT ignored, like the pool's workers:
-    # a Ctrl-C reaching the process group is the driver's to handle
-    with _sigint_ignored():
-        connected = _connect(ray, spec, workers)
+    connected = False
     queue = None
     refs: dict[Any, int] = {}
 
@@ -233,6 +254,8 @@ def run_ray(
                 on_calls(message["calls"])
 
     try:
+        with _sigint_deferred():  # a Ctrl-C during the connection stops the run after it
+            connected = _connect(ray, spec, workers)
         queue = Queue(actor_options={"num_cpus": 0})
         snapshot = cache.snapshot() if cache is not None else None
         shared = ray.put(snapshot)

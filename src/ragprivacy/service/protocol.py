@@ -116,6 +116,8 @@ class ChatRequest(BaseModel):
     stream: bool = False
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    #: the client's random n of rec_q, as on /v1/retrieve (OpenAI clients: ``extra_body``)
+    nonce: str = Field(default="", pattern=r"^[0-9a-f]{0,64}$")
 
 
 # ------------------------------------------------------------------ signed payloads

@@ -151,7 +151,7 @@ class Serving:
                     "'top_logprobs' is not supported: only the chosen tokens' log-"
                     "probabilities are returned (logprobs=true)."
                 )
-        done = self._answered(account, users[-1], None, request.max_tokens)
+        done = self._answered(account, users[-1], None, request.max_tokens, request.nonce)
         head: dict[str, Any] = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "created": int(time.time()),
