@@ -25,6 +25,7 @@ SHARED = {
     "_sqlite",
     "_postgres",
     "_storage",
+    "_files",
     "_typing",
     "__main__",
 }

@@ -227,7 +227,9 @@ def tenants_service_factory(tmp_path_factory) -> Iterator:  # type: ignore[no-un
     stopped after it."""
     started: list[Server] = []
 
-    def start(*, rate_limit: int = 1000, workers: int = 1) -> TenantsService:
+    def start(
+        *, rate_limit: int = 1000, workers: int = 1, extra: tuple[str, ...] = ()
+    ) -> TenantsService:
         root = tmp_path_factory.mktemp("tenants")
         state = root / "state"
         run_admin(state, "tenant", "create", "clinic", "--k", "3")
@@ -248,7 +250,7 @@ def tenants_service_factory(tmp_path_factory) -> Iterator:  # type: ignore[no-un
         run_admin(state, "account", "create", "firm", "late", "--eps", "4", "--delta", "1e-6",
                   "--rate-limit", str(rate_limit))  # fmt: skip
         late = run_admin(state, "key", "create", "late").split()[-1]
-        server = Server(state, workers=workers)
+        server = Server(state, workers=workers, extra=extra)
         started.append(server)
         out = TenantsService(state, server, rate_limit)
         out.keys, out.revoked, out.late = keys, revoked, late

@@ -28,7 +28,7 @@ from schemathesis import GenerationMode
 @pytest.fixture(scope="module")
 def service(tenants_service_factory):  # type: ignore[no-untyped-def]
     """Window W1 closed after a few queries (its coalition claim certified), W2 open."""
-    service = tenants_service_factory(rate_limit=1_000_000)
+    service = tenants_service_factory(rate_limit=1_000_000, extra=("--api-docs",))
     for account in ("alice", "carol"):
         r = httpx.post(f"{service.url}/v1/retrieve", json={"query": "asthma"},
                        headers=service.headers(account), timeout=60)  # fmt: skip

@@ -78,12 +78,21 @@ def test_refusals_are_4xx_and_spend_nothing(two_tenants, server_factory, admin) 
     assert HTTP.post(url, content=b"{not json", headers=h).status_code == 422
     assert HTTP.post(url, json={"query": "x" * 70_000}, headers=h).status_code == 413
     assert HTTP.post(url, json={"query": "x", "k": 9}, headers=h).status_code == 400
+    spaced = {"Authorization": f"Bearer  {keys['bob']}"}  # exactly one space, as RFC 6750
+    assert HTTP.post(url, json={"query": "x"}, headers=spaced).status_code == 401
+    # no redirect built from Host:, no API docs unless asked, nothing for caches to keep
+    slash = HTTP.post(url + "/", json={"query": "x"}, headers={**h, "Host": "evil.example"})
+    assert slash.status_code == 404 and "location" not in slash.headers
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert HTTP.get(server.url + path).status_code == 404
     budget = HTTP.get(f"{server.url}/v1/budget", headers=h).json()
     assert budget["used"] == 0  # none of the refused requests was charged
     for _ in range(5):
-        assert HTTP.post(url, json={"query": "asthma"}, headers=h).status_code == 200
+        ok = HTTP.post(url, json={"query": "asthma"}, headers=h)
+        assert ok.status_code == 200 and ok.headers["cache-control"] == "no-store"
     over = HTTP.post(url, json={"query": "asthma"}, headers=h)
     assert over.status_code == 429 and over.headers["Retry-After"]
+    assert over.headers["cache-control"] == "no-store"
     assert HTTP.get(f"{server.url}/v1/budget", headers=h).json()["used"] == 5
     records = HTTP.get(f"{server.url}/v1/audit/windows/W1/records").json()
     assert len(records) == 5  # the refused requests appended nothing

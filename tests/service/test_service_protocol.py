@@ -144,7 +144,7 @@ def state(tmp_path_factory, admin, corpus_file) -> Path:  # type: ignore[no-unty
 
 @pytest.fixture(scope="module")
 def app(state: Path) -> Any:
-    return create_app(state)
+    return create_app(state, api_docs=True)
 
 
 def test_every_route_declares_a_response_model(app: Any) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ragprivacy._files import write_private
 from ragprivacy.audit.coalition import CoalitionEstimate
 from ragprivacy.audit.commitments import canonical_json
 from ragprivacy.audit.proofs import RecordWitness
@@ -219,7 +220,7 @@ def save_window(
     (d / "coalition.json").write_text(json.dumps(transcript.coalition.to_dict(), indent=1))
     (d / "receipts.json").write_text(json.dumps([r.to_dict() for r in receipts], indent=1))
     if package is not None:
-        (d / "auditor.json").write_text(json.dumps(package.to_dict()))
+        write_private(d / "auditor.json", json.dumps(package.to_dict()))  # the seed
     return d
 
 

@@ -131,7 +131,8 @@ def docs_add(
     tenant: str = typer.Argument(..., help="Tenant id."),
     file: Path = typer.Argument(..., help="A corpus file (.jsonl, .json or .csv)."),
 ) -> None:
-    """Add documents (idempotent by id: ids already stored are skipped)."""
+    """Add documents (idempotent by id: ids already stored are skipped; a record without
+    an id is named by its text, so a document added twice is skipped, never lost)."""
     from rich.progress import Progress
 
     from ragprivacy.corpus import load_corpus
@@ -141,7 +142,7 @@ def docs_add(
         from ragprivacy.errors import ConfigError
 
         raise ConfigError(f"Unknown tenant {tenant!r}; create it with 'tenant create'.")
-    corpus = load_corpus(file)
+    corpus = load_corpus(file, ids="content")
     with Progress(transient=True) as bar:
         task = bar.add_task(f"embedding {len(corpus)} documents", total=len(corpus))
         added, skipped = state.add_documents(

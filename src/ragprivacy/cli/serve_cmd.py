@@ -49,6 +49,12 @@ def serve(
         help="The generator's context window in tokens: a query whose prompt could overflow "
         "it is refused before retrieval, for nothing (set it for an openai: upstream).",
     ),
+    api_docs: bool = typer.Option(
+        False,
+        "--api-docs",
+        help="Serve the OpenAPI schema and its pages (/openapi.json, /docs, /redoc); off by "
+        "default, as they are not part of the API.",
+    ),
 ) -> None:
     """Serve private retrieval and answers for the accounts in --state, with public audit
     endpoints (see docs/service.md)."""
@@ -77,6 +83,7 @@ def serve(
     if identity_key is not None:
         os.environ["RAGPRIVACY_IDENTITY_KEY"] = str(identity_key.resolve())
     os.environ["RAGPRIVACY_GENERATOR"] = generator
+    os.environ["RAGPRIVACY_API_DOCS"] = "1" if api_docs else "0"
     os.environ["RAGPRIVACY_DOC_TOKENS"] = str(doc_tokens)
     if context_tokens is None:
         os.environ.pop("RAGPRIVACY_CONTEXT_TOKENS", None)

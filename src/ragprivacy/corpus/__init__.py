@@ -25,6 +25,7 @@ from ragprivacy.corpus.datasets import (
     register_dataset,
 )
 from ragprivacy.corpus.io import (
+    content_id,
     load_corpus,
     questions_path,
     read_csv,
@@ -68,6 +69,7 @@ __all__ = [
     "RegexPIIDetector",
     "annotate_pii",
     "background_texts",
+    "content_id",
     "create_pii_detector",
     "dataset_names",
     "dataset_spec",

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ragprivacy.corpus._rawfiles import large_csv_fields
 from ragprivacy.corpus.collection import Corpus, QAItem
@@ -37,6 +38,7 @@ from ragprivacy.errors import ConfigError, DataError
 from ragprivacy.types import Document, PIISpan
 
 __all__ = [
+    "content_id",
     "load_corpus",
     "questions_path",
     "read_csv",
@@ -122,7 +124,18 @@ def _json_lines(p: Path) -> Iterator[tuple[int, Any]]:
         ) from None
 
 
-def _document(record: Any, row: int, where: str) -> Document:
+#: how a reader names a record that has no id: by its row (``doc-<row>``: reproducible
+#: within one file) or by its text (``doc-<16 hex digits of SHA-256>``: the same document
+#: gets the same id in any file, so files added one after another never collide)
+MissingIds = Literal["position", "content"]
+
+
+def content_id(text: str) -> str:
+    """The id a document without one gets from its text (``ids="content"``)."""
+    return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _document(record: Any, row: int, where: str, ids: MissingIds = "position") -> Document:
     """A ``Document`` from one record; ``where`` says "line 3 of 'x.jsonl'"."""
     if not isinstance(record, Mapping):
         raise DataError(
@@ -137,9 +150,16 @@ def _document(record: Any, row: int, where: str) -> Document:
     text = record["text"]
     if not isinstance(text, str):
         raise DataError(f"The 'text' field at {where} must be a string; got {type(text).__name__}.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: valid JSON, not Unicode text
+        raise DataError(
+            f"The text at {where} holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), "
+            "which is not Unicode text; fix that record."
+        ) from None
     raw_id = record.get("id")
     if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
-        doc_id = f"doc-{row}"
+        doc_id = content_id(text) if ids == "content" else f"doc-{row}"
     elif isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool):
         doc_id = str(raw_id)
     else:
@@ -204,8 +224,9 @@ def _with_questions(
     )
 
 
-def read_jsonl(path: PathLike, *, name: str | None = None) -> Corpus:
+def read_jsonl(path: PathLike, *, name: str | None = None, ids: MissingIds = "position") -> Corpus:
     """Read a JSONL corpus (and its ``.questions.jsonl`` sidecar when present).
+    ``ids``: how a record without an id is named (:data:`MissingIds`).
 
     Raises:
         DataError: missing file, invalid JSON (with the line number), a record without
@@ -214,20 +235,21 @@ def read_jsonl(path: PathLike, *, name: str | None = None) -> Corpus:
     p = _existing_file(path, "Corpus")
     where = f"line {{}} of {str(p)!r}"
     docs = (
-        (_document(rec, lineno, where.format(lineno)), where.format(lineno))
+        (_document(rec, lineno, where.format(lineno), ids), where.format(lineno))
         for lineno, rec in _json_lines(p)
     )
     return _with_questions(_collect(docs, p), p, name)
 
 
-def read_json(path: PathLike, *, name: str | None = None) -> Corpus:
-    """Read a JSON corpus: an array of document records or ``{"documents": [...], ...}``."""
+def read_json(path: PathLike, *, name: str | None = None, ids: MissingIds = "position") -> Corpus:
+    """Read a JSON corpus: an array of document records or ``{"documents": [...], ...}``;
+    ``ids`` as for :func:`read_jsonl`."""
     p = _existing_file(path, "Corpus")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data":  # JSON Lines saved as .json
-            return read_jsonl(p, name=name)
+            return read_jsonl(p, name=name, ids=ids)
         raise DataError(
             f"{str(p)!r} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})."
         ) from None
@@ -258,7 +280,7 @@ def read_json(path: PathLike, *, name: str | None = None) -> Corpus:
             f"{str(p)!r} must hold a JSON array of documents; got {type(records).__name__}."
         )
     docs = (
-        (_document(rec, k + 1, f"item {k} of {str(p)!r}"), f"item {k} of {str(p)!r}")
+        (_document(rec, k + 1, f"item {k} of {str(p)!r}", ids), f"item {k} of {str(p)!r}")
         for k, rec in enumerate(records)
     )
     return _with_questions(_collect(docs, p), p, name, questions=questions, metadata=metadata)
@@ -337,11 +359,17 @@ def write_questions(questions: Iterable[QAItem], path: PathLike) -> Path:
 
 
 def read_csv(
-    path: PathLike, *, id_column: str = "id", text_column: str = "text", name: str | None = None
+    path: PathLike,
+    *,
+    id_column: str = "id",
+    text_column: str = "text",
+    name: str | None = None,
+    ids: MissingIds = "position",
 ) -> Corpus:
     """Read a CSV corpus with a header row; columns other than id/text become metadata.
 
-    A missing id column is allowed (ids become ``"doc-<row>"``); a missing text column
+    A missing id column is allowed (ids become ``"doc-<row>"``, or with
+    ``ids="content"`` come from the text: :data:`MissingIds`); a missing text column
     is an error that lists the columns found.
     """
     p = _existing_file(path, "Corpus")
@@ -368,7 +396,7 @@ def read_csv(
                     "text": rec[text_column] or "",
                     "metadata": metadata,
                 }
-                docs.append((_document(record, row, where), where))
+                docs.append((_document(record, row, where, ids), where))
     except csv.Error as exc:
         raise DataError(f"{str(p)!r} is not valid CSV: {exc}.") from None
     except UnicodeDecodeError as exc:

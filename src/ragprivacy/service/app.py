@@ -190,10 +190,14 @@ def create_app(
     generator: str | Generator = "reference",
     identity_key: str | Path | None = None,
     prompt_budget: PromptBudget | None = None,
+    api_docs: bool = False,
 ) -> FastAPI:
     """The service's ASGI app over the state ``state_dir`` (a directory, or a PostgreSQL
     URL with the ``identity_key`` file); ``prompt_budget`` shapes answers' prompts
-    (default :class:`PromptBudget()` with the generator's context)."""
+    (default :class:`PromptBudget()` with the generator's context). ``api_docs`` serves
+    ``/openapi.json``, ``/docs`` and ``/redoc`` (off by default: they are not part of the
+    API). A path with a trailing slash is not redirected (a redirect would be built from
+    the request's ``Host``), and every response says ``Cache-Control: no-store``."""
     state = ServiceState(state_dir, create=False, identity_key=identity_key)
     gen = create_generator(generator) if isinstance(generator, str) else generator
     serving = Serving(ServiceProvider(state, prompt_budget=prompt_budget), gen)
@@ -201,8 +205,13 @@ def create_app(
         title="ragprivacy",
         summary="Multi-tenant private RAG with a verifiable audit.",
         version="1",
+        redirect_slashes=False,
+        openapi_url="/openapi.json" if api_docs else None,
+        docs_url="/docs" if api_docs else None,
+        redoc_url="/redoc" if api_docs else None,
     )
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(_NoStore)
     app.exception_handler(StarletteHTTPException)(_on_http)
     app.exception_handler(RequestValidationError)(_on_invalid)
     for caught in (RagPrivacyError, Exception):  # Exception: the 500 row, after the rest
@@ -305,6 +314,27 @@ class _TooLarge(Exception):
     """The request body passed the limit while it was read."""
 
 
+class _NoStore:
+    """``Cache-Control: no-store`` on every response: answers carry documents and
+    receipts, which no shared or browser cache should keep."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0] != b"cache-control"]
+                message = {**message, "headers": [*headers, (b"cache-control", b"no-store")]}
+            await send(message)
+
+        await self.app(scope, receive, marked)
+
+
 class _BodyLimit:
     """Refuse a request body over ``limit`` bytes with 413, whether it declares its length
     or arrives chunked: the body is counted as it is read, so no client makes the
@@ -376,4 +406,5 @@ def app_from_env() -> FastAPI:
         generator=os.environ.get("RAGPRIVACY_GENERATOR", "reference"),
         identity_key=os.environ.get("RAGPRIVACY_IDENTITY_KEY") or None,
         prompt_budget=budget,
+        api_docs=os.environ.get("RAGPRIVACY_API_DOCS") == "1",
     )

@@ -60,11 +60,12 @@ Neither backend's repr or messages hold a secret: a URL is printed without its p
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -204,8 +205,12 @@ class SqliteBackend(StateBackend):
         (self.directory / "ledgers").mkdir(exist_ok=True, mode=0o700)
         self.identity_path = self.directory / "identity.key"
         self._local = threading.local()
+        # the database (and so its -wal and -shm files, which SQLite gives its mode) is
+        # created 0600 before SQLite opens it, never narrowed after: the directory may
+        # be one someone else made, open to other users
+        with suppress(FileExistsError):
+            os.close(os.open(self.directory / "state.sqlite", os.O_CREAT | os.O_EXCL, 0o600))
         self._conn()
-        (self.directory / "state.sqlite").chmod(0o600)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

@@ -48,7 +48,7 @@ def new_key() -> ApiKey:
 
 def parse_key(token: str) -> tuple[str, str]:
     """(key id, secret) of a presented key; refuses anything not shaped like one."""
-    m = _KEY.fullmatch(token.strip()) if isinstance(token, str) else None
+    m = _KEY.fullmatch(token) if isinstance(token, str) else None
     if m is None:
         raise ConfigError("Malformed API key: expected 'rpk_<12 hex>_<43 characters>'.")
     return m.group(1), m.group(2)

@@ -63,7 +63,7 @@ from ragprivacy.errors import ConfigError, WindowClosedError
 from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
-from ragprivacy.service.state import VOTING_MODES, ServiceState, Window
+from ragprivacy.service.state import VOTING_MODES, ServiceState, Window, check_id
 from ragprivacy.service.voting import VotedAnswer, VotingTenants
 from ragprivacy.types import Completion
 
@@ -214,7 +214,8 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     """Open the next audit window: snapshot, seed, signed commitments (phase A)."""
     if state.open_windows():
         raise ConfigError("A window is already open; close it first ('window close').")
-    window_id = window_id or f"W{state.next_window_number()}"
+    # the id names the window's ledger file: one path component, never a way out
+    window_id = check_id("window", window_id or f"W{state.next_window_number()}")
     start = time.time_ns()
     policy, accounts, overrides, sizes = _window_policy(state, window_id, start)
     tenant_modes = state.tenants()
@@ -260,9 +261,7 @@ def export_auditor(state: ServiceState, window_id: str, directory: str | Path) -
     from ragprivacy.audit import save_window
 
     with _published(state, state.window(window_id)) as audited:
-        out = save_window(directory, audited.transcript(), [], audited.auditor_package())
-    os.chmod(out / "auditor.json", 0o600)
-    return out
+        return save_window(directory, audited.transcript(), [], audited.auditor_package())
 
 
 def _cache_key(account: str) -> str:

@@ -103,9 +103,10 @@ class Serving:
     def authenticate(self, authorization: str | None) -> str:
         """The account of an ``Authorization: Bearer KEY`` header; :class:`AuthError`
         (naming nothing) for a missing, malformed, unknown or revoked key."""
-        if not authorization or not authorization.startswith("Bearer "):
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme != "Bearer" or not token:
             raise AuthError("Missing API key.")
-        return self.provider.state.authenticate(authorization[len("Bearer ") :])
+        return self.provider.state.authenticate(token)  # exactly the key: no space around
 
     def retrieve(self, account: str, request: RetrieveRequest) -> RetrieveResponse:
         """``POST /v1/retrieve``: the private top-K (refused for a voting tenant)."""

@@ -37,6 +37,7 @@ from ragprivacy._typing import FloatArray
 from ragprivacy._validation import check_choice, check_in_range, check_positive, check_positive_int
 from ragprivacy.audit import (
     SOURCE_CHUNK,
+    AuditPolicy,
     EmbeddingSource,
     MerkleLog,
     ProviderKey,
@@ -67,13 +68,39 @@ MURAG_ADA_EPSILON_THR = 1.0
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
-def _name(kind: str, value: str) -> str:
+def check_id(kind: str, value: str) -> str:
     if not isinstance(value, str) or not 1 <= len(value) <= 64 or not set(value) <= _NAME_CHARS:
         raise ConfigError(
             f"A {kind} id must be 1-64 characters of letters, digits, '-', '_' or '.'; "
             f"got {value!r}."
         )
     return value
+
+
+def _checked_documents(documents: Iterable[Document]) -> list[Document]:
+    """``documents`` as a list once every one is fit to store: an id and a text, both
+    non-empty Unicode (no lone surrogate), and no id twice."""
+    out = list(documents)
+    seen: set[str] = set()
+    for n, d in enumerate(out, start=1):
+        if not isinstance(d, Document):
+            raise DataError(f"Document {n} is a {type(d).__name__}, not a Document.")
+        if not d.id.strip() or not d.text.strip():
+            raise DataError(
+                f"Document {n} (id {d.id!r}) has an empty {'id' if not d.id.strip() else 'text'}"
+                "; every document needs both."
+            )
+        try:
+            d.id.encode("utf-8")
+            d.text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataError(
+                f"Document {n} holds a lone surrogate, which is not Unicode text; fix it."
+            ) from None
+        if d.id in seen:
+            raise DataError(f"Document id {d.id!r} is given twice; ids must be unique.")
+        seen.add(d.id)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +260,7 @@ class ServiceState:
         lifetime budget is M·ε_q, default M = 10) and MURAG ``tau``, the relevance
         threshold (default 0.5). ε_q defaults to Private-RAG's 10 and must pay at least
         one token discovery of the vote (ε_token = 2; MURAG-ADA first spends ε_thr = 1)."""
-        tenant = _name("tenant", tenant)
+        tenant = check_id("tenant", tenant)
         mode = check_choice("mode", mode, MODES)
         k = check_positive_int("k", k)
         if k > 100:
@@ -304,7 +331,7 @@ class ServiceState:
     def budget_store(self, tenant: str, capacity: float) -> BudgetStore:
         """The per-document filters of a MURAG/-ADA tenant (a lifetime budget: they
         outlive windows)."""
-        return self._db.budget_store(_name("tenant", tenant), capacity)
+        return self._db.budget_store(check_id("tenant", tenant), capacity)
 
     # ------------------------------------------------------------------ voted answers
     def reserve_answer(self, window_id: str, account: str, cap: int) -> int:
@@ -391,7 +418,9 @@ class ServiceState:
         progress: Callable[[int], None] | None = None,
     ) -> tuple[int, int]:
         """Embed and store new documents of ``tenant``; ids already stored are skipped
-        (idempotent by id). Returns (added, skipped). A window open now serves the
+        (idempotent by id). Returns (added, skipped). Every document is checked first (a
+        non-empty id and text, both Unicode, ids unique): one bad document refuses the
+        whole call with nothing stored. A window open now serves the
         documents it committed; new ones join at the next window.
 
         In a PostgreSQL state with pgvector the embeddings go to the tenant's pgvector
@@ -399,6 +428,7 @@ class ServiceState:
         empty), and its HNSW index is built after the upload (the first upload builds
         the graph in one pass; later ones insert into it)."""
         self._tenant(tenant)
+        documents = _checked_documents(documents)  # every one, before anything is written
         embedder = self.embedder()
         table = self._db.vector_table(tenant)
         added = skipped = 0
@@ -500,11 +530,19 @@ class ServiceState:
     def create_account(
         self, tenant: str, account: str, *, epsilon: float, delta: float, rate_limit: int
     ) -> None:
-        account = _name("account", account)
-        self._tenant(tenant)
+        account = check_id("account", account)
+        info = self._tenant(tenant)
         epsilon = check_positive("epsilon", epsilon)
         delta = check_in_range("delta", delta, 0.0, 1e-2, low_open=True)
         rate_limit = check_positive_int("rate_limit", rate_limit)
+        if info["mode"] in VOTING_MODES:
+            if epsilon < float(info["epsilon_q"]) * (1 - 1e-9):
+                raise ConfigError(
+                    f"ε = {epsilon:g} buys no answer at tenant {tenant!r}'s ε per answer "
+                    f"({float(info['epsilon_q']):g}); give at least that."
+                )
+        else:  # whatever an admin types, the next window can still be opened
+            self._check_servable(epsilon, delta, rate_limit, int(info["k"]))
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM accounts WHERE account = ?", (account,)).fetchone():
                 raise ConfigError(f"Account {account!r} already exists.")
@@ -512,6 +550,36 @@ class ServiceState:
                 "INSERT INTO accounts VALUES (?, ?, ?, ?, ?, ?)",
                 (account, tenant, epsilon, delta, rate_limit, time.time()),
             )
+
+    def _check_servable(self, epsilon: float, delta: float, rate_limit: int, k: int) -> None:
+        """Refuse an account policy no window could commit: its noise σ (eq. 3.4) must
+        lie on the window's integer grid, as the window's own check would find."""
+        k_max = self.k_max
+        policy = AuditPolicy(
+            epsilon_acc=epsilon,
+            delta_acc=delta,
+            rate_limit=rate_limit,
+            k_max=k_max,
+            delta_policy=(k_max + 1) * delta,
+            window_id="check",
+            window_start=0,
+            window_end=1,
+            top_k=k,
+        )
+        try:
+            policy.mechanism()
+        except ConfigError:
+            sigma = policy.account.noise_sigma  # eq. 3.4 in score units, off the grid
+            more = sigma * 2**policy.grid_bits > 1
+            raise ConfigError(
+                f"An account with ε = {epsilon:g}, δ = {delta:g} and r = {rate_limit} would "
+                f"need noise σ = {sigma:.3g}, "
+                + (
+                    "more than a window can draw; raise ε or lower r."
+                    if more
+                    else "less than a window can resolve; lower ε."
+                )
+            ) from None
 
     def accounts(self) -> dict[str, dict[str, Any]]:
         rows = self._rows(
