@@ -19,6 +19,10 @@ PYTEST_ARGS ?=
 # tests share its set-up), the long ones first (tests/conftest.py says which and how).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n > 4 ? 4 : n )))
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope)
+# The suite uses two pytest plugins, xdist's and hypothesis's, loaded by name: letting
+# pytest load every installed plugin would also mark the whole of their packages
+# (langsmith, schemathesis, Faker, ...) for assertion rewriting, seconds in every worker.
+PLUGINS = -p xdist.plugin -p _hypothesis_pytestplugin
 # `make lock LOCK_UPGRADE=` adds new requirements but keeps every other pin where it is.
 LOCK_UPGRADE ?= --upgrade
 
@@ -90,11 +94,13 @@ demo: $(STAMP) $(if $(REAL_MODEL),$(REALMODEL_STAMP))
 	$(VENV)/bin/ragprivacy demo --out $(OUT) $(if $(REAL_MODEL),--real-model)
 	@echo "report: $(OUT)/report.md"
 
+test test-all test-latest test-lowest: export PYTEST_DISABLE_PLUGIN_AUTOLOAD = 1
+
 test: $(STAMP) $(REALMODEL_STAMP) $(BROWSER)
-	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PLUGINS) $(XDIST) $(PYTEST_ARGS)
 
 test-all: $(STAMP) $(REALMODEL_STAMP) $(BROWSER)
-	$(PY) -m pytest -q -m "" $(XDIST) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "" $(PLUGINS) $(XDIST) $(PYTEST_ARGS)
 
 # The newest versions pyproject.toml allows (torch stays 2.13.0+cpu), resolved afresh on
 # every call; prints what differs from the lock, then runs the default suite.
@@ -106,13 +112,13 @@ test-latest: $(BROWSER)
 	$(call locked-env,$(LATEST),$(LATEST)/latest.txt)
 	$(LATEST)/bin/uv pip install --quiet --python $(LATEST)/bin/python --no-deps \
 		--require-hashes --compile-bytecode -r $(REQ)/realmodel.txt
-	$(LATEST)/bin/python -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
+	$(LATEST)/bin/python -m pytest -q -p no:cacheprovider $(PLUGINS) $(XDIST) $(PYTEST_ARGS)
 
 # The oldest release of each direct requirement's declared minimum (requirements/lowest.txt);
 # without the SmolLM2 wheel, so the tests marked `realmodel` skip there.
 test-lowest: $(BROWSER)
 	$(call locked-env,$(LOWEST),$(REQ)/lowest.txt)
-	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider $(PLUGINS) -W ignore::DeprecationWarning \
 		$(XDIST) $(PYTEST_ARGS)
 
 # Refresh every lock file from pyproject.toml and constraints.txt.

@@ -17,9 +17,13 @@ Reply = tuple[int, Any]  # (status, JSON object or raw bytes)
 
 
 class Endpoint:
-    """An OpenAI-compatible ``/chat/completions`` on 127.0.0.1 answering with ``respond``."""
+    """An OpenAI-compatible ``/chat/completions`` on 127.0.0.1 answering with ``respond``;
+    ``retry_after``: the ``Retry-After`` of its 429 and 5xx answers (a client's backoff
+    then waits that long instead of its own delays)."""
 
-    def __init__(self, respond: Callable[[dict[str, Any]], Reply]) -> None:
+    def __init__(
+        self, respond: Callable[[dict[str, Any]], Reply], *, retry_after: str | None = None
+    ) -> None:
         self.calls = 0
         outer = self
 
@@ -36,6 +40,8 @@ class Endpoint:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(raw)))
+                    if retry_after is not None and (status == 429 or status >= 500):
+                        self.send_header("Retry-After", retry_after)
                     self.end_headers()
                     self.wfile.write(raw)
                 except (BrokenPipeError, ConnectionResetError):

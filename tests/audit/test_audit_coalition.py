@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from scipy.sparse import csr_matrix
@@ -69,6 +71,24 @@ def _reference(
     return size, {g for g in groups if len(g) == size}
 
 
+@functools.cache
+def _cell(pattern: str, k_true: int) -> tuple[np.ndarray, list[str]]:
+    """A §5.4 calibration cell (A = 30, n = 100, d = 32), made once per test run; its
+    array is read-only, so no test can change what the others see."""
+    v, names = simulate_window(k_true=k_true, pattern=pattern, rng=100 + k_true)
+    v.flags.writeable = False
+    return v, names
+
+
+@functools.cache
+def _cell_reference(
+    pattern: str, k_true: int, theta: float
+) -> tuple[int, frozenset[tuple[str, ...]]]:
+    """:func:`_reference` of a calibration cell, computed once per (cell, θ)."""
+    size, groups = _reference(*_cell(pattern, k_true), theta)
+    return size, frozenset(groups)
+
+
 @pytest.fixture(params=["dense", "blocks"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test on the small-window path (Prim) and on the blocked range search with
@@ -89,10 +109,12 @@ def test_same_estimate_as_all_pairs_on_the_calibration_cells(
 ) -> None:
     """§5.4 cells (A = 30, n = 100, d = 32): ĉ over the θ grid and the largest cluster at
     θ* = 0.80 are those of the brute-force all-pairs graph."""
-    v, names = simulate_window(k_true=k_true, pattern=pattern, rng=100 + k_true)
+    v, names = _cell(pattern, k_true)
     grid = [0.2, 0.6, 0.75, 0.8, 0.85, 0.95]
-    assert coalition_sizes(v, names, grid) == [_reference(v, names, th)[0] for th in grid]
-    size, groups = _reference(v, names, 0.8)
+    assert coalition_sizes(v, names, grid) == [
+        _cell_reference(pattern, k_true, th)[0] for th in grid
+    ]
+    size, groups = _cell_reference(pattern, k_true, 0.8)
     est = estimate_coalition(v, names, theta=0.8)
     assert est.size == size == max(k_true, 1) and est.accounts in groups
 
@@ -179,6 +201,14 @@ def test_threads_and_bad_input() -> None:
 
 
 # ------------------------------------------------------------ IVF candidate searches
+@functools.cache
+def _cell_pairs(pattern: str, k_true: int) -> np.ndarray:
+    """:func:`_brute_pairs` of a calibration cell at θ = 0.8, computed once."""
+    pairs = _brute_pairs(*_cell(pattern, k_true), 0.8)
+    pairs.flags.writeable = False
+    return pairs
+
+
 def _brute_pairs(
     v: np.ndarray,
     names: list[str],
@@ -220,14 +250,14 @@ def test_ivf_same_estimate_and_recall_one_on_the_calibration_cells(
     (32 of 55 cells) has a measured recall: 1.0 on these cells (at nprobe = 16: 0.81 on
     P-B with k = 20, whose jittered probes spread over many cells), and 1.0 when it probes
     every cell."""
-    v, names = simulate_window(k_true=k_true, pattern=pattern, rng=100 + k_true)
+    v, names = _cell(pattern, k_true)
     grid = [0.75, 0.8, 0.85, 0.95]
     got = coalition_sizes(v, names, grid, search=search)
-    assert got == [_reference(v, names, th)[0] for th in grid]
-    size, groups = _reference(v, names, 0.8)
+    assert got == [_cell_reference(pattern, k_true, th)[0] for th in grid]
+    size, groups = _cell_reference(pattern, k_true, 0.8)
     est = estimate_coalition(v, names, theta=0.8, search=search)
     assert est.size == size == max(k_true, 1) and est.accounts in groups
-    truth = _brute_pairs(v, names, 0.8)
+    truth = _cell_pairs(pattern, k_true)
     exact = coalition_pairs(v, names, theta=0.8)
     assert np.array_equal(exact, truth)
     found = coalition_pairs(v, names, theta=0.8, search=search)

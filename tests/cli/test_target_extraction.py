@@ -146,7 +146,7 @@ def test_a_failing_endpoint_is_reported_and_a_rerun_retries_only_the_failures(kn
             return 200, b"{not json"
         return chatbot(body)
 
-    server = Endpoint(flaky)
+    server = Endpoint(flaky, retry_after="0")  # retried at once: the retries, not the waits
     out = root / "flaky"
     args = [
         "--target", f"openai:chatbot@{server.url}",

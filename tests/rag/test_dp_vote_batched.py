@@ -21,10 +21,6 @@ from ragprivacy.generate import (
 from ragprivacy.rag import DPVoteConfig, dp_vote_generate
 from ragprivacy.types import Completion
 
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
-torch = pytest.importorskip("torch")
-
 DOCS = [
     "Marta Olsen was born in Velmora.",
     "The weather was mild for most of the week.",
@@ -36,6 +32,7 @@ DOCS = [
 
 
 def _build(path: Path) -> Path:
+    import torch  # here, not at import: collecting the suite need not load torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 

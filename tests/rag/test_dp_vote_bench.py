@@ -9,10 +9,6 @@ from pathlib import Path
 import pytest
 from tests._bench import run_quick
 
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
-pytest.importorskip("torch")
-
 
 def test_bench_dp_vote_quick(tmp_path: Path) -> None:
     res = run_quick("dp_vote", tmp_path)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import time
 from types import SimpleNamespace
 
 import httpx
@@ -135,3 +137,31 @@ def test_a_coalition_over_http_fails_the_cap_and_one_within_it_passes(
         if verdict_wanted == "FAIL":
             assert verdict["failed_check"] == "policy_cap"
         server.stop()
+
+
+def test_a_flood_of_bad_keys_is_refused_before_hashing_over_http(
+    two_tenants, server_factory
+) -> None:  # type: ignore[no-untyped-def]
+    state, keys = two_tenants
+    n = 3
+    server = server_factory(state, extra=("--auth-failures-per-client", str(n)))
+    url = f"{server.url}/v1/retrieve"
+    good = {"Authorization": f"Bearer {keys['bob']}"}
+    assert HTTP.post(url, json={"query": "asthma"}, headers=good).status_code == 200
+    start = time.monotonic()
+    codes = []
+    for _ in range(4 * n):
+        r = HTTP.post(
+            url,
+            json={"query": "x"},
+            headers={"Authorization": "Bearer rpk_000000000000_" + "A" * 43},
+        )
+        codes.append(r.status_code)
+        if r.status_code == 429:
+            assert int(r.headers["Retry-After"]) >= 1 and "\n" not in r.json()["detail"]
+    elapsed = time.monotonic() - start
+    # the invariant: no more hashes than the bucket holds plus what refilled meanwhile
+    assert set(codes) <= {401, 429}
+    assert codes.count(401) <= n + math.ceil(elapsed * n / 60)
+    ok = HTTP.post(url, json={"query": "asthma"}, headers=good)
+    assert ok.status_code == 200 and ok.json()["budget"]["used"] == 2  # refusals spent nothing

@@ -49,6 +49,18 @@ def serve(
         help="The generator's context window in tokens: a query whose prompt could overflow "
         "it is refused before retrieval, for nothing (set it for an openai: upstream).",
     ),
+    auth_failures_per_client: int = typer.Option(
+        20,
+        "--auth-failures-per-client",
+        help="Failed key checks one client address may make per minute (each costs an "
+        "scrypt hash); more are refused with 429 before any hash. Keys already verified "
+        "are never held back.",
+    ),
+    auth_failures_overall: int = typer.Option(
+        120,
+        "--auth-failures-overall",
+        help="Failed key checks all clients together may make per minute, per worker.",
+    ),
     api_docs: bool = typer.Option(
         False,
         "--api-docs",
@@ -63,7 +75,7 @@ def serve(
     from ragprivacy._postgres import is_postgres_url
     from ragprivacy.errors import ConfigError
     from ragprivacy.generate import PromptBudget, create_generator
-    from ragprivacy.service import ServiceState
+    from ragprivacy.service import FailedAuthLimit, ServiceState
 
     if not 1 <= port <= 65535:
         raise ConfigError(f"--port must be in [1, 65535]; got {port}.")
@@ -72,6 +84,7 @@ def serve(
     # refuse a missing state (or an unreachable database) before binding a port
     ServiceState(state, create=False, identity_key=identity_key).close()
     create_generator(generator)  # and an unknown generator
+    FailedAuthLimit(per_client=auth_failures_per_client, overall=auth_failures_overall)
     PromptBudget(doc_tokens=doc_tokens, context_tokens=context_tokens)  # and a bad budget
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -84,6 +97,8 @@ def serve(
         os.environ["RAGPRIVACY_IDENTITY_KEY"] = str(identity_key.resolve())
     os.environ["RAGPRIVACY_GENERATOR"] = generator
     os.environ["RAGPRIVACY_API_DOCS"] = "1" if api_docs else "0"
+    os.environ["RAGPRIVACY_AUTH_FAILURES_PER_CLIENT"] = str(auth_failures_per_client)
+    os.environ["RAGPRIVACY_AUTH_FAILURES_OVERALL"] = str(auth_failures_overall)
     os.environ["RAGPRIVACY_DOC_TOKENS"] = str(doc_tokens)
     if context_tokens is None:
         os.environ.pop("RAGPRIVACY_CONTEXT_TOKENS", None)

@@ -44,12 +44,15 @@ from ragprivacy.service.state import (
     StateWitnessStore,
     Window,
 )
+from ragprivacy.service.throttle import AuthThrottledError, FailedAuthLimit
 from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap
 
 __all__ = [
     "ApiKey",
     "AuthError",
+    "AuthThrottledError",
     "Client",
+    "FailedAuthLimit",
     "MODES",
     "PgvectorTenantVectors",
     "PostgresBackend",

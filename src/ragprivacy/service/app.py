@@ -89,6 +89,7 @@ from ragprivacy.service.protocol import (
 from ragprivacy.service.provider import ServiceProvider
 from ragprivacy.service.serving import NotFoundError, Serving
 from ragprivacy.service.state import ServiceState
+from ragprivacy.service.throttle import AuthThrottledError, FailedAuthLimit
 
 __all__ = [
     "ERROR_STATUS",
@@ -120,6 +121,7 @@ class ErrorStatus:
 ERROR_STATUS: tuple[ErrorStatus, ...] = (
     # one body for every bad key: it names no account and no reason
     ErrorStatus(AuthError, 401, "Invalid API key.", (("WWW-Authenticate", "Bearer"),)),
+    ErrorStatus(AuthThrottledError, 429),  # its Retry-After is the error's own
     ErrorStatus(TenantAccessError, 403),
     ErrorStatus(WindowClosedError, 409),
     ErrorStatus(LogSealedError, 409),
@@ -159,15 +161,18 @@ async def _on_error(_: Request, exc: Exception) -> JSONResponse:
         _log.error("internal error (%s)", type(exc).__name__)  # never the message
     lines = str(exc).splitlines()
     detail = row.detail or (lines[0] if lines else type(exc).__name__)
+    headers = dict(row.headers)
+    if isinstance(exc, AuthThrottledError):
+        headers["Retry-After"] = str(exc.retry_after)
     if isinstance(exc, ChargedFailureError) and exc.receipt is not None:
         # the failed answer's record was appended: its receipt goes to the account, which
         # submits every receipt it holds (a record it has none for is one it never asked for)
         return JSONResponse(
             {"detail": detail, "receipt": exc.receipt},
             status_code=row.status,
-            headers=dict(row.headers) or None,
+            headers=headers or None,
         )
-    return _error(row.status, detail, dict(row.headers) or None)
+    return _error(row.status, detail, headers or None)
 
 
 async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -191,16 +196,19 @@ def create_app(
     identity_key: str | Path | None = None,
     prompt_budget: PromptBudget | None = None,
     api_docs: bool = False,
+    auth_limit: FailedAuthLimit | None = None,
 ) -> FastAPI:
     """The service's ASGI app over the state ``state_dir`` (a directory, or a PostgreSQL
     URL with the ``identity_key`` file); ``prompt_budget`` shapes answers' prompts
     (default :class:`PromptBudget()` with the generator's context). ``api_docs`` serves
     ``/openapi.json``, ``/docs`` and ``/redoc`` (off by default: they are not part of the
     API). A path with a trailing slash is not redirected (a redirect would be built from
-    the request's ``Host``), and every response says ``Cache-Control: no-store``."""
+    the request's ``Host``), and every response says ``Cache-Control: no-store``.
+    ``auth_limit``: the failed key checks a client may make (default
+    :class:`FailedAuthLimit()`)."""
     state = ServiceState(state_dir, create=False, identity_key=identity_key)
     gen = create_generator(generator) if isinstance(generator, str) else generator
-    serving = Serving(ServiceProvider(state, prompt_budget=prompt_budget), gen)
+    serving = Serving(ServiceProvider(state, prompt_budget=prompt_budget), gen, auth_limit)
     app = _App(
         title="ragprivacy",
         summary="Multi-tenant private RAG with a verifiable audit.",
@@ -224,8 +232,8 @@ def _add_routes(app: FastAPI, serving: Serving) -> None:
     """The routes: each parses its request, calls one :class:`Serving` method and returns
     its response model."""
 
-    def account(authorization: Annotated[str | None, Header()] = None) -> str:
-        return serving.authenticate(authorization)
+    def account(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+        return serving.authenticate(authorization, request.client.host if request.client else "")
 
     auth = Depends(account)
 
@@ -407,4 +415,8 @@ def app_from_env() -> FastAPI:
         identity_key=os.environ.get("RAGPRIVACY_IDENTITY_KEY") or None,
         prompt_budget=budget,
         api_docs=os.environ.get("RAGPRIVACY_API_DOCS") == "1",
+        auth_limit=FailedAuthLimit(
+            per_client=int(os.environ.get("RAGPRIVACY_AUTH_FAILURES_PER_CLIENT", "20")),
+            overall=int(os.environ.get("RAGPRIVACY_AUTH_FAILURES_OVERALL", "120")),
+        ),
     )

@@ -53,6 +53,7 @@ from ragprivacy.service.protocol import (
 )
 from ragprivacy.service.provider import ServedAnswer, ServiceProvider
 from ragprivacy.service.state import Window
+from ragprivacy.service.throttle import FailedAuthLimit
 from ragprivacy.types import Completion
 
 __all__ = ["NotFoundError", "Serving"]
@@ -95,18 +96,37 @@ class Serving:
     """The service's handlers over ``provider`` (the open window's private answers and
     the public audit) with ``generator`` for answers; thread-safe like the provider."""
 
-    def __init__(self, provider: ServiceProvider, generator: Generator) -> None:
+    def __init__(
+        self,
+        provider: ServiceProvider,
+        generator: Generator,
+        auth_limit: FailedAuthLimit | None = None,
+    ) -> None:
         self.provider = provider
         self.generator = generator
+        self.auth_limit = auth_limit or FailedAuthLimit()
 
     # ------------------------------------------------------------------ accounts
-    def authenticate(self, authorization: str | None) -> str:
+    def authenticate(self, authorization: str | None, client: str = "") -> str:
         """The account of an ``Authorization: Bearer KEY`` header; :class:`AuthError`
-        (naming nothing) for a missing, malformed, unknown or revoked key."""
+        (naming nothing) for a missing, malformed, unknown or revoked key, and
+        :class:`~ragprivacy.service.throttle.AuthThrottledError` (no hash made) while
+        ``client``'s address, or everyone's, has failed too many checks lately."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme != "Bearer" or not token:
             raise AuthError("Missing API key.")
-        return self.provider.state.authenticate(token)  # exactly the key: no space around
+        hashed: list[bool] = []
+
+        def before_hash() -> None:
+            self.auth_limit.check(client)
+            hashed.append(True)
+
+        try:  # exactly the key: no space around it
+            return self.provider.state.authenticate(token, before_hash=before_hash)
+        except AuthError:
+            if hashed:
+                self.auth_limit.failed(client)
+            raise
 
     def retrieve(self, account: str, request: RetrieveRequest) -> RetrieveResponse:
         """``POST /v1/retrieve``: the private top-K (refused for a voting tenant)."""

@@ -617,8 +617,10 @@ class ServiceState:
                 )
         return str(row[0])
 
-    def authenticate(self, token: str) -> str:
-        """The account of a presented key; :class:`AuthError` (naming nothing) otherwise."""
+    def authenticate(self, token: str, *, before_hash: Callable[[], None] | None = None) -> str:
+        """The account of a presented key; :class:`AuthError` (naming nothing) otherwise.
+        ``before_hash`` runs before a key is checked with scrypt (not for a malformed key
+        or one this process verified before) and may refuse the check by raising."""
         try:
             key_id, secret = parse_key(token)
         except ConfigError:
@@ -635,6 +637,8 @@ class ServiceState:
             known = self._verified.get(key_id)
             if known is not None and hmac.compare_digest(known, tag):
                 return str(row[0])
+        if before_hash is not None:
+            before_hash()
         # Hash even when the id is unknown, so that timing does not tell ids apart.
         salt, stored = (bytes(row[1]), bytes(row[2])) if row else (b"\0" * 16, b"\0" * 32)
         ok = secret_matches(secret, salt, stored)
