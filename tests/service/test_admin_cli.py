@@ -46,6 +46,7 @@ def state(tmp_path):  # type: ignore[no-untyped-def]
         (["key", "revoke", "000000000000"], "No API key"),
         (["window", "open"], "at least one account"),
         (["window", "close"], "No window is open"),
+        (["window", "status"], "No window is open"),
     ],
 )
 def test_bad_admin_input_is_one_line_and_exit_2(state, capsys, args, message) -> None:
@@ -74,6 +75,41 @@ def test_docs_add_is_idempotent_and_keys_print_once_last(state, tmp_path, capsys
     capsys.readouterr()
     assert main(["admin", "--state", str(state), "window", "open"]) == 2
     assert "already open" in capsys.readouterr().err
+
+
+def test_key_list_and_window_status_say_what_an_operator_checks(state, capsys) -> None:
+    def admin(*args: str) -> str:
+        capsys.readouterr()
+        assert main(["admin", "--state", str(state), *args]) == 0
+        return capsys.readouterr().out
+
+    admin("account", "create", "clinic", "alice", "--eps", "1", "--delta", "1e-6",
+          "--rate-limit", "3")  # fmt: skip
+    admin("account", "create", "clinic", "bob", "--eps", "1", "--delta", "1e-6",
+          "--rate-limit", "2")  # fmt: skip
+    first = admin("key", "create", "alice").strip().splitlines()[-1]
+    admin("key", "create", "alice")
+    admin("key", "create", "bob")
+    admin("key", "revoke", first.split("_")[1])
+    listed = admin("key", "list").strip().splitlines()
+    assert len(listed) == 3 and sum("revoked" in line for line in listed) == 1
+    assert listed[0].startswith(first.split("_")[1]) and "revoked" in listed[0]
+    assert all("rpk_" not in line and first.split("_", 2)[2] not in line for line in listed)
+    assert len(admin("key", "list", "bob").strip().splitlines()) == 1
+    admin("window", "open")
+    from ragprivacy.service import ServiceProvider, ServiceState
+
+    provider = ServiceProvider(ServiceState(state))
+    provider.retrieve("alice", "asthma")
+    provider.retrieve("alice", "asthma again")
+    status = json.loads(admin("window", "status", "--json"))
+    assert status["window_id"] == "W1" and status["records"] == 2 and status["age_s"] >= 0
+    assert status["accounts"] == {
+        "alice": {"tenant": "clinic", "used": 2, "limit": 3},
+        "bob": {"tenant": "clinic", "used": 0, "limit": 2},
+    }
+    text = admin("window", "status")
+    assert "W1" in text and "2 records" in text and "alice\tclinic\t2 of 3" in text
 
 
 def test_a_missing_state_is_refused_by_serve(tmp_path, capsys) -> None:

@@ -87,6 +87,8 @@ def test_refusals_are_4xx_and_spend_nothing(two_tenants, server_factory, admin) 
     assert slash.status_code == 404 and "location" not in slash.headers
     for path in ("/docs", "/redoc", "/openapi.json"):
         assert HTTP.get(server.url + path).status_code == 404
+    assert HTTP.get(f"{server.url}/healthz").json() == {"status": "ok"}
+    assert HTTP.get(f"{server.url}/readyz").json() == {"status": "ready", "window_id": "W1"}
     budget = HTTP.get(f"{server.url}/v1/budget", headers=h).json()
     assert budget["used"] == 0  # none of the refused requests was charged
     for _ in range(5):

@@ -93,7 +93,7 @@ def test_the_urls_password_is_never_printed(db: str, tmp_path) -> None:  # type:
 def _voting_state(db: str, key: Path) -> ServiceState:
     state = ServiceState(db, identity_key=key)
     state.create_tenant("vote", mode="dp_vote")
-    state.create_account("vote", "v", epsilon=4.0, delta=1e-6, rate_limit=5)
+    state.create_account("vote", "v", epsilon=40.0, delta=1e-6, rate_limit=5)
     return state
 
 

@@ -33,7 +33,7 @@ from ragprivacy.errors import (
     WindowClosedError,
 )
 from ragprivacy.generate import ReferenceReader
-from ragprivacy.service import ServiceProvider, ServiceState
+from ragprivacy.service import AuthThrottledError, ServiceProvider, ServiceState
 from ragprivacy.service.app import ERROR_STATUS, ErrorStatus, create_app
 from ragprivacy.service.protocol import (
     ChatMessage,
@@ -48,7 +48,7 @@ from ragprivacy.service.protocol import (
     VotingBudget,
     sse_events,
 )
-from ragprivacy.service.serving import NotFoundError, Serving
+from ragprivacy.service.serving import NotFoundError, NotReadyError, Serving
 
 assert ragprivacy.cli and ragprivacy.eval  # every layer's errors are defined
 
@@ -85,6 +85,8 @@ def test_every_ragprivacy_error_has_a_status_of_its_own_branch() -> None:
         BackendError: 502,
         GeneratorUnavailableError: 503,
         BusyError: 503,
+        NotReadyError: 503,
+        AuthThrottledError: 429,
         ConfigError: 400,
         UnknownBackendError: 400,
         DataError: 400,
@@ -279,3 +281,19 @@ def test_a_busy_ledger_is_a_503_with_retry_after_that_spends_nothing(
     after = TestClient(app).get("/v1/budget", headers={"Authorization": f"Bearer {key}"})
     assert after.json()["used"] == before.used  # nothing was spent
     assert TestClient(app).get("/v1/audit/windows/W1/records").json() == records
+
+
+def test_readiness_is_a_503_while_the_state_does_not_answer(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = TestClient(app)
+    assert client.get("/readyz").json() == {"status": "ready", "window_id": "W1"}
+
+    def lost(_self: Any) -> None:
+        raise BackendError("the database connection was lost")
+
+    monkeypatch.setattr(ServiceState, "open_window_id", lost)
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+    assert r.json() == {"detail": "The service's state does not answer."}
+    assert client.get("/healthz").json() == {"status": "ok"}  # the process still is

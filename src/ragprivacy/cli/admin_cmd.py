@@ -184,6 +184,22 @@ def key_create(
     typer.echo(key.token)
 
 
+@key_app.command("list")
+def key_list(
+    ctx: typer.Context,
+    account: str | None = typer.Argument(None, help="Only this account's keys."),
+) -> None:
+    """List API keys: id, account, created, and revoked or valid (never a secret)."""
+    import datetime as dt
+
+    def when(t: float) -> str:
+        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+    for k in _state(ctx).keys(account):
+        status = "valid" if k["revoked"] is None else f"revoked {when(k['revoked'])}"
+        typer.echo(f"{k['key_id']}\t{k['account']}\tcreated {when(k['created'])}\t{status}")
+
+
 @key_app.command("revoke")
 def key_revoke(ctx: typer.Context, key_id: str = typer.Argument(..., help="Key id.")) -> None:
     """Revoke an API key (its requests are refused from now on)."""
@@ -202,6 +218,26 @@ def window_open(
     w = open_window(_state(ctx), window_id)
     tenants = ", ".join(f"{t}: {n}" for t, n in w.snapshot["tenants"].items())
     typer.echo(f"window {w.window_id} open ({tenants} documents committed)")
+
+
+@window_app.command("status")
+def window_status_cmd(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+) -> None:
+    """The open window: its age, its ledger's records and each account's use."""
+    import json
+
+    from ragprivacy.service import window_status
+
+    st = window_status(_state(ctx))
+    if as_json:
+        typer.echo(json.dumps(st, indent=1))
+        return
+    hours = st["age_s"] / 3600
+    typer.echo(f"window {st['window_id']} open for {hours:.1f} h, {st['records']} records")
+    for account, use in st["accounts"].items():
+        typer.echo(f"{account}\t{use['tenant']}\t{use['used']} of {use['limit']}")
 
 
 @window_app.command("close")

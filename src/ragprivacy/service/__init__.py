@@ -34,6 +34,7 @@ from ragprivacy.service.provider import (
     close_window,
     export_auditor,
     open_window,
+    window_status,
 )
 from ragprivacy.service.remote import fetch_window
 from ragprivacy.service.state import (
@@ -78,4 +79,5 @@ __all__ = [
     "open_window",
     "parse_key",
     "run_service_demo",
+    "window_status",
 ]

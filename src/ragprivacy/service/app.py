@@ -78,7 +78,9 @@ from ragprivacy.service.protocol import (
     ChatRequest,
     CoalitionResponse,
     CommitmentsResponse,
+    Health,
     ProofResponse,
+    Readiness,
     RecordsResponse,
     RetrieveRequest,
     RetrieveResponse,
@@ -87,7 +89,7 @@ from ragprivacy.service.protocol import (
     sse_events,
 )
 from ragprivacy.service.provider import ServiceProvider
-from ragprivacy.service.serving import NotFoundError, Serving
+from ragprivacy.service.serving import NotFoundError, NotReadyError, Serving
 from ragprivacy.service.state import ServiceState
 from ragprivacy.service.throttle import AuthThrottledError, FailedAuthLimit
 
@@ -126,6 +128,7 @@ ERROR_STATUS: tuple[ErrorStatus, ...] = (
     ErrorStatus(WindowClosedError, 409),
     ErrorStatus(LogSealedError, 409),
     ErrorStatus(BusyError, 503, headers=(("Retry-After", "1"),)),
+    ErrorStatus(NotReadyError, 503, headers=(("Retry-After", "5"),)),
     ErrorStatus(ServiceStateError, 409),
     ErrorStatus(NotFoundError, 404, "Not found."),
     # the rate limit resets only with the next window, which the admin opens
@@ -255,6 +258,15 @@ def _add_routes(app: FastAPI, serving: Serving) -> None:
     @app.get("/v1/budget", response_model=BudgetResponse)
     def budget(who: str = auth) -> BudgetResponse:
         return serving.budget(who)
+
+    # ------------------------------------------------------------------ operations
+    @app.get("/healthz", response_model=Health)
+    def healthz() -> Health:
+        return serving.health()
+
+    @app.get("/readyz", response_model=Readiness)
+    def readyz() -> Readiness:
+        return serving.ready()
 
     # ------------------------------------------------------------------ public audit
     @app.get("/v1/audit/windows", response_model=list[WindowSummary])

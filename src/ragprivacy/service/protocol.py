@@ -52,11 +52,13 @@ __all__ = [
     "CommitmentsResponse",
     "FailureCounts",
     "FilteredVotePrivacy",
+    "Health",
     "NoisyTopKBudget",
     "NoisyTopKBudgetStatus",
     "NoisyTopKPrivacy",
     "ProofResponse",
     "RagprivacyFields",
+    "Readiness",
     "RecordsResponse",
     "RetrieveRequest",
     "RetrieveResponse",
@@ -161,6 +163,20 @@ class RecordsResponse(RootModel[list[str]]):
 
 class ProofResponse(RootModel[list[str]]):
     """``GET /v1/audit/windows/{id}/proofs/...``: an RFC 9162 proof, hex hashes in order."""
+
+
+class Health(_Wire):
+    """``GET /healthz``: the process answers."""
+
+    status: Literal["ok"]
+
+
+class Readiness(_Wire):
+    """``GET /readyz``: the state answers; ``window_id`` is the open window (None: no
+    window is open, so accounts are refused with 409 until one is)."""
+
+    status: Literal["ready"]
+    window_id: str | None
 
 
 class WindowSummary(_Wire):

@@ -64,7 +64,7 @@ from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
 from ragprivacy.service.state import VOTING_MODES, ServiceState, Window, check_id
-from ragprivacy.service.voting import VotedAnswer, VotingTenants
+from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap
 from ragprivacy.types import Completion
 
 __all__ = [
@@ -253,6 +253,40 @@ def close_window(state: ServiceState) -> Window:
         claim, head = audited.coalition_claim(), audited.tree_head()
         state.finish_window(window.window_id, claim.to_dict(), head.to_dict())
     return state.window(window.window_id)
+
+
+def window_status(state: ServiceState) -> dict[str, Any]:
+    """What an operator checks of the open window: its id, when it opened and its age,
+    the records in its ledger, and each account's use (``noisy_topk``: queries of r;
+    voting: answers). :class:`ConfigError` when no window is open."""
+    open_ = state.open_windows()
+    if not open_:
+        raise ConfigError("No window is open ('window open' starts one).")
+    window = open_[0]
+    opened_ns = int(window.commitments["published_at"])
+    accounts: dict[str, dict[str, Any]] = {}
+    with _published(state, window) as audited:
+        records = audited.ledger.size
+        for account, tenant in sorted(audited.accounts.items()):
+            accounts[account] = {
+                "tenant": tenant,
+                "used": audited.used(account),
+                "limit": audited.policy_of(account).rate_limit,
+            }
+    everyone, tenants = state.accounts(), state.tenants()
+    for account, tenant in sorted(window.snapshot.get("voting_accounts", {}).items()):
+        accounts[account] = {
+            "tenant": tenant,
+            "used": state.answers_used(window.window_id, account),
+            "limit": answer_cap(everyone[account], tenants[tenant]),
+        }
+    return {
+        "window_id": window.window_id,
+        "opened_at": opened_ns / 1e9,
+        "age_s": max(0.0, time.time() - opened_ns / 1e9),
+        "records": records,
+        "accounts": accounts,
+    }
 
 
 def export_auditor(state: ServiceState, window_id: str, directory: str | Path) -> Path:

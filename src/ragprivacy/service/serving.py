@@ -16,7 +16,13 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from ragprivacy.errors import AuthError, ConfigError, RagPrivacyError
+from ragprivacy.errors import (
+    AuthError,
+    BackendError,
+    ConfigError,
+    RagPrivacyError,
+    ServiceStateError,
+)
 from ragprivacy.generate import Generator
 from ragprivacy.service.protocol import (
     AnswerBudget,
@@ -34,11 +40,13 @@ from ragprivacy.service.protocol import (
     ChunkDelta,
     CoalitionResponse,
     CommitmentsResponse,
+    Health,
     NoisyTopKBudget,
     NoisyTopKBudgetStatus,
     NoisyTopKPrivacy,
     ProofResponse,
     RagprivacyFields,
+    Readiness,
     RecordsResponse,
     RetrievedDocument,
     RetrieveRequest,
@@ -59,6 +67,10 @@ from ragprivacy.types import Completion
 __all__ = ["NotFoundError", "Serving"]
 
 _VOTED_PRIVACY: TypeAdapter[Any] = TypeAdapter(VotedPrivacy)
+
+
+class NotReadyError(ServiceStateError):
+    """The service cannot serve now: its state (database) does not answer."""
 
 
 class NotFoundError(RagPrivacyError):
@@ -266,6 +278,20 @@ class Serving:
             return self.provider.state.window(window_id)
         except ConfigError:  # the state's "no window": the one 404
             raise NotFoundError("Not found.") from None
+
+    # ------------------------------------------------------------------ operations
+    def health(self) -> Health:
+        """``GET /healthz``: the process is up (touches nothing)."""
+        return Health(status="ok")
+
+    def ready(self) -> Readiness:
+        """``GET /readyz``: one cheap look-up in the state; :class:`NotReadyError` when
+        it fails."""
+        try:
+            window_id = self.provider.state.open_window_id()
+        except BackendError:
+            raise NotReadyError("The service's state does not answer.") from None
+        return Readiness(status="ready", window_id=window_id)
 
     def windows(self) -> list[WindowSummary]:
         """``GET /v1/audit/windows``: every window and its status."""

@@ -603,6 +603,18 @@ class ServiceState:
             )
         return key
 
+    def keys(self, account: str | None = None) -> list[dict[str, Any]]:
+        """Every API key (of ``account``, if given): its id, account, when it was created
+        and revoked (UNIX seconds; None while valid). Never the secret or its hash."""
+        rows = self._rows(
+            "SELECT key_id, account, created, revoked FROM api_keys ORDER BY created, key_id"
+        )
+        return [
+            {"key_id": k, "account": a, "created": c, "revoked": r}
+            for k, a, c, r in rows
+            if account is None or a == account
+        ]
+
     def revoke_key(self, key_id: str) -> str:
         """Revoke a key by its id; returns its account."""
         with self._write() as conn:

@@ -9,9 +9,9 @@ hashed, nothing spent) while the client's bucket, or the shared one, is empty. K
 process verified before are checked from memory without a hash and never refused, so an
 attack slows down only new keys, never the requests of accounts already served.
 
-Behind a reverse proxy every client has the proxy's address; run uvicorn with the
-proxy's ``--forwarded-allow-ips`` so the address is the client's, or the per-client bucket
-becomes a second shared one.
+Behind a reverse proxy every client has the proxy's address (uvicorn takes the client's
+from the proxy's forwarding headers only for the proxies it is told to trust), so the
+per-client bucket then becomes a second shared one.
 """
 
 from __future__ import annotations
