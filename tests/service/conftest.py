@@ -24,6 +24,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: ``serve`` options for a test whose invariant is what many requests of one account at
+#: once do to the ledger or the budgets: no limit on an account's requests in progress
+#: (the limit itself has its own test)
+MANY_AT_ONCE = ("--max-inflight", "100000")
+
+
 def run_admin(state: Path | str, *args: str) -> str:
     """Run ``ragprivacy admin --state STATE ARGS`` in process; returns its stdout."""
     import contextlib

@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.service.conftest import MANY_AT_ONCE
 
 from ragprivacy.audit import (
     MerkleLog,
@@ -199,7 +200,7 @@ def test_200_concurrent_clients_get_exactly_r_answers_per_account(
         tmp_path, admin, corpus_file,
         {"solo": ("clinic", 100), "left": ("clinic", 50), "right": ("firm", 50)},
     )  # fmt: skip
-    server = server_factory(state, workers=2)
+    server = server_factory(state, workers=2, extra=MANY_AT_ONCE)
     jobs = [(keys["solo"], f"patient {i} with asthma") for i in range(200)]
     solo = asyncio.run(_burst(server.url, jobs))
     records_solo = _get(server.url, f"{W}/records")

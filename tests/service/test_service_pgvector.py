@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 from tests._load import slowdown
 from tests._postgres import fresh_database
+from tests.service.conftest import MANY_AT_ONCE
 
 from ragprivacy._postgres import PgPool
 from ragprivacy.audit import (
@@ -297,7 +298,7 @@ def test_replicas_reconnect_after_their_backends_are_terminated_under_load(
                "1e-6", "--rate-limit", str(r))  # fmt: skip
         keys[account] = _admin(db, key, "key", "create", account).strip().splitlines()[-1]
     _admin(db, key, "window", "open")
-    extra = ("--identity-key", str(key))
+    extra = ("--identity-key", str(key), *MANY_AT_ONCE)
     replicas = [server_factory(db, extra=extra), server_factory(db, extra=extra)]
     urls = [s.url for s in replicas]
     jobs = [(keys[a], f"visit {i} {a} gout") for i in range(20) for a in keys]

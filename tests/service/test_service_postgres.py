@@ -27,6 +27,7 @@ import httpx
 import numpy as np
 import pytest
 from tests._postgres import fresh_database
+from tests.service.conftest import MANY_AT_ONCE
 
 from ragprivacy._postgres import PgPool, redact_url
 from ragprivacy.audit import LogSealedError, MerkleLog, PostgresLedgerStorage, QueryRecord
@@ -292,7 +293,7 @@ def test_two_replicas_and_100_concurrent_clients_give_exactly_r_answers(
     refusals, 37 records, and the window verifies from outside."""
     r = 37
     key, keys = _make_service(db, tmp_path, corpus_file, {"solo": r})
-    extra = ("--identity-key", str(key))
+    extra = ("--identity-key", str(key), *MANY_AT_ONCE)
     replicas = [server_factory(db, extra=extra), server_factory(db, extra=extra)]
     urls = [s.url for s in replicas]
     for url in urls:  # each replica loads the open window before the burst
@@ -327,7 +328,7 @@ def test_kill9_of_a_replica_under_load_overspends_nothing_and_the_window_verifie
     r = 40
     accounts = {"a": r, "b": r, "c": r}
     key, keys = _make_service(db, tmp_path, corpus_file, accounts)
-    extra = ("--identity-key", str(key))
+    extra = ("--identity-key", str(key), *MANY_AT_ONCE)
     victim, survivor = server_factory(db, extra=extra), server_factory(db, extra=extra)
     urls = [victim.url, survivor.url]
     jobs = [(keys[a], f"visit {i} {a} gout") for i in range(60) for a in accounts]

@@ -33,7 +33,12 @@ from ragprivacy.errors import (
     WindowClosedError,
 )
 from ragprivacy.generate import ReferenceReader
-from ragprivacy.service import AuthThrottledError, ServiceProvider, ServiceState
+from ragprivacy.service import (
+    AccountBusyError,
+    AuthThrottledError,
+    ServiceProvider,
+    ServiceState,
+)
 from ragprivacy.service.app import ERROR_STATUS, ErrorStatus, create_app
 from ragprivacy.service.protocol import (
     ChatMessage,
@@ -87,6 +92,7 @@ def test_every_ragprivacy_error_has_a_status_of_its_own_branch() -> None:
         BusyError: 503,
         NotReadyError: 503,
         AuthThrottledError: 429,
+        AccountBusyError: 429,
         ConfigError: 400,
         UnknownBackendError: 400,
         DataError: 400,

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from tests.service.conftest import MANY_AT_ONCE
 
 from ragprivacy.audit import Receipt, Verifier, load_window
 from ragprivacy.dp import SqliteBudgetStore
@@ -46,7 +47,7 @@ def service(tmp_path_factory, admin, corpus_file, module_server_factory):  # typ
                   "--rate-limit", r)  # fmt: skip
         keys[account] = admin(state, "key", "create", account).split()[-1]
     admin(state, "window", "open")
-    server = module_server_factory(state, workers=2)
+    server = module_server_factory(state, workers=2, extra=MANY_AT_ONCE)
     return {"state": state, "root": root, "url": server.url, "keys": keys}
 
 

@@ -61,6 +61,12 @@ def serve(
         "--auth-failures-overall",
         help="Failed key checks all clients together may make per minute, per worker.",
     ),
+    max_inflight: int = typer.Option(
+        8,
+        "--max-inflight",
+        help="Requests one account may have in progress at once, per worker; more are "
+        "refused with 429 (nothing spent), so no account can hold every thread.",
+    ),
     api_docs: bool = typer.Option(
         False,
         "--api-docs",
@@ -75,7 +81,7 @@ def serve(
     from ragprivacy._postgres import is_postgres_url
     from ragprivacy.errors import ConfigError
     from ragprivacy.generate import PromptBudget, create_generator
-    from ragprivacy.service import FailedAuthLimit, ServiceState
+    from ragprivacy.service import FailedAuthLimit, InFlightLimit, ServiceState
 
     if not 1 <= port <= 65535:
         raise ConfigError(f"--port must be in [1, 65535]; got {port}.")
@@ -85,6 +91,7 @@ def serve(
     ServiceState(state, create=False, identity_key=identity_key).close()
     create_generator(generator)  # and an unknown generator
     FailedAuthLimit(per_client=auth_failures_per_client, overall=auth_failures_overall)
+    InFlightLimit(max_inflight)
     PromptBudget(doc_tokens=doc_tokens, context_tokens=context_tokens)  # and a bad budget
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -99,6 +106,7 @@ def serve(
     os.environ["RAGPRIVACY_API_DOCS"] = "1" if api_docs else "0"
     os.environ["RAGPRIVACY_AUTH_FAILURES_PER_CLIENT"] = str(auth_failures_per_client)
     os.environ["RAGPRIVACY_AUTH_FAILURES_OVERALL"] = str(auth_failures_overall)
+    os.environ["RAGPRIVACY_MAX_INFLIGHT"] = str(max_inflight)
     os.environ["RAGPRIVACY_DOC_TOKENS"] = str(doc_tokens)
     if context_tokens is None:
         os.environ.pop("RAGPRIVACY_CONTEXT_TOKENS", None)

@@ -45,15 +45,22 @@ from ragprivacy.service.state import (
     StateWitnessStore,
     Window,
 )
-from ragprivacy.service.throttle import AuthThrottledError, FailedAuthLimit
+from ragprivacy.service.throttle import (
+    AccountBusyError,
+    AuthThrottledError,
+    FailedAuthLimit,
+    InFlightLimit,
+)
 from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap
 
 __all__ = [
+    "AccountBusyError",
     "ApiKey",
     "AuthError",
     "AuthThrottledError",
     "Client",
     "FailedAuthLimit",
+    "InFlightLimit",
     "MODES",
     "PgvectorTenantVectors",
     "PostgresBackend",

@@ -91,7 +91,12 @@ from ragprivacy.service.protocol import (
 from ragprivacy.service.provider import ServiceProvider
 from ragprivacy.service.serving import NotFoundError, NotReadyError, Serving
 from ragprivacy.service.state import ServiceState
-from ragprivacy.service.throttle import AuthThrottledError, FailedAuthLimit
+from ragprivacy.service.throttle import (
+    AccountBusyError,
+    AuthThrottledError,
+    FailedAuthLimit,
+    InFlightLimit,
+)
 
 __all__ = [
     "ERROR_STATUS",
@@ -124,6 +129,7 @@ ERROR_STATUS: tuple[ErrorStatus, ...] = (
     # one body for every bad key: it names no account and no reason
     ErrorStatus(AuthError, 401, "Invalid API key.", (("WWW-Authenticate", "Bearer"),)),
     ErrorStatus(AuthThrottledError, 429),  # its Retry-After is the error's own
+    ErrorStatus(AccountBusyError, 429, headers=(("Retry-After", "1"),)),
     ErrorStatus(TenantAccessError, 403),
     ErrorStatus(WindowClosedError, 409),
     ErrorStatus(LogSealedError, 409),
@@ -200,6 +206,7 @@ def create_app(
     prompt_budget: PromptBudget | None = None,
     api_docs: bool = False,
     auth_limit: FailedAuthLimit | None = None,
+    inflight: InFlightLimit | None = None,
 ) -> FastAPI:
     """The service's ASGI app over the state ``state_dir`` (a directory, or a PostgreSQL
     URL with the ``identity_key`` file); ``prompt_budget`` shapes answers' prompts
@@ -208,10 +215,13 @@ def create_app(
     API). A path with a trailing slash is not redirected (a redirect would be built from
     the request's ``Host``), and every response says ``Cache-Control: no-store``.
     ``auth_limit``: the failed key checks a client may make (default
-    :class:`FailedAuthLimit()`)."""
+    :class:`FailedAuthLimit()`); ``inflight``: the requests one account may have in
+    progress at once (default :class:`InFlightLimit()`)."""
     state = ServiceState(state_dir, create=False, identity_key=identity_key)
     gen = create_generator(generator) if isinstance(generator, str) else generator
-    serving = Serving(ServiceProvider(state, prompt_budget=prompt_budget), gen, auth_limit)
+    serving = Serving(
+        ServiceProvider(state, prompt_budget=prompt_budget), gen, auth_limit, inflight
+    )
     app = _App(
         title="ragprivacy",
         summary="Multi-tenant private RAG with a verifiable audit.",
@@ -431,4 +441,5 @@ def app_from_env() -> FastAPI:
             per_client=int(os.environ.get("RAGPRIVACY_AUTH_FAILURES_PER_CLIENT", "20")),
             overall=int(os.environ.get("RAGPRIVACY_AUTH_FAILURES_OVERALL", "120")),
         ),
+        inflight=InFlightLimit(int(os.environ.get("RAGPRIVACY_MAX_INFLIGHT", "8"))),
     )

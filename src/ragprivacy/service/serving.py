@@ -61,7 +61,7 @@ from ragprivacy.service.protocol import (
 )
 from ragprivacy.service.provider import ServedAnswer, ServiceProvider
 from ragprivacy.service.state import Window
-from ragprivacy.service.throttle import FailedAuthLimit
+from ragprivacy.service.throttle import FailedAuthLimit, InFlightLimit
 from ragprivacy.types import Completion
 
 __all__ = ["NotFoundError", "Serving"]
@@ -113,10 +113,12 @@ class Serving:
         provider: ServiceProvider,
         generator: Generator,
         auth_limit: FailedAuthLimit | None = None,
+        inflight: InFlightLimit | None = None,
     ) -> None:
         self.provider = provider
         self.generator = generator
         self.auth_limit = auth_limit or FailedAuthLimit()
+        self.inflight = inflight or InFlightLimit()
 
     # ------------------------------------------------------------------ accounts
     def authenticate(self, authorization: str | None, client: str = "") -> str:
@@ -142,7 +144,10 @@ class Serving:
 
     def retrieve(self, account: str, request: RetrieveRequest) -> RetrieveResponse:
         """``POST /v1/retrieve``: the private top-K (refused for a voting tenant)."""
-        served = self.provider.retrieve(account, request.query, k=request.k, nonce=request.nonce)
+        with self.inflight.slot(account):
+            served = self.provider.retrieve(
+                account, request.query, k=request.k, nonce=request.nonce
+            )
         return RetrieveResponse(
             window_id=served.window_id,
             documents=_documents(served),
@@ -153,7 +158,10 @@ class Serving:
 
     def answer(self, account: str, request: AnswerRequest) -> AnswerResponse:
         """``POST /v1/answer``: the account's answer in its tenant's mode."""
-        done = self._answered(account, request.query, request.k, request.max_tokens, request.nonce)
+        with self.inflight.slot(account):
+            done = self._answered(
+                account, request.query, request.k, request.max_tokens, request.nonce
+            )
         return AnswerResponse(
             answer=done.completion.text,
             window_id=done.window_id,
@@ -184,7 +192,8 @@ class Serving:
                     "'top_logprobs' is not supported: only the chosen tokens' log-"
                     "probabilities are returned (logprobs=true)."
                 )
-        done = self._answered(account, users[-1], None, request.max_tokens, request.nonce)
+        with self.inflight.slot(account):
+            done = self._answered(account, users[-1], None, request.max_tokens, request.nonce)
         head: dict[str, Any] = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "created": int(time.time()),

@@ -1,5 +1,6 @@
-"""How many key checks that failed the service pays for: a limit before any hash.
+"""What one client may take of a worker: failed key checks, and requests at once.
 
+**Failed key checks.**
 A well-formed key is checked with scrypt (the stored hashes must resist a stolen state
 file), so every bad key costs the service tens of milliseconds of a core: a few bad keys
 a second saturate a small machine, and valid requests wait behind them. The
@@ -12,6 +13,13 @@ attack slows down only new keys, never the requests of accounts already served.
 Behind a reverse proxy every client has the proxy's address (uvicorn takes the client's
 from the proxy's forwarding headers only for the proxies it is told to trust), so the
 per-client bucket then becomes a second shared one.
+
+**Requests at once.** Answers run on the worker's thread pool; an account that sends a
+few dozen slow requests at once (long generations) would hold every thread, and every
+other account's requests and the public audit endpoints would wait behind them.
+:class:`InFlightLimit` admits at most ``limit`` requests of one account at a time per
+worker; one more is refused at once (429, before it reads anything, so it spends
+nothing) and the account may send it again when one of its own has finished.
 """
 
 from __future__ import annotations
@@ -20,12 +28,13 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from ragprivacy._validation import check_positive_int
 from ragprivacy.errors import ServiceStateError
 
-__all__ = ["AuthThrottledError", "FailedAuthLimit"]
+__all__ = ["AccountBusyError", "AuthThrottledError", "FailedAuthLimit", "InFlightLimit"]
 
 
 class AuthThrottledError(ServiceStateError):
@@ -35,6 +44,58 @@ class AuthThrottledError(ServiceStateError):
     def __init__(self, retry_after: int) -> None:
         super().__init__("Too many failed authentications; retry later.")
         self.retry_after = retry_after
+
+
+class AccountBusyError(ServiceStateError):
+    """The account has as many requests in progress on this worker as it may; this one
+    was refused before it read anything (nothing spent)."""
+
+
+class InFlightLimit:
+    """At most ``limit`` requests of one account in progress at a time (thread-safe).
+
+    >>> limit = InFlightLimit(1)
+    >>> with limit.slot("a"):
+    ...     with limit.slot("b"):  # another account is not held back
+    ...         pass
+    ...     limit.slot("a").__enter__()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ragprivacy.service.throttle.AccountBusyError: This account has 1 request(s) in ...
+    >>> with limit.slot("a"):  # the first one finished
+    ...     pass
+    """
+
+    def __init__(self, limit: int = 8) -> None:
+        self.limit = check_positive_int("limit", limit)
+        self._lock = threading.Lock()
+        self._busy: dict[str, int] = {}
+
+    @contextmanager
+    def slot(self, account: str) -> Iterator[None]:
+        """Hold one of ``account``'s slots for the ``with`` block, or raise
+        :class:`AccountBusyError` when it has none free."""
+        with self._lock:
+            if self._busy.get(account, 0) >= self.limit:
+                raise AccountBusyError(
+                    f"This account has {self.limit} request(s) in progress (the most it "
+                    "may); send this one when one has finished."
+                )
+            self._busy[account] = self._busy.get(account, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._busy[account] - 1
+                if left:
+                    self._busy[account] = left
+                else:
+                    del self._busy[account]
+
+    def in_progress(self, account: str) -> int:
+        """The account's requests in progress now."""
+        with self._lock:
+            return self._busy.get(account, 0)
 
 
 class _Bucket:
