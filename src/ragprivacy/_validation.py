@@ -5,6 +5,7 @@ Messages read: "The 'delta' parameter must be in (0, 1); got 1.5."
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -77,8 +78,19 @@ def check_probability(name: str, value: float, *, open_interval: bool = False) -
 
 
 def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
-    """Check that ``value`` is one of ``choices``."""
+    """Check that ``value`` is one of ``choices`` (a near miss is named, for a typo).
+
+    >>> try:
+    ...     check_choice("system", "rgg", ["rag", "dp_vote"])
+    ... except ValueError as exc:
+    ...     print(str(exc).split("; ")[1])
+    got 'rgg' (did you mean 'rag'?).
+    """
     options = sorted(choices)
     if value not in options:
-        raise _fail(name, "one of " + ", ".join(repr(c) for c in options), value)
+        error = _fail(name, "one of " + ", ".join(repr(c) for c in options), value)
+        near = difflib.get_close_matches(value, options, n=1) if isinstance(value, str) else []
+        if near:
+            error = ConfigError(f"{str(error).rstrip('.')} (did you mean {near[0]!r}?).")
+        raise error
     return value

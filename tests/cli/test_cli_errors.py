@@ -348,7 +348,7 @@ def _cli_flags() -> set[str]:
             walk(sub)
 
     walk(typer.main.get_command(app))
-    return flags
+    return flags | {"--help"}  # click adds it to every command, outside ``params``
 
 
 def test_messages_name_only_flags_that_exist() -> None:
@@ -400,3 +400,48 @@ def test_demo_real_model_without_smollm2_is_refused_before_anything_runs(
     out = tmp_path / "demo"
     fails_cleanly(["demo", "--out", str(out), "--real-model"], capsys, "make realmodel")
     assert not out.exists()  # nothing ran
+
+
+@pytest.mark.parametrize(
+    ("extra", "needles"),
+    [
+        (["--system", "rgg"], ("got 'rgg'", "did you mean 'rag'?")),
+        (["--corpus", "missing.jsonl"], ("--corpus missing.jsonl: no such file",)),
+    ],
+)
+def test_a_refused_attack_says_what_was_meant_and_leaves_no_folder(
+    extra: list[str], needles: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    args = ["attack", "--n", "40", "--targets", "4", "--calibration", "2", "--workers", "1"]
+    fails_cleanly([*args, "--no-progress", "--out", str(out), *extra], capsys, *needles)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "is not UTF-8 text"),
+        (b"a: [1\n", "not valid YAML: expected ',' or ']'"),
+    ],
+)
+def test_a_config_that_is_not_yaml_is_one_line(
+    content: bytes, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "pic.png"
+    config.write_bytes(content)
+    fails_cleanly(["run", str(config), "--out", str(tmp_path / "out")], capsys, needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_version_short_help_and_a_path_the_system_refuses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from importlib.metadata import version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"ragprivacy {version('ragprivacy')}"
+    for args in (["-h"], ["admin", "-h"], ["audit", "verify", "-h"]):
+        assert main(args) == 0
+        assert "Usage: ragprivacy" in capsys.readouterr().out
+    fails_cleanly(["admin", "--state", "/proc/nope", "tenant", "list"], capsys, "/proc/nope")

@@ -26,7 +26,27 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every sub-command too
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"ragprivacy {version('ragprivacy')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Protect, attack and audit the privacy of retrieval-augmented generation."""
+
+
 app.add_typer(corpus_cmd.app, name="corpus")
 run_cmd.register(app)
 
@@ -44,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     with it).
 
     Usage errors are click's own (usage line, message, exit code 2); a
-    ``RagPrivacyError`` becomes one line on stderr and exit code 2; Ctrl-C exits with
+    ``RagPrivacyError``, or an ``OSError`` on a path the user gave, becomes one line on
+    stderr and exit code 2; Ctrl-C exits with
     130, which typer's standalone mode raises as ``SystemExit``. A run stopped by
     Ctrl-C or SIGTERM (``RunInterruptedError``) prints one line saying what was kept
     and how to resume, and exits with 130 or 143.
@@ -57,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except RagPrivacyError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        return 2
+    except OSError as exc:  # a path the user gave that the system refuses: one line too
+        where = f": {exc.filename}" if exc.filename else ""
+        typer.secho(f"error: {exc.strerror or exc}{where}", err=True, fg=typer.colors.RED)
         return 2
     except SystemExit as exc:  # click exits with the command's code in standalone mode
         code = exc.code

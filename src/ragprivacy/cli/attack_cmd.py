@@ -126,6 +126,11 @@ def build_config(
             raise ConfigError(
                 f"Unknown defense {d!r}; choose one of: {', '.join(defense_names())}, all."
             )
+    if not Path(corpus).is_file() and (Path(corpus).suffix or "/" in corpus):
+        # a path, not a kind: say it is missing rather than "unknown synthetic kind"
+        raise ConfigError(
+            f"--corpus {corpus}: no such file (a JSONL, JSON or CSV file with id and text)."
+        )
     source: dict[str, Any] = (
         {"path": corpus} if Path(corpus).is_file() else {"synthetic": corpus, "n": n}
     )

@@ -421,7 +421,14 @@ def load_config(path: str | Path) -> ExperimentConfig:
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"Config file {str(p)!r} is not valid YAML: {exc}") from None
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"Config file {str(p)!r} is not valid YAML: {problem}{where}.") from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"Config file {str(p)!r} is not UTF-8 text (a YAML config is); give the config."
+        ) from None
     if data is None:
         raise ConfigError(f"Config file {str(p)!r} is empty.")
     return parse_config(data, source=p.name)

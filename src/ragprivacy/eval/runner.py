@@ -28,6 +28,7 @@ import hashlib
 import json
 import multiprocessing
 import platform
+import shutil
 import signal
 import sys
 import threading
@@ -189,13 +190,16 @@ def run_config(
             force=force,
         )
     out = Path(out_dir)
+    # every experiment is built (and so checked) before anything is written: a config
+    # refused here leaves no output directory behind
+    experiments: list[Experiment] = [
+        create_experiment(spec, config, i) for i, spec in enumerate(config.experiments)
+    ]
+    created = not out.exists()
     try:
         (out / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataError(f"Cannot create the output directory {str(out)!r}: {exc}.") from exc
-    experiments: list[Experiment] = [
-        create_experiment(spec, config, i) for i, spec in enumerate(config.experiments)
-    ]
     config_dict = config.to_dict()
     cells = [(i, cell) for i, exp in enumerate(experiments) for cell in exp.cells()]
     root = np.random.SeedSequence(config.seed)
@@ -290,6 +294,10 @@ def run_config(
                     pool_step,
                     on_calls if remote else None,
                 )
+    except Exception:
+        if created:  # a run that failed before writing anything leaves no empty folder
+            _remove_if_empty(out)
+        raise
     except (KeyboardInterrupt, _Stopped) as exc:
         signum = exc.signum if isinstance(exc, _Stopped) else int(signal.SIGINT)
         kept = sum(path.is_file() for path in checkpoints)  # on disk, whatever the timing
@@ -325,6 +333,12 @@ def run_config(
     results_path.write_text(json.dumps(results, indent=2, default=_json_default))
     report_path = write_report(experiments, results, out)
     return RunResult(out, results_path, report_path, results)
+
+
+def _remove_if_empty(out: Path) -> None:
+    """Remove ``out`` if it holds no file at all (only the empty folders a run made)."""
+    if out.is_dir() and not any(p.is_file() for p in out.rglob("*")):
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def _estimate(config: ExperimentConfig, workers: int) -> ResourceEstimate:
