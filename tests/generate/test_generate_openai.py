@@ -36,6 +36,7 @@ class _Server(ThreadingHTTPServer):
         self.echo_supported = True
         self.delay = 0.0
         self.retry_after: str | None = None  # set: failures are 429 with this Retry-After
+        self.refuse_logprobs = False  # set: a request asking for them is a 400
         self.lock = threading.Lock()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -77,6 +78,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if srv.delay:
             time.sleep(srv.delay)
+        if srv.refuse_logprobs and ("logprobs" in body or "top_logprobs" in body):
+            self._send(400, {"error": {"message": "log-probabilities are not allowed"}})
+            return
         auth = self.headers.get("Authorization", "")
         if auth != f"Bearer {KEY}":
             # Like some real servers, echo the key that was refused.
@@ -179,7 +183,7 @@ def test_chat_generation_with_logprobs(gen: OpenAIGenerator, server: _Server) ->
     assert list(out.logprobs or ()) == ANSWER_LP
     path, headers, body = server.requests[-1]
     assert path == "/v1/chat/completions"
-    assert body["logprobs"] is True and body["top_logprobs"] == 1
+    assert body["logprobs"] is True and "top_logprobs" not in body  # the chosen tokens
     assert body["model"] == "toy-model" and body["max_tokens"] == 64
     assert body["messages"][0] == {"role": "system", "content": "Do not repeat the context."}
     assert body["messages"][1]["role"] == "user"
@@ -447,3 +451,52 @@ def test_a_sent_prompt_is_noted_for_the_request_and_a_refused_one_is_not() -> No
             refused.generate(PROMPT)
         assert not used[0]
         refused.close()
+
+
+def test_an_endpoint_that_refuses_logprobs_is_asked_once_and_then_without(
+    gen: OpenAIGenerator, server: _Server
+) -> None:
+    """A ragprivacy tenant without log-probabilities answers a request asking for them
+    with 400 (spending nothing): the first answer is asked again without them, and no
+    later request asks; the generator then says it exposes none."""
+    server.refuse_logprobs = True
+    first = gen.generate(PROMPT)
+    assert first.text == "Velmora." and first.logprobs is None
+    asked = [body for _, _, body in server.requests]
+    assert len(asked) == 2 and "logprobs" in asked[0] and "logprobs" not in asked[1]
+    assert gen.generate(PROMPT).text == "Velmora."
+    assert len(server.requests) == 3 and "logprobs" not in server.requests[-1][2]
+    assert gen.exposes_logprobs is False and len(server.requests) == 3  # no probe needed
+
+
+@pytest.mark.parametrize("refuse", [True, False])
+def test_whether_an_endpoint_gives_logprobs_is_asked_once_with_a_public_probe(
+    server: _Server, refuse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    server.refuse_logprobs = refuse
+    g = OpenAIGenerator("toy-model", f"http://127.0.0.1:{server.server_port}/v1",
+                        api_key_env=KEY_ENV, sleep=lambda s: None)  # fmt: skip
+    try:
+        assert g.exposes_logprobs is (not refuse)
+        assert g.exposes_logprobs is (not refuse) and len(server.requests) == 1  # once
+        ((_, _, probe),) = server.requests
+        assert probe["max_tokens"] == 1 and probe["logprobs"] is True
+        assert probe["messages"] == [{"role": "user", "content": "Reply with one word."}]
+        g.generate(PROMPT)
+        assert ("logprobs" in server.requests[-1][2]) is (not refuse)
+        assert len(server.requests) == 2
+    finally:
+        g.close()
+
+
+def test_logprobs_false_never_asks(server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    g = OpenAIGenerator("toy-model", f"http://127.0.0.1:{server.server_port}/v1",
+                        api_key_env=KEY_ENV, logprobs=False, sleep=lambda s: None)  # fmt: skip
+    try:
+        assert g.generate(PROMPT).logprobs is None and not g.exposes_logprobs
+        assert len(server.requests) == 1 and "logprobs" not in server.requests[0][2]
+        assert g.config()["logprobs"] is False
+    finally:
+        g.close()

@@ -10,8 +10,13 @@ URL folded into the model name). An endpoint that is not this machine (loopback)
 in a warning when the generator is made, and in its :meth:`~OpenAIGenerator.config`, which
 every run records.
 
-* ``generate`` — ``POST {base}/chat/completions`` with ``logprobs: true`` and
-  ``top_logprobs``; the defense/system instruction is the system message and the rest of
+* ``generate`` — ``POST {base}/chat/completions``, with ``logprobs: true`` where the
+  endpoint gives log-probabilities (``logprobs=None``, the default, asks it once with a
+  one-token probe of a fixed public prompt, the first time it matters; a 400/422
+  refusal or an answer without them means no, and no request asks again, so an endpoint
+  that refuses them — a ragprivacy service tenant, say — is still usable, and the
+  attacks that need them report themselves skipped); the defense/system instruction is
+  the system message and the rest of
   :func:`~ragprivacy.generate.templates.render_prompt` the user message (or, with
   ``mode="completions"``, ``POST {base}/completions`` on the rendered prompt). Tokens and
   log-probabilities are the server's; ``logprobs`` is ``None`` if it returned none. The
@@ -51,6 +56,7 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -100,6 +106,14 @@ _MAX_SLEEP = 30.0
 _RETRY_STATUS = frozenset({408, 409, 429})
 
 
+class _Refused(BackendError):
+    """A 4xx answer that is not worth retrying (the request as sent is refused)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class _Retryable(Exception):
     """A failure worth another attempt; ``retry_after`` is the server's ask, in seconds."""
 
@@ -142,6 +156,7 @@ class OpenAIGenerator(Generator):
         max_tokens: int = 64,
         temperature: float = 0.0,
         top_logprobs: int = 20,
+        logprobs: bool | None = None,
         seed: int | None = None,
         timeout: float = 30.0,
         max_retries: int = 2,
@@ -172,6 +187,13 @@ class OpenAIGenerator(Generator):
             raise ConfigError(
                 f"The 'top_logprobs' parameter must be in [1, 20]; got {top_logprobs}."
             )
+        if logprobs is not None and not isinstance(logprobs, bool):
+            raise ConfigError(
+                f"The 'logprobs' parameter must be true, false or unset; got {logprobs!r}."
+            )
+        self.logprobs = logprobs
+        self._probed: bool | None = logprobs
+        self._probe_lock = threading.Lock()
         self.seed = seed
         self.timeout = check_positive("timeout", timeout)
         self.max_retries = check_positive_int("max_retries", max_retries, allow_zero=True)
@@ -195,6 +217,7 @@ class OpenAIGenerator(Generator):
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_logprobs": self.top_logprobs,
+            "logprobs": self.logprobs,
             "seed": self.seed,
             "api_key_env": self.api_key_env,
             "timeout": self.timeout,
@@ -215,9 +238,10 @@ class OpenAIGenerator(Generator):
             text = text.replace(self._key, "***")
         return text
 
-    def _post(self, endpoint: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, endpoint: str, payload: dict[str, Any], *, note: bool = True) -> dict[str, Any]:
         """POST once, retrying 408/409/429/5xx answers and transport errors with
-        tenacity (exponential backoff, the server's ``Retry-After`` when shorter)."""
+        tenacity (exponential backoff, the server's ``Retry-After`` when shorter).
+        ``note``: the request may carry the prompt (``ragprivacy.generate.sent``)."""
         url = f"{self.base_url}/{endpoint}"
         headers = {"Content-Type": "application/json"}
         if self._key:
@@ -234,10 +258,12 @@ class OpenAIGenerator(Generator):
                 raise _Retryable(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
             except httpx.HTTPError as exc:
                 reached = True
-                note_prompt_used()
+                if note:
+                    note_prompt_used()
                 raise _Retryable(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
             reached = True
-            note_prompt_used()
+            if note:
+                note_prompt_used()
             return self._answer(url, resp)
 
         retrying = tenacity.Retrying(
@@ -290,7 +316,7 @@ class OpenAIGenerator(Generator):
                 f"Set the environment variable {self.api_key_env} to a valid API key."
             )
         if status not in _RETRY_STATUS and status < 500:
-            raise BackendError(f"The server at {url} answered HTTP {status}: {detail}")
+            raise _Refused(f"The server at {url} answered HTTP {status}: {detail}", status)
         retry_after = None
         with contextlib.suppress(ValueError, TypeError):
             retry_after = float(resp.headers.get("retry-after"))
@@ -368,10 +394,75 @@ class OpenAIGenerator(Generator):
     def _chat(self, prompt: Prompt, max_tokens: int, top: int) -> dict[str, Any]:
         return self._choice(self._chat_data(prompt, max_tokens, top), "chat/completions")
 
-    def _chat_data(self, prompt: Prompt, max_tokens: int, top: int) -> dict[str, Any]:
+    def _chat_data(self, prompt: Prompt, max_tokens: int, top: int | None) -> dict[str, Any]:
+        """``top``: the alternatives asked per token; ``None`` asks for log-probabilities
+        only where the endpoint gives them (:attr:`exposes_logprobs`), and no
+        alternatives."""
         payload = self._base_payload(max_tokens, prompt)
-        payload.update(messages=self._messages(prompt), logprobs=True, top_logprobs=top)
-        return self._post("chat/completions", payload)
+        payload["messages"] = self._messages(prompt)
+        if top is not None:
+            payload.update(logprobs=True, top_logprobs=top)
+            return self._post("chat/completions", payload)
+        return self._asking_logprobs("chat/completions", payload, {"logprobs": True})
+
+    def _asking_logprobs(
+        self, endpoint: str, payload: dict[str, Any], ask: dict[str, Any]
+    ) -> dict[str, Any]:
+        """POST ``payload`` with ``ask`` (the log-probability fields) where the endpoint
+        gives them. Before that is known, the first answer tells: a 400/422 refusal is
+        asked again once without them (and they are never asked again), an answer
+        without them means the endpoint has none."""
+        if self._probed is False:
+            return self._post(endpoint, payload)
+        if self._probed is True:
+            return self._post(endpoint, {**payload, **ask})
+        try:
+            data = self._post(endpoint, {**payload, **ask})
+        except _Refused as exc:
+            if exc.status not in (400, 422):
+                raise
+            self._probed = False
+            return self._post(endpoint, payload)
+        self._probed = self._has_logprobs(data, endpoint)
+        return data
+
+    def _has_logprobs(self, data: dict[str, Any], endpoint: str) -> bool:
+        choices = data.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else {}
+        lp = (choice.get("logprobs") if isinstance(choice, dict) else None) or {}
+        got = lp.get("token_logprobs") if endpoint == "completions" else lp.get("content")
+        return bool(got)
+
+    @property
+    def exposes_logprobs(self) -> bool:
+        """Whether the endpoint gives log-probabilities: the ``logprobs`` setting, or
+        (unset) the answer to one probe, made once per generator."""
+        if self._probed is None:
+            with self._probe_lock:
+                if self._probed is None:
+                    self._probed = self._probe_logprobs()
+        return self._probed
+
+    def _probe_logprobs(self) -> bool:
+        """One one-token request of a fixed public prompt (no private data) asking for
+        log-probabilities: yes when they come back, no when the request is refused
+        (400/422) or answered without them; any other failure is raised."""
+        payload = self._base_payload(1)
+        if self.mode == "completions":
+            endpoint = "completions"
+            payload.update(prompt="Reply with one word.", logprobs=1)
+        else:
+            endpoint = "chat/completions"
+            payload.update(
+                messages=[{"role": "user", "content": "Reply with one word."}], logprobs=True
+            )
+        try:
+            data = self._post(endpoint, payload, note=False)  # carries no prompt of ours
+        except _Refused as exc:
+            if exc.status in (400, 422):
+                return False
+            raise
+        return self._has_logprobs(data, endpoint)
 
     def _completions(
         self,
@@ -389,12 +480,14 @@ class OpenAIGenerator(Generator):
         self,
         text: str,
         max_tokens: int,
-        logprobs: int,
+        logprobs: int | None,
         prompt: Prompt | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
         payload = self._base_payload(max_tokens, prompt)
-        payload.update(prompt=text, logprobs=logprobs, **extra)
+        payload.update(prompt=text, **extra)
+        if logprobs is not None:
+            payload["logprobs"] = logprobs
         return self._post("completions", payload)
 
     # ----------------------------------------------------------------- Generator API
@@ -403,13 +496,15 @@ class OpenAIGenerator(Generator):
         value = max_tokens if max_tokens is not None else prompt.options.get("max_tokens")
         limit = self.max_tokens if value is None else check_positive_int("max_tokens", value)
         if self.mode == "completions":
-            data = self._completions_data(prompt.render(), limit, 1, prompt)
+            payload = self._base_payload(limit, prompt)
+            payload["prompt"] = prompt.render()
+            data = self._asking_logprobs("completions", payload, {"logprobs": 1})
             choice = self._choice(data, "completions")
             text = str(choice.get("text") or "")
             lp = choice.get("logprobs") or {}
             tokens, logprobs = lp.get("tokens"), lp.get("token_logprobs")
         else:
-            data = self._chat_data(prompt, limit, 1)
+            data = self._chat_data(prompt, limit, None)
             choice = self._choice(data, "chat/completions")
             message = choice.get("message") or {}
             text = str(message.get("content") or "")
