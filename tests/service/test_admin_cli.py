@@ -115,3 +115,29 @@ def test_key_list_and_window_status_say_what_an_operator_checks(state, capsys) -
 def test_a_missing_state_is_refused_by_serve(tmp_path, capsys) -> None:
     assert main(["serve", "--state", str(tmp_path / "none"), "--port", "1"]) == 2
     assert "No service state" in capsys.readouterr().err
+
+
+def test_window_rotate_closes_exports_and_opens_the_next(state, tmp_path, capsys) -> None:
+    from ragprivacy.audit import Verifier, load_window
+
+    def admin(*args: str) -> str:
+        capsys.readouterr()
+        assert main(["admin", "--state", str(state), *args]) == 0
+        return capsys.readouterr().out
+
+    admin("account", "create", "clinic", "alice", "--eps", "1", "--delta", "1e-6",
+          "--rate-limit", "3")  # fmt: skip
+    packages = tmp_path / "packages"
+    first = admin("window", "rotate", "--export-auditor", str(packages))
+    assert "window W1 open" in first and "closed" not in first  # nothing was open
+    from ragprivacy.service import ServiceProvider, ServiceState
+
+    ServiceProvider(ServiceState(state)).retrieve("alice", "asthma")
+    second = admin("window", "rotate", "--export-auditor", str(packages))
+    assert "window W1 closed" in second and "window W2 open" in second
+    assert (packages / "W1" / "auditor.json").stat().st_mode & 0o077 == 0
+    transcript, receipts, package = load_window(packages / "W1")
+    verdict = Verifier().verify(transcript, receipts, package)
+    assert verdict.passed and len(transcript.records) == 1
+    status = json.loads(admin("window", "status", "--json"))
+    assert status["window_id"] == "W2" and status["records"] == 0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from ragprivacy.service import ServiceState
+    from ragprivacy.service import ServiceState, Window
 
 __all__ = ["app"]
 
@@ -207,6 +207,11 @@ def key_revoke(ctx: typer.Context, key_id: str = typer.Argument(..., help="Key i
     typer.echo(f"key {key_id} of account {account} revoked")
 
 
+def _say_open(w: Window) -> None:
+    tenants = ", ".join(f"{t}: {n}" for t, n in w.snapshot["tenants"].items())
+    typer.echo(f"window {w.window_id} open ({tenants} documents committed)")
+
+
 @window_app.command("open")
 def window_open(
     ctx: typer.Context,
@@ -215,9 +220,30 @@ def window_open(
     """Open the next audit window: snapshot, seed and signed commitments."""
     from ragprivacy.service import open_window
 
-    w = open_window(_state(ctx), window_id)
-    tenants = ", ".join(f"{t}: {n}" for t, n in w.snapshot["tenants"].items())
-    typer.echo(f"window {w.window_id} open ({tenants} documents committed)")
+    _say_open(open_window(_state(ctx), window_id))
+
+
+@window_app.command("rotate")
+def window_rotate(
+    ctx: typer.Context,
+    export_auditor: Path | None = typer.Option(
+        None,
+        "--export-auditor",
+        help="Write the closed window's auditor package to DIR/<window id> (secret).",
+    ),
+) -> None:
+    """Close the open window (exporting its auditor package) and open the next; run it
+    from a scheduler (cron, a systemd timer) once per period."""
+    from ragprivacy.service import rotate_window
+
+    closed, package, opened = rotate_window(_state(ctx), export_auditor)
+    if closed is not None:
+        typer.echo(f"window {closed.window_id} closed: ĉ = {(closed.coalition or {}).get('size')}")
+    if package is not None:
+        typer.echo(
+            f"auditor package -> {package} (contains the window seed: give it to the auditor only)"
+        )
+    _say_open(opened)
 
 
 @window_app.command("status")

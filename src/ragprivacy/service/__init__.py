@@ -34,6 +34,7 @@ from ragprivacy.service.provider import (
     close_window,
     export_auditor,
     open_window,
+    rotate_window,
     window_status,
 )
 from ragprivacy.service.remote import fetch_window
@@ -85,6 +86,7 @@ __all__ = [
     "new_key",
     "open_window",
     "parse_key",
+    "rotate_window",
     "run_service_demo",
     "window_status",
 ]

@@ -255,6 +255,23 @@ def close_window(state: ServiceState) -> Window:
     return state.window(window.window_id)
 
 
+def rotate_window(
+    state: ServiceState, export_to: str | Path | None = None
+) -> tuple[Window | None, Path | None, Window]:
+    """Close the open window (if one is), export its auditor package to
+    ``export_to/<window id>`` (if given), and open the next: what a scheduler (cron, a
+    systemd timer) runs once per period. Returns (the closed window or None, the package's
+    directory or None, the new window). The next window opens only after the package was
+    written, so a failed export leaves the service with no open window rather than a
+    window nobody can audit."""
+    closed = package = None
+    if state.open_windows():
+        closed = close_window(state)
+        if export_to is not None:
+            package = export_auditor(state, closed.window_id, Path(export_to) / closed.window_id)
+    return closed, package, open_window(state)
+
+
 def window_status(state: ServiceState) -> dict[str, Any]:
     """What an operator checks of the open window: its id, when it opened and its age,
     the records in its ledger, and each account's use (``noisy_topk``: queries of r;
