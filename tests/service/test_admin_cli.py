@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -141,3 +142,45 @@ def test_window_rotate_closes_exports_and_opens_the_next(state, tmp_path, capsys
     assert verdict.passed and len(transcript.records) == 1
     status = json.loads(admin("window", "status", "--json"))
     assert status["window_id"] == "W2" and status["records"] == 0
+
+
+def test_account_update_holds_from_the_next_window_and_disable_revokes_its_keys(
+    state, capsys
+) -> None:
+    from ragprivacy.errors import AuthError
+    from ragprivacy.service import ServiceProvider, ServiceState
+
+    def admin(*args: str) -> str:
+        capsys.readouterr()
+        assert main(["admin", "--state", str(state), *args]) == 0
+        return capsys.readouterr().out
+
+    def status() -> dict[str, Any]:
+        return json.loads(admin("window", "status", "--json"))  # type: ignore[no-any-return]
+
+    admin("tenant", "create", "vote", "--mode", "dp_vote", "--k", "2", "--eps-q", "2")
+    admin("docs", "add", "vote", str(state.parent / "c.jsonl"))
+    admin("account", "create", "clinic", "alice", "--eps", "1", "--delta", "1e-6",
+          "--rate-limit", "3")  # fmt: skip
+    admin("account", "create", "vote", "vera", "--eps", "4", "--delta", "1e-6",
+          "--rate-limit", "10")  # fmt: skip
+    key = admin("key", "create", "alice").strip().splitlines()[-1]
+    admin("window", "open")
+    assert "r = 5 from the next window" in admin("account", "update", "alice", "--rate-limit", "5")
+    admin("account", "update", "vera", "--eps", "8")
+    capsys.readouterr()
+    assert main(["admin", "--state", str(state), "account", "update", "alice",
+                 "--eps", "1e-9"]) == 2  # fmt: skip
+    assert "more than a window can draw" in capsys.readouterr().err
+    assert ServiceState(state).accounts()["alice"]["epsilon"] == 1.0  # unchanged
+    limits = {a: u["limit"] for a, u in status()["accounts"].items()}
+    assert limits == {"alice": 3, "vera": 2}  # the open window keeps what it fixed
+    provider = ServiceProvider(ServiceState(state))
+    assert provider.budget("alice")["rate_limit"] == 3
+    admin("window", "rotate")
+    limits = {a: u["limit"] for a, u in status()["accounts"].items()}
+    assert limits == {"alice": 5, "vera": 4}  # ⌊8 / 2⌋ answers, within r = 10
+    assert ServiceState(state).authenticate(key) == "alice"
+    assert "1 key(s) revoked" in admin("account", "disable", "alice")
+    with pytest.raises(AuthError):
+        ServiceState(state).authenticate(key)

@@ -165,6 +165,33 @@ def account_create(
     typer.echo(f"account {account} of {tenant}: ε = {eps:g}, δ = {delta:g}, r = {rate_limit}")
 
 
+@account_app.command("update")
+def account_update(
+    ctx: typer.Context,
+    account: str = typer.Argument(..., help="Account id."),
+    eps: float | None = typer.Option(None, "--eps", help="New ε_acc over one window."),
+    delta: float | None = typer.Option(None, "--delta", help="New δ_acc over one window."),
+    rate_limit: int | None = typer.Option(None, "--rate-limit", help="New r per window."),
+) -> None:
+    """Change an account's policy; it holds from the next window (the open one keeps what
+    it committed)."""
+    p = _state(ctx).update_account(account, epsilon=eps, delta=delta, rate_limit=rate_limit)
+    typer.echo(
+        f"account {account}: ε = {p['epsilon']:g}, δ = {p['delta']:g}, r = {p['rate_limit']} "
+        "from the next window"
+    )
+
+
+@account_app.command("disable")
+def account_disable(
+    ctx: typer.Context, account: str = typer.Argument(..., help="Account id.")
+) -> None:
+    """Revoke every key of the account: its requests are refused from now on ('key
+    create' enables it again)."""
+    ids = _state(ctx).revoke_keys(account)
+    typer.echo(f"account {account} disabled: {len(ids)} key(s) revoked")
+
+
 @account_app.command("list")
 def account_list(ctx: typer.Context) -> None:
     """List accounts and their policies."""

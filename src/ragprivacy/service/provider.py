@@ -219,12 +219,18 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     start = time.time_ns()
     policy, accounts, overrides, sizes = _window_policy(state, window_id, start)
     tenant_modes = state.tenants()
-    voting = {n: a["tenant"] for n, a in state.accounts().items()
+    everyone = state.accounts()
+    voting = {n: a["tenant"] for n, a in everyone.items()
               if tenant_modes[a["tenant"]]["mode"] in VOTING_MODES}  # fmt: skip
     snapshot: dict[str, Any] = {
         "tenants": sizes,
         "voting": {t: int(tenant_modes[t]["documents"]) for t in sorted(set(voting.values()))},
         "voting_accounts": voting,
+        # fixed for the window, like the noisy_topk accounts' committed policies: an
+        # account updated meanwhile gets its new budget from the next window
+        "voting_policies": {
+            n: {k: everyone[n][k] for k in ("epsilon", "delta", "rate_limit")} for n in voting
+        },
     }
     seed = os.urandom(32)
     with audit_window(
@@ -291,11 +297,12 @@ def window_status(state: ServiceState) -> dict[str, Any]:
                 "limit": audited.policy_of(account).rate_limit,
             }
     everyone, tenants = state.accounts(), state.tenants()
+    fixed = window.snapshot.get("voting_policies") or {}
     for account, tenant in sorted(window.snapshot.get("voting_accounts", {}).items()):
         accounts[account] = {
             "tenant": tenant,
             "used": state.answers_used(window.window_id, account),
-            "limit": answer_cap(everyone[account], tenants[tenant]),
+            "limit": answer_cap(fixed.get(account) or everyone[account], tenants[tenant]),
         }
     return {
         "window_id": window.window_id,
@@ -366,6 +373,7 @@ class ServiceProvider:
                     window.snapshot.get("voting_accounts", {}),
                     self.state.embedder(),
                     prompt_budget=self.prompt_budget,
+                    policies=window.snapshot.get("voting_policies"),
                 )
                 provider = _published(self.state, window, ordered)
                 if self._provider is not None:

@@ -531,6 +531,58 @@ class ServiceState:
         self, tenant: str, account: str, *, epsilon: float, delta: float, rate_limit: int
     ) -> None:
         account = check_id("account", account)
+        epsilon, delta, rate_limit = self._checked_policy(tenant, epsilon, delta, rate_limit)
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM accounts WHERE account = ?", (account,)).fetchone():
+                raise ConfigError(f"Account {account!r} already exists.")
+            conn.execute(
+                "INSERT INTO accounts VALUES (?, ?, ?, ?, ?, ?)",
+                (account, tenant, epsilon, delta, rate_limit, time.time()),
+            )
+
+    def update_account(
+        self,
+        account: str,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        rate_limit: int | None = None,
+    ) -> dict[str, Any]:
+        """Change an account's (ε_acc, δ_acc, r), checked as at creation; returns the new
+        policy. It holds from the next window: an open window keeps the policy it
+        committed (or, for a voting account, fixed when it opened)."""
+        known = self.accounts()
+        if account not in known:
+            raise ConfigError(f"Unknown account {account!r}; create it with 'account create'.")
+        old = known[account]
+        values = self._checked_policy(
+            old["tenant"],
+            old["epsilon"] if epsilon is None else epsilon,
+            old["delta"] if delta is None else delta,
+            old["rate_limit"] if rate_limit is None else rate_limit,
+        )
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE accounts SET epsilon = ?, delta = ?, rate_limit = ? WHERE account = ?",
+                (*values, account),
+            )
+        return self.accounts()[account]
+
+    def revoke_keys(self, account: str) -> list[str]:
+        """Revoke every valid key of ``account`` (its requests are refused from now on;
+        ``create_key`` gives it a new one); returns the ids revoked."""
+        if account not in self.accounts():
+            raise ConfigError(f"Unknown account {account!r}; create it with 'account create'.")
+        ids = [k["key_id"] for k in self.keys(account) if k["revoked"] is None]
+        for key_id in ids:
+            self.revoke_key(key_id)
+        return ids
+
+    def _checked_policy(
+        self, tenant: str, epsilon: float, delta: float, rate_limit: int
+    ) -> tuple[float, float, int]:
+        """(ε_acc, δ_acc, r) for an account of ``tenant``, refused if no window could serve
+        it: whatever an admin types, the next window can still be opened."""
         info = self._tenant(tenant)
         epsilon = check_positive("epsilon", epsilon)
         delta = check_in_range("delta", delta, 0.0, 1e-2, low_open=True)
@@ -541,15 +593,9 @@ class ServiceState:
                     f"ε = {epsilon:g} buys no answer at tenant {tenant!r}'s ε per answer "
                     f"({float(info['epsilon_q']):g}); give at least that."
                 )
-        else:  # whatever an admin types, the next window can still be opened
+        else:
             self._check_servable(epsilon, delta, rate_limit, int(info["k"]))
-        with self._write() as conn:
-            if conn.execute("SELECT 1 FROM accounts WHERE account = ?", (account,)).fetchone():
-                raise ConfigError(f"Account {account!r} already exists.")
-            conn.execute(
-                "INSERT INTO accounts VALUES (?, ?, ?, ?, ?, ?)",
-                (account, tenant, epsilon, delta, rate_limit, time.time()),
-            )
+        return epsilon, delta, rate_limit
 
     def _check_servable(self, epsilon: float, delta: float, rate_limit: int, k: int) -> None:
         """Refuse an account policy no window could commit: its noise σ (eq. 3.4) must

@@ -87,8 +87,12 @@ class VotingTenants:
         embedder: Embedder,
         *,
         prompt_budget: PromptBudget | None = None,
+        policies: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.state = state
+        # the accounts' policies as the window fixed them (windows opened before they were
+        # kept read them from the state)
+        self.policies = dict(policies or {})
         self.prompt_budget = prompt_budget if prompt_budget is not None else PromptBudget()
         self.window_id = window_id
         self.snapshot = dict(snapshot)
@@ -126,9 +130,9 @@ class VotingTenants:
         return self._options[tenant]
 
     def _cap(self, account: str) -> int:
-        """The account's answers per window (its policy is fixed at creation)."""
+        """The account's answers in this window (its policy as the window fixed it)."""
         if account not in self._caps:
-            policy = self.state.accounts()[account]
+            policy = self.policies.get(account) or self.state.accounts()[account]
             self._caps[account] = answer_cap(policy, self._tenant(self.accounts[account]))
         return self._caps[account]
 
