@@ -14,6 +14,7 @@ import pytest
 
 from ragprivacy.cli import main
 from ragprivacy.service import Client
+from ragprivacy.service.app import error_body
 
 # generous: under a loaded 2-core machine a cold worker's first request takes seconds
 HTTP = SimpleNamespace(
@@ -74,7 +75,7 @@ def test_refusals_are_4xx_and_spend_nothing(two_tenants, server_factory, admin) 
     assert HTTP.post(url, json={"query": "x"}).status_code == 401
     bad = {"Authorization": "Bearer rpk_000000000000_" + "A" * 43}
     r = HTTP.post(url, json={"query": "x"}, headers=bad)
-    assert r.status_code == 401 and r.json() == {"detail": "Invalid API key."}
+    assert r.status_code == 401 and r.json() == error_body(401, "Invalid API key.", "auth")
     assert HTTP.post(url, json={"query": ""}, headers=h).status_code == 422
     assert HTTP.post(url, json={"query": "x", "extra": 1}, headers=h).status_code == 422
     assert HTTP.post(url, content=b"{not json", headers=h).status_code == 422
@@ -105,7 +106,9 @@ def test_refusals_are_4xx_and_spend_nothing(two_tenants, server_factory, admin) 
     r = HTTP.post(url, json={"query": "x"}, headers={"Authorization": f"Bearer {keys['alice']}"})
     assert r.status_code == 401
     missing = HTTP.get(f"{server.url}/v1/audit/windows/nope/commitments")
-    assert missing.status_code == 404 and missing.json() == {"detail": "Not found."}
+    assert missing.status_code == 404 and missing.json() == error_body(
+        404, "Not found.", "not_found"
+    )
     assert HTTP.get(f"{server.url}/v1/audit/windows/W1/coalition").json() == missing.json()
 
 

@@ -25,6 +25,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from ragprivacy.service.app import error_body
+
 QUERIES_PER_ACCOUNT = 36  # x 4 accounts, through retrieve, answer and chat in turn
 AUTHENTICATED = [
     ("POST", "/v1/retrieve", {"query": "which patient has asthma?"}),
@@ -32,8 +34,8 @@ AUTHENTICATED = [
     ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "asthma?"}]}),
     ("GET", "/v1/budget", None),
 ]
-UNAUTHORIZED = {"detail": "Invalid API key."}
-NOT_FOUND = {"detail": "Not found."}
+UNAUTHORIZED = error_body(401, "Invalid API key.", "auth")
+NOT_FOUND = error_body(404, "Not found.", "not_found")
 
 
 @pytest.fixture(scope="module")

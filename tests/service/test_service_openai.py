@@ -111,7 +111,9 @@ def test_a_bad_key_raises_authentication_error_and_spends_nothing(service, key) 
             model="ragprivacy", messages=[{"role": "user", "content": "who has asthma?"}]
         )
     assert info.value.status_code == 401
-    assert info.value.response.json() == {"detail": "Invalid API key."}
+    assert info.value.response.json()["detail"] == "Invalid API key."
+    # the client reads OpenAI's error body (it showed only "Error code: 401" before)
+    assert info.value.message == "Error code: 401 - Invalid API key."
     assert info.value.response.headers["WWW-Authenticate"] == "Bearer"
     assert (budget(service, "alice")["used"], budget(service, "carol")["used"]) == before
 
@@ -161,3 +163,41 @@ def test_a_streamed_request_gets_the_answer_or_a_refusal_that_spends_nothing(ser
         f"the stream carried no answer ({len(chunks)} chunks), yet the account was charged "
         f"{budget(service, 'alice')['used'] - before} query"
     )
+
+
+def test_models_content_parts_and_what_the_service_does_not_honour(service) -> None:  # type: ignore[no-untyped-def]
+    """GET /v1/models names the one model; a user message given as text parts is one
+    query; another model, or a parameter that would change what comes back (n, stop,
+    tools, a JSON response format), is a 400 the client shows, and spends nothing."""
+    with client(service, service.keys["bob"]) as c:
+        assert [m.id for m in c.models.list().data] == ["ragprivacy"]
+        parts = [
+            {"type": "text", "text": "Which patient "},
+            {"type": "text", "text": "has asthma?"},
+        ]
+        resp = c.chat.completions.create(
+            model="ragprivacy",
+            messages=[{"role": "user", "content": parts}],  # type: ignore[list-item]
+        )
+        extra = (resp.model_extra or {})["ragprivacy"]
+        assert (
+            extra["receipt"]["query_hash"]
+            == hashlib.sha256(b"Which patient has asthma?").hexdigest()
+        )
+        used = budget(service, "bob")["used"]
+        refused = [
+            ({"model": "gpt-4o"}, "Unknown model 'gpt-4o'"),
+            ({"n": 2}, "Not supported here: n"),
+            ({"stop": ["\n"]}, "Not supported here: stop"),
+            ({"response_format": {"type": "json_object"}}, "Not supported here: response_format"),
+            ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ]
+        for extra_args, message in refused:
+            args = {"model": "ragprivacy", **extra_args}
+            with pytest.raises(openai.BadRequestError) as info:
+                c.chat.completions.create(
+                    messages=[{"role": "user", "content": "who has asthma?"}],
+                    **args,  # type: ignore[arg-type]
+                )
+            assert message in info.value.message and "\n" not in info.value.message
+    assert budget(service, "bob")["used"] == used

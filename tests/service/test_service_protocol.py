@@ -39,7 +39,7 @@ from ragprivacy.service import (
     ServiceProvider,
     ServiceState,
 )
-from ragprivacy.service.app import ERROR_STATUS, ErrorStatus, create_app
+from ragprivacy.service.app import ERROR_STATUS, ErrorStatus, create_app, error_body
 from ragprivacy.service.protocol import (
     ChatMessage,
     ChatRequest,
@@ -282,7 +282,7 @@ def test_a_busy_ledger_is_a_503_with_retry_after_that_spends_nothing(
         headers={"Authorization": f"Bearer {key}"},
     )
     assert r.status_code == 503, r.text
-    assert r.json() == {"detail": "The ledger is too busy for this account; retry the query."}
+    assert r.json()["detail"] == "The ledger is too busy for this account; retry the query."
     assert r.headers["Retry-After"] == "1"
     after = TestClient(app).get("/v1/budget", headers={"Authorization": f"Bearer {key}"})
     assert after.json()["used"] == before.used  # nothing was spent
@@ -301,5 +301,5 @@ def test_readiness_is_a_503_while_the_state_does_not_answer(
     monkeypatch.setattr(ServiceState, "open_window_id", lost)
     r = client.get("/readyz")
     assert r.status_code == 503 and r.headers["Retry-After"] == "5"
-    assert r.json() == {"detail": "The service's state does not answer."}
+    assert r.json() == error_body(503, "The service's state does not answer.", "not_ready")
     assert client.get("/healthz").json() == {"status": "ok"}  # the process still is

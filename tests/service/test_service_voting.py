@@ -92,7 +92,7 @@ def test_a_voting_account_gets_answers_never_documents_and_its_cap(service) -> N
 
 
 def test_log_probabilities_only_where_the_tenant_allows_them(service) -> None:  # type: ignore[no-untyped-def]
-    chat = {"model": "x", "messages": [{"role": "user", "content": "who has asthma?"}]}
+    chat = {"model": "ragprivacy", "messages": [{"role": "user", "content": "who has asthma?"}]}
     before = _used(service, "a1")
     no = _post(service, "a1", "/v1/chat/completions", {**chat, "logprobs": True})
     assert no.status_code == 400 and "log-probabilities" in no.json()["detail"]
@@ -129,7 +129,7 @@ def test_concurrent_murag_answers_never_overspend_a_document(service) -> None:  
     spent = store.spent(ids)[:, 0]
     assert np.all(spent <= 6.0 + 1e-9), spent
     assert spent.max() == pytest.approx(6.0)  # the asthma documents were used up, not more
-    chat = {"model": "x", "messages": [{"role": "user", "content": "who has diabetes?"}]}
+    chat = {"model": "ragprivacy", "messages": [{"role": "user", "content": "who has diabetes?"}]}
     ada = _post(service, "a1", "/v1/chat/completions", chat)
     assert ada.status_code == 200, ada.text
     extra = ada.json()["ragprivacy"]

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -79,6 +80,7 @@ from ragprivacy.service.protocol import (
     CoalitionResponse,
     CommitmentsResponse,
     Health,
+    ModelList,
     ProofResponse,
     Readiness,
     RecordsResponse,
@@ -104,6 +106,7 @@ __all__ = [
     "ErrorStatus",
     "app_from_env",
     "create_app",
+    "error_body",
     "error_status",
 ]
 
@@ -160,8 +163,39 @@ def error_status(exc: BaseException) -> ErrorStatus:
     return next(row for row in ERROR_STATUS if isinstance(exc, row.error))
 
 
-def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+#: OpenAI's error ``type`` for each status (its clients read ``error.message``)
+_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_body(status: int, detail: str, code: str | None = None) -> dict[str, Any]:
+    """A refusal's body: the one-line ``detail``, and the same as OpenAI's ``error``
+    object (``message``, ``type``, ``code``), which OpenAI clients show."""
+    kind = _ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+    return {"detail": detail, "error": {"message": detail, "type": kind, "code": code}}
+
+
+def _code(exc: BaseException) -> str:
+    """``BudgetExhaustedError`` → ``budget_exhausted``."""
+    name = type(exc).__name__.removesuffix("Error") or type(exc).__name__
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _error(
+    status: int,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    code: str | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body = {**error_body(status, detail, code), **extra}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def _on_error(_: Request, exc: Exception) -> JSONResponse:
@@ -173,29 +207,30 @@ async def _on_error(_: Request, exc: Exception) -> JSONResponse:
     headers = dict(row.headers)
     if isinstance(exc, AuthThrottledError):
         headers["Retry-After"] = str(exc.retry_after)
+    code = "internal_error" if row.error is Exception else _code(exc)
     if isinstance(exc, ChargedFailureError) and exc.receipt is not None:
         # the failed answer's record was appended: its receipt goes to the account, which
         # submits every receipt it holds (a record it has none for is one it never asked for)
-        return JSONResponse(
-            {"detail": detail, "receipt": exc.receipt},
-            status_code=row.status,
-            headers=headers or None,
-        )
-    return _error(row.status, detail, headers or None)
+        return _error(row.status, detail, headers or None, code, receipt=exc.receipt)
+    return _error(row.status, detail, headers or None, code)
 
 
 async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     # An unroutable path (e.g. a window id with an encoded '/') is unknown like any
     # other: the one 404 body, so a path reveals nothing the router matched.
     if exc.status_code == 404:
-        return _error(404, "Not found.")
+        return _error(404, "Not found.", code="not_found")
     return _error(exc.status_code, str(exc.detail).splitlines()[0], dict(exc.headers or {}))
 
 
 async def _on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0] if exc.errors() else {}
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-    return _error(422, f"Malformed request: {where or 'body'}: {first.get('msg', 'invalid')}.")
+    return _error(
+        422,
+        f"Malformed request: {where or 'body'}: {first.get('msg', 'invalid')}.",
+        code="malformed_request",
+    )
 
 
 def create_app(
@@ -264,6 +299,10 @@ def _add_routes(app: FastAPI, serving: Serving) -> None:
         if isinstance(out, ChatCompletion):
             return out
         return StreamingResponse(sse_events(out), media_type="text/event-stream")
+
+    @app.get("/v1/models", response_model=ModelList)
+    def models(who: str = auth) -> ModelList:
+        return serving.models()
 
     @app.get("/v1/budget", response_model=BudgetResponse)
     def budget(who: str = auth) -> BudgetResponse:
@@ -375,7 +414,8 @@ class _BodyLimit:
         self.app, self.limit = app, limit
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": f"Request body over {self.limit} bytes."}).encode()
+        detail = f"Request body over {self.limit} bytes."
+        body = json.dumps(error_body(413, detail, "body_too_large")).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -53,6 +53,9 @@ __all__ = [
     "FailureCounts",
     "FilteredVotePrivacy",
     "Health",
+    "MODEL",
+    "ModelCard",
+    "ModelList",
     "NoisyTopKBudget",
     "NoisyTopKBudgetStatus",
     "NoisyTopKPrivacy",
@@ -64,6 +67,7 @@ __all__ = [
     "RetrieveResponse",
     "RetrievedDocument",
     "SignedReceipt",
+    "TextPart",
     "TokenLogprob",
     "TreeHeadResponse",
     "Usage",
@@ -101,18 +105,36 @@ class AnswerRequest(RetrieveRequest):
     max_tokens: int | None = Field(default=None, ge=1, le=512)
 
 
+#: the one model this service serves (each account's tenant decides how it answers)
+MODEL = "ragprivacy"
+
+
+class TextPart(BaseModel):
+    """A text part of a message's content (OpenAI's content-part list)."""
+
+    type: Literal["text"]
+    text: str = Field(max_length=4096)
+
+
 class ChatMessage(BaseModel):
-    """One message of a chat request."""
+    """One message of a chat request: its content a string or a list of text parts."""
 
     role: str = Field(max_length=32)
-    content: str = Field(max_length=4096)
+    content: str | list[TextPart] = Field(max_length=4096)
+
+    @property
+    def text(self) -> str:
+        """The content as one string (text parts joined, as OpenAI does)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
 
 
 class ChatRequest(BaseModel):
     """``POST /v1/chat/completions`` (OpenAI's; the last user message is the query)."""
 
     model_config = ConfigDict(extra="ignore")  # OpenAI clients send more than we use
-    model: str = Field(default="ragprivacy", max_length=128)
+    model: str = Field(default=MODEL, max_length=128)
     messages: list[ChatMessage] = Field(min_length=1, max_length=64)
     max_tokens: int | None = Field(default=None, ge=1, le=512)
     stream: bool = False
@@ -120,6 +142,16 @@ class ChatRequest(BaseModel):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     #: the client's random n of rec_q, as on /v1/retrieve (OpenAI clients: ``extra_body``)
     nonce: str = Field(default="", pattern=r"^[0-9a-f]{0,64}$")
+    # OpenAI parameters that would change what comes back: read so that a request relying
+    # on them is refused (400) instead of answered as if they were not there
+    n: int | None = None
+    stop: str | list[str] | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    response_format: dict[str, Any] | None = None
+    logit_bias: dict[str, Any] | None = None
 
 
 # ------------------------------------------------------------------ signed payloads
@@ -177,6 +209,22 @@ class Readiness(_Wire):
 
     status: Literal["ready"]
     window_id: str | None
+
+
+class ModelCard(_Wire):
+    """One entry of ``GET /v1/models``."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(_Wire):
+    """``GET /v1/models`` (OpenAI's): the models the account may ask for."""
+
+    object: Literal["list"]
+    data: list[ModelCard]
 
 
 class WindowSummary(_Wire):

@@ -25,6 +25,7 @@ from ragprivacy.errors import (
 )
 from ragprivacy.generate import Generator
 from ragprivacy.service.protocol import (
+    MODEL,
     AnswerBudget,
     AnswerPrivacy,
     AnswerRequest,
@@ -41,6 +42,8 @@ from ragprivacy.service.protocol import (
     CoalitionResponse,
     CommitmentsResponse,
     Health,
+    ModelCard,
+    ModelList,
     NoisyTopKBudget,
     NoisyTopKBudgetStatus,
     NoisyTopKPrivacy,
@@ -97,6 +100,29 @@ class _Answered:
             receipt=self.receipt,
             privacy=self.privacy,
             budget=self.budget,
+        )
+
+
+def _check_chat(request: ChatRequest) -> None:
+    """Refuse a chat request that names another model or relies on a parameter this
+    service does not honour (it would otherwise be answered as if it were not there)."""
+    if request.model != MODEL:
+        raise ConfigError(
+            f"Unknown model {request.model!r}; this service serves {MODEL!r} (GET /v1/models)."
+        )
+    unsupported = {
+        "n": request.n not in (None, 1),
+        "stop": bool(request.stop),
+        "tools": bool(request.tools) or request.tool_choice not in (None, "none"),
+        "functions": bool(request.functions) or request.function_call not in (None, "none"),
+        "response_format": (request.response_format or {}).get("type", "text") != "text",
+        "logit_bias": bool(request.logit_bias),
+    }
+    named = [name for name, used in unsupported.items() if used]
+    if named:
+        raise ConfigError(
+            f"Not supported here: {', '.join(named)}; one text answer per request is what "
+            "the tenant's privacy mode releases. Send the request without it."
         )
 
 
@@ -178,7 +204,8 @@ class Serving:
         (``stream``) as the chunks to send. The whole answer exists (and is charged)
         before the first chunk is sent, so a refusal is still an ordinary 4xx and a
         stream never stops halfway for a reason the account pays for."""
-        users = [m.content for m in request.messages if m.role == "user" and m.content.strip()]
+        _check_chat(request)
+        users = [m.text for m in request.messages if m.role == "user" and m.text.strip()]
         if not users:
             raise ConfigError("The chat needs a non-empty user message (it is the query).")
         if request.logprobs or request.top_logprobs:
@@ -234,6 +261,13 @@ class Serving:
             ],
             usage=Usage(prompt_tokens=0, completion_tokens=tokens, total_tokens=tokens),
             ragprivacy=done.fields(),
+        )
+
+    def models(self) -> ModelList:
+        """``GET /v1/models``: the one model, whose answers each account's tenant shapes."""
+        return ModelList(
+            object="list",
+            data=[ModelCard(id=MODEL, object="model", created=0, owned_by="ragprivacy")],
         )
 
     def budget(self, account: str) -> BudgetResponse:
