@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -28,6 +29,38 @@ def free_port() -> int:
 #: once do to the ledger or the budgets: no limit on an account's requests in progress
 #: (the limit itself has its own test)
 MANY_AT_ONCE = ("--max-inflight", "100000")
+
+
+def unanswered(
+    jobs: list[tuple[str, str]], answers: list[Any], keys: dict[str, str], window: str = "W1"
+) -> list[dict[str, Any]]:
+    """What :class:`ragprivacy.service.Client` logs for the requests of ``jobs`` (key,
+    query) that brought no receipt back — no answer at all, or a 5xx without one — so
+    that a record appended before the failure is not taken for one the account never
+    asked for: (window, account, H(q))."""
+    from ragprivacy.audit import query_hash
+
+    account_of = {key: account for account, key in keys.items()}
+    out = []
+    for (key, query), answer in zip(jobs, answers, strict=True):
+        lost = answer is None or (
+            answer.status_code >= 500 and not isinstance(_json(answer).get("receipt"), dict)
+        )
+        if lost:
+            out.append({
+                "window_id": window,
+                "account": account_of[key],
+                "query_hash": query_hash(query),
+            })  # fmt: skip
+    return out
+
+
+def _json(answer: Any) -> dict[str, Any]:
+    try:
+        body = answer.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def run_admin(state: Path | str, *args: str) -> str:
