@@ -37,6 +37,7 @@ class _Server(ThreadingHTTPServer):
         self.delay = 0.0
         self.retry_after: str | None = None  # set: failures are 429 with this Retry-After
         self.refuse_logprobs = False  # set: a request asking for them is a 400
+        self.refuse_all = False  # set: every request is a 400 (a prompt too long, say)
         self.lock = threading.Lock()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -78,6 +79,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if srv.delay:
             time.sleep(srv.delay)
+        if srv.refuse_all:
+            self._send(400, {"error": {"message": "maximum context length exceeded"}})
+            return
         if srv.refuse_logprobs and ("logprobs" in body or "top_logprobs" in body):
             self._send(400, {"error": {"message": "log-probabilities are not allowed"}})
             return
@@ -500,3 +504,18 @@ def test_logprobs_false_never_asks(server: _Server, monkeypatch: pytest.MonkeyPa
         assert g.config()["logprobs"] is False
     finally:
         g.close()
+
+
+def test_a_refusal_for_another_reason_teaches_nothing_about_logprobs(
+    gen: OpenAIGenerator, server: _Server
+) -> None:
+    """A 400 that asking again without log-probabilities does not cure (a prompt over
+    the context, which depends on its documents) is raised, and later answers still
+    ask for them: what an answer carries never depends on an earlier prompt's failure."""
+    server.refuse_all = True
+    with pytest.raises(BackendError, match="HTTP 400"):
+        gen.generate(PROMPT)
+    assert len(server.requests) == 2  # with, then without: both refused
+    server.refuse_all = False
+    out = gen.generate(PROMPT)
+    assert server.requests[-1][2]["logprobs"] is True and out.logprobs is not None

@@ -28,6 +28,18 @@ def state(tmp_path):  # type: ignore[no-untyped-def]
     return st
 
 
+@pytest.fixture()
+def admin(state, capsys):  # type: ignore[no-untyped-def]
+    """``admin(*args)``: ``ragprivacy admin --state STATE ARGS`` succeeds; its stdout."""
+
+    def run(*args: str) -> str:
+        capsys.readouterr()
+        assert main(["admin", "--state", str(state), *args]) == 0
+        return capsys.readouterr().out
+
+    return run
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -78,12 +90,7 @@ def test_docs_add_is_idempotent_and_keys_print_once_last(state, tmp_path, capsys
     assert "already open" in capsys.readouterr().err
 
 
-def test_key_list_and_window_status_say_what_an_operator_checks(state, capsys) -> None:
-    def admin(*args: str) -> str:
-        capsys.readouterr()
-        assert main(["admin", "--state", str(state), *args]) == 0
-        return capsys.readouterr().out
-
+def test_key_list_and_window_status_say_what_an_operator_checks(state, admin) -> None:
     admin("account", "create", "clinic", "alice", "--eps", "1", "--delta", "1e-6",
           "--rate-limit", "3")  # fmt: skip
     admin("account", "create", "clinic", "bob", "--eps", "1", "--delta", "1e-6",
@@ -118,13 +125,8 @@ def test_a_missing_state_is_refused_by_serve(tmp_path, capsys) -> None:
     assert "No service state" in capsys.readouterr().err
 
 
-def test_window_rotate_closes_exports_and_opens_the_next(state, tmp_path, capsys) -> None:
+def test_window_rotate_closes_exports_and_opens_the_next(state, tmp_path, admin) -> None:
     from ragprivacy.audit import Verifier, load_window
-
-    def admin(*args: str) -> str:
-        capsys.readouterr()
-        assert main(["admin", "--state", str(state), *args]) == 0
-        return capsys.readouterr().out
 
     admin("account", "create", "clinic", "alice", "--eps", "1", "--delta", "1e-6",
           "--rate-limit", "3")  # fmt: skip
@@ -145,15 +147,10 @@ def test_window_rotate_closes_exports_and_opens_the_next(state, tmp_path, capsys
 
 
 def test_account_update_holds_from_the_next_window_and_disable_revokes_its_keys(
-    state, capsys
+    state, capsys, admin
 ) -> None:
     from ragprivacy.errors import AuthError
     from ragprivacy.service import ServiceProvider, ServiceState
-
-    def admin(*args: str) -> str:
-        capsys.readouterr()
-        assert main(["admin", "--state", str(state), *args]) == 0
-        return capsys.readouterr().out
 
     def status() -> dict[str, Any]:
         return json.loads(admin("window", "status", "--json"))  # type: ignore[no-any-return]

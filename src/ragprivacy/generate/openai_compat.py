@@ -409,9 +409,12 @@ class OpenAIGenerator(Generator):
         self, endpoint: str, payload: dict[str, Any], ask: dict[str, Any]
     ) -> dict[str, Any]:
         """POST ``payload`` with ``ask`` (the log-probability fields) where the endpoint
-        gives them. Before that is known, the first answer tells: a 400/422 refusal is
-        asked again once without them (and they are never asked again), an answer
-        without them means the endpoint has none."""
+        gives them. Before that is known, the first answer tells. A 400/422 refusal is
+        asked again once without them, and only if that succeeds are they never asked
+        again: a refusal for another reason (a prompt over the context, say, which
+        depends on the documents in it) must not change what later answers carry. An
+        answer whose choice holds no ``logprobs`` object means the endpoint has none (an
+        empty answer with an empty one does not)."""
         if self._probed is False:
             return self._post(endpoint, payload)
         if self._probed is True:
@@ -421,17 +424,19 @@ class OpenAIGenerator(Generator):
         except _Refused as exc:
             if exc.status not in (400, 422):
                 raise
+            data = self._post(endpoint, payload)  # refused again: raised, nothing learnt
             self._probed = False
-            return self._post(endpoint, payload)
-        self._probed = self._has_logprobs(data, endpoint)
+            return data
+        self._probed = self._has_logprobs(data)
         return data
 
-    def _has_logprobs(self, data: dict[str, Any], endpoint: str) -> bool:
+    @staticmethod
+    def _has_logprobs(data: dict[str, Any]) -> bool:
+        """Whether the answer's choice carries a ``logprobs`` object (OpenAI sends null
+        where they were not given), whatever the length of the answer."""
         choices = data.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else {}
-        lp = (choice.get("logprobs") if isinstance(choice, dict) else None) or {}
-        got = lp.get("token_logprobs") if endpoint == "completions" else lp.get("content")
-        return bool(got)
+        return isinstance(choice, dict) and isinstance(choice.get("logprobs"), dict)
 
     @property
     def exposes_logprobs(self) -> bool:
@@ -462,7 +467,11 @@ class OpenAIGenerator(Generator):
             if exc.status in (400, 422):
                 return False
             raise
-        return self._has_logprobs(data, endpoint)
+        choices = data.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else {}
+        lp = (first.get("logprobs") if isinstance(first, dict) else None) or {}
+        got = lp.get("token_logprobs") if endpoint == "completions" else lp.get("content")
+        return bool(got)  # the probe asks for one token: an answer without it says no
 
     def _completions(
         self,
