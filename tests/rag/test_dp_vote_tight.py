@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tests._voting_llm import VOCAB, FakeLLM
 
-import ragprivacy.rag.dp_vote as dp_vote_module
+import ragprivacy.dp.token_vote as token_vote_module
 from ragprivacy.corpus import Corpus
 from ragprivacy.dp import (
     PureDpEvent,
@@ -64,13 +64,13 @@ def test_config_counts_discoveries_at_a_delta() -> None:
 
 def test_vote_at_a_delta_redraws_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[dict[str, Any]] = []
-    real = dp_vote_module.AboveThreshold
+    real = token_vote_module.AboveThreshold
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         made.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dp_vote_module, "AboveThreshold", spy)
+    monkeypatch.setattr(token_vote_module, "AboveThreshold", spy)
     llm, prompt, voters = (
         FakeLLM(),
         Prompt("answer", "what is the secret?"),

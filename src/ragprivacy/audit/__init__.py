@@ -67,6 +67,7 @@ from ragprivacy.audit.verifier import (
     Verifier,
     sample_size,
 )
+from ragprivacy.audit.votes import VOTING_MODES, VoteSettings, answer_hash, check_vote
 from ragprivacy.audit.window import AuditWindow, WitnessStore
 
 __all__ = [
@@ -101,12 +102,16 @@ __all__ = [
     "SignedTreeHead",
     "SqliteLedgerStorage",
     "TenantCommitment",
+    "VOTING_MODES",
     "Verdict",
     "VerificationContext",
     "Verifier",
+    "VoteSettings",
     "WitnessStore",
+    "answer_hash",
     "answer_query",
     "calibrate_estimator",
+    "check_vote",
     "derived_noise",
     "epsilon_audit",
     "epsilon_audit_table",

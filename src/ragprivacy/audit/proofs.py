@@ -45,6 +45,8 @@ from ragprivacy.audit.records import (
     topk_commitment,
     topk_hash,
 )
+from ragprivacy.audit.votes import VoteSettings, answer_hash, check_vote, vote_positions
+from ragprivacy.dp import VoteTrace, derived_bits
 from ragprivacy.embed import Embedder
 
 __all__ = [
@@ -64,7 +66,8 @@ class RecordWitness:
     committed hashes of the selected documents' texts; ``openings`` are (position, vector
     hex, [proof hex], leaf salt hex) of the selected positions in the scored index;
     ``salt`` opens the record's commitments of H(q) and H(top-K); ``nonce`` is the client's
-    n of rec_q.
+    n of rec_q. A voting tenant's answer also holds its ``vote`` trace
+    (:mod:`ragprivacy.audit.votes`); its record commits to H(answer) instead of H(top-K).
     """
 
     query_text: str | None
@@ -77,6 +80,7 @@ class RecordWitness:
     openings: tuple[tuple[int, str, tuple[str, ...], str], ...]
     salt: str
     nonce: str = ""
+    vote: VoteTrace | None = None
 
     def query_hash(self) -> str:
         """H(q): of the witnessed text, or of the fixed-point vector of a vector query."""
@@ -85,10 +89,15 @@ class RecordWitness:
         return hashlib.sha256(self.query_vector().tobytes()).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("vote")  # a retrieval's witness (and its digest) stays as before votes
+        if self.vote is not None:
+            d["vote"] = self.vote.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RecordWitness:
+        vote = d.get("vote")
         return cls(
             query_text=d["query_text"],
             query_fixed=d["query_fixed"],
@@ -100,6 +109,7 @@ class RecordWitness:
             openings=tuple((int(p), v, tuple(pr), sa) for p, v, pr, sa in d["openings"]),
             salt=d["salt"],
             nonce=d["nonce"],
+            vote=None if vote is None else VoteTrace.from_dict(vote),
         )
 
     def digest(self) -> str:
@@ -131,6 +141,7 @@ class VerificationContext:
     tenant_ids: Mapping[str, Sequence[str]] = field(default_factory=dict)
     embedder: Embedder | None = None
     account_policies: Mapping[str, AuditPolicy] = field(default_factory=dict)
+    voting: Mapping[str, VoteSettings] = field(default_factory=dict)
 
 
 class ProofSystem(ABC):
@@ -229,12 +240,28 @@ class AuditorReexecution(ProofSystem):
                     "A4",
                     f"position {pos} with its id and text does not open C_D[{record.tenant}]",
                 )
-        opened = topk_hash(record.tenant, witness.positions, witness.ids, witness.contents)
-        if topk_commitment(witness.salt, opened) != record.topk_commit:
-            return fail("A3", "H(top-K) of the witness does not open the record")
+        settings = ctx.voting.get(record.tenant)
+        if (settings is None) != (witness.vote is None):
+            return fail(
+                "A3",
+                f"the record of tenant {record.tenant!r} "
+                + ("has no vote trace" if witness.vote is None else "carries a vote")
+                + " although the tenant is committed "
+                + ("as a voting tenant" if settings is not None else "for retrieval"),
+            )
+        if witness.vote is not None:
+            opened = answer_hash(record.tenant, witness.vote.text)
+            if topk_commitment(witness.salt, opened) != record.topk_commit:
+                return fail("A3", "H(answer) of the witness does not open the record")
+        else:
+            opened = topk_hash(record.tenant, witness.positions, witness.ids, witness.contents)
+            if topk_commitment(witness.salt, opened) != record.topk_commit:
+                return fail("A3", "H(top-K) of the witness does not open the record")
         if ctx.seed is None or record.tenant not in ctx.tenant_fixed:
             return []  # the remaining claims need the auditor's secrets
         fixed = ctx.tenant_fixed[record.tenant]
+        if settings is not None and witness.vote is not None:
+            return self._verify_vote(position, record, witness, ctx, settings, fixed, hq)
         # A2: the noise is derived from the committed seed and the public record.
         mech = policy.mechanism()
         z = derived_noise(
@@ -254,4 +281,37 @@ class AuditorReexecution(ProofSystem):
         ids = ctx.tenant_ids.get(record.tenant)
         if ids is not None and tuple(ids[p] for p in expected) != tuple(witness.ids):
             return fail("A3", "the selected ids are not those of the committed positions")
+        return []
+
+    @staticmethod
+    def _verify_vote(
+        position: int,
+        record: QueryRecord,
+        witness: RecordWitness,
+        ctx: VerificationContext,
+        settings: VoteSettings,
+        fixed: np.ndarray,
+        hq: str,
+    ) -> list[ClaimFailure]:
+        """A voting answer's re-execution (:mod:`ragprivacy.audit.votes`): the retrieved
+        positions (A3) and the vote's release from the derived noise (A2)."""
+        assert witness.vote is not None and ctx.seed is not None
+        scores = integer_scores(fixed, witness.query_vector(), ctx.policy.grid_bits)
+        if vote_positions(scores, settings.slots) != tuple(witness.positions):
+            return [
+                ClaimFailure(
+                    position,
+                    "A3",
+                    "the voters' documents are not the top m·k exact scores of the committed index",
+                )
+            ]
+        policy = ctx.account_policies.get(record.account, ctx.policy)
+        bits = derived_bits(ctx.seed, record.rec(policy.window_id, hq, witness.nonce))
+        failure = check_vote(witness.vote, settings, bits, witness.contents)
+        if failure is not None:
+            return [
+                ClaimFailure(
+                    position, "A2", f"the vote does not replay from the derived noise: {failure}"
+                )
+            ]
         return []

@@ -42,6 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ragprivacy.audit.commitments import canonical_json
+from ragprivacy.audit.votes import answer_hash
 from ragprivacy.dp import query_input
 from ragprivacy.errors import DataError
 
@@ -228,7 +229,8 @@ class Receipt:
     commitments re-signed later — another seed, late accounts, a back-dated
     ``published_at`` — contradict every receipt issued before, and a record in the
     account's name that none of its receipts names is one it
-    never asked for."""
+    never asked for. A voting tenant's receipt carries the ``answer`` text instead of
+    documents (they never leave the service); its ``topk_hash`` is H(answer)."""
 
     window_id: str
     account: str
@@ -242,19 +244,25 @@ class Receipt:
     tree_size: int
     root: str
     commitments: str
+    answer: str | None = None
     signature: str = ""
 
     def message(self) -> bytes:
-        d = asdict(self)
+        d = self.to_dict()
         d.pop("signature")
         return b"receipt:" + canonical_json(d)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.answer is None:  # a retrieval's receipt reads as before voting answers
+            d.pop("answer")
+        return d
 
     def opened_topk(self, tenant: str) -> str:
-        """H(top-K) of the receipted documents (position, id, content hash) of ``tenant``:
-        what ``topk_hash`` must be."""
+        """H(top-K) of the receipted documents (position, id, content hash) of ``tenant``
+        — or, for a voting tenant's ``answer``, H(answer): what ``topk_hash`` must be."""
+        if self.answer is not None:
+            return answer_hash(tenant, self.answer)
         return topk_hash(
             tenant,
             [p for p, _, _ in self.documents],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,8 @@ class Commitments:
     window policy is the largest budget any account has, which ε_audit is computed from),
     and the embedder's name, fingerprint, prompt template and tokenizer (C_emb is their
     hash with the schema; a verifier re-embeds a witnessed query text with an embedder of
-    that fingerprint, claim A1).
+    that fingerprint, claim A1). ``voting`` holds each voting tenant's committed vote
+    settings (:class:`ragprivacy.audit.VoteSettings`; absent from windows without one).
     """
 
     c_emb: str
@@ -64,11 +65,11 @@ class Commitments:
     published_at: int
     provider_key: str
     signature: str = ""
+    voting: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def message(self) -> bytes:
-        d = asdict(self)
+        d = self.to_dict()
         d.pop("signature")
-        d["c_idx"] = {t: list(v) for t, v in d["c_idx"].items()}
         return b"commitments:" + canonical_json(d)
 
     def verify(self, public_hex: str | None = None) -> bool:
@@ -83,6 +84,8 @@ class Commitments:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["c_idx"] = {t: list(v) for t, v in d["c_idx"].items()}
+        if not self.voting:  # a window without voting tenants reads and signs as before
+            d.pop("voting")
         return d
 
     @classmethod

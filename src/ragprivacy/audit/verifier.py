@@ -78,6 +78,7 @@ from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclus
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
 from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
 from ragprivacy.audit.transcript import AuditorPackage, CoalitionClaim, PublicTranscript
+from ragprivacy.audit.votes import VoteSettings
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import ConfigError, RagPrivacyError
 
@@ -272,6 +273,21 @@ class Verifier:
                 CheckFailure("commitment_integrity", "C_emb ≠ H(the published embedder, schema)")
             )
         embedder = self._embedder(emb.get("name", ""), emb.get("fingerprint", ""), failures)
+        voting: dict[str, VoteSettings] = {}
+        for t, settings in sorted(com.voting.items()):
+            try:
+                voting[t] = VoteSettings.from_dict(settings)
+            except (RagPrivacyError, TypeError) as exc:
+                failures.append(
+                    CheckFailure("commitment_integrity", f"voting tenant {t!r}'s settings: {exc}")
+                )
+                continue
+            if t not in com.c_idx:
+                failures.append(
+                    CheckFailure(
+                        "commitment_integrity", f"voting tenant {t!r} has no committed index"
+                    )
+                )
         unknown = sorted({t for t in com.accounts.values() if t not in com.c_idx})
         if not com.accounts or unknown:
             failures.append(
@@ -341,7 +357,7 @@ class Verifier:
             records.append(rec)
         # 3. the account policy: t(a), query numbers j, the rate limit r
         if policy is not None:
-            failures.extend(_account_policy(records, com.accounts, policy, policies))
+            failures.extend(_account_policy(records, com.accounts, policy, policies, voting))
         # 4. receipts (M5)
         final = log.size
         final_root = log.root()
@@ -448,6 +464,7 @@ class Verifier:
                 tenant_ids=package.tenant_ids if package else {},
                 embedder=embedder,
                 account_policies=policies,
+                voting=voting,
             )
             for pos in positions:
                 rec = records[pos]
@@ -703,8 +720,10 @@ def _account_policy(
     accounts: Mapping[str, str],
     policy: AuditPolicy,
     policies: Mapping[str, AuditPolicy],
+    voting: Mapping[str, VoteSettings] | None = None,
 ) -> list[CheckFailure]:
-    """t(a) as committed, query numbers j = 1, 2, … in ledger order, at most r per account."""
+    """t(a) as committed, query numbers j = 1, 2, … in ledger order, at most r per account
+    (and for a voting tenant's account at most the answers its ε_acc buys at ε_q each)."""
     out: list[CheckFailure] = []
     count: dict[str, int] = {}
     for i, rec in enumerate(records):
@@ -738,7 +757,21 @@ def _account_policy(
                 )
             )
     for a in sorted(count):
-        limit = policies.get(a, policy).rate_limit
+        own = policies.get(a, policy)
+        settings = (voting or {}).get(accounts[a])
+        if settings is not None:
+            cap = settings.answer_cap(own.epsilon_acc, own.rate_limit)
+            if count[a] > cap:
+                out.append(
+                    CheckFailure(
+                        "account_policy",
+                        f"account {a!r} has {count[a]} voted answers in the window, more "
+                        f"than the {cap} its ε_acc = {own.epsilon_acc:g} and r = "
+                        f"{own.rate_limit} allow at ε_q = {settings.epsilon_q:g} each",
+                    )
+                )
+            continue
+        limit = own.rate_limit
         if count[a] > limit:
             out.append(
                 CheckFailure(

@@ -63,7 +63,10 @@ from ragprivacy.audit.records import (
     QueryRecord,
     Receipt,
     SignedTreeHead,
+    query_commitment,
     query_hash,
+    record_salt,
+    topk_commitment,
     topk_hash,
 )
 from ragprivacy.audit.selection import ScoreAt, answer_query, exact_selection
@@ -74,7 +77,8 @@ from ragprivacy.audit.transcript import (
     PublicTranscript,
     QueryAnswer,
 )
-from ragprivacy.dp import GaussianNoisyTopK
+from ragprivacy.audit.votes import VoteSettings, answer_hash, vote_positions
+from ragprivacy.dp import ChaCha20Bits, GaussianNoisyTopK, VoteTrace, derived_bits, query_input
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import BudgetExhaustedError, BusyError, ConfigError, DataError
 
@@ -158,6 +162,7 @@ class AuditWindow:
         commitments: Commitments | None = None,
         embedder_spec: str | None = None,
         contents: Mapping[str, Sequence[str]] | None = None,
+        voting: Mapping[str, VoteSettings] | None = None,
     ) -> None:
         self.policy = policy
         self.embedder = embedder
@@ -190,6 +195,10 @@ class AuditWindow:
         for a, t in accounts.items():
             if t not in self._index:
                 raise ConfigError(f"Account {a!r} names unknown tenant {t!r}.")
+        self.voting = dict(sorted((voting or {}).items()))
+        unknown_voting = sorted(set(self.voting) - set(tenants))
+        if unknown_voting:
+            raise ConfigError(f"Vote settings given for unknown tenants: {unknown_voting}.")
         self.accounts = dict(accounts)
         self.account_policies = {
             a: dict(o) for a, o in sorted((account_policies or {}).items()) if o
@@ -215,6 +224,11 @@ class AuditWindow:
         self.tokenizer = tokenizer
         self._commitments: Commitments | None = commitments
         if commitments is not None:  # resumed: serve only the documents it committed
+            if commitments.voting != {t: v.to_dict() for t, v in self.voting.items()}:
+                raise DataError(
+                    "The voting tenants' settings are not those the window's published "
+                    "commitments name; close the window and open a new one."
+                )
             for t, c in self._index.items():
                 if commitments.c_idx.get(t) != (c.root.hex(), c.size):
                     raise DataError(
@@ -270,6 +284,7 @@ class AuditWindow:
             },
             published_at=int(published_at),
             provider_key=self.key.public_hex,
+            voting={t: v.to_dict() for t, v in self.voting.items()},
         )
         signed = Commitments(**{**asdict(unsigned), "signature": self.key.sign(unsigned.message())})
         self._commitments = signed
@@ -320,14 +335,14 @@ class AuditWindow:
         ``nonce`` is the client's n of rec_q (up to 64 lowercase hex digits; the shipped
         client sends 128 random bits and checks it on the receipt).
         """
-        if self._commitments is None:
-            raise ConfigError("Publish the commitments (commit) before the window's queries.")
-        if account not in self.accounts:
-            raise ConfigError(f"Unknown account {account!r}.")
+        self._check_request(account, nonce)
+        if self.accounts[account] in self.voting:
+            raise ConfigError(
+                f"Account {account!r} belongs to a voting tenant: its documents never leave "
+                "the service; ask for a voted answer (vote)."
+            )
         if ts is not None:
             self._check_in_window(int(ts))
-        if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
-            raise ConfigError("A query's nonce must be at most 64 lowercase hex digits.")
         q, hq = self._embed(text, vector)
         q = self._query_vector(account, text, q)
         # No scores yet: the selection reads them inside the account's lock, for the few
@@ -348,13 +363,31 @@ class AuditWindow:
                     continue
         raise BusyError("The ledger is too busy for this account; retry the query.")
 
+    def _check_request(self, account: str, nonce: str) -> None:
+        if self._commitments is None:
+            raise ConfigError("Publish the commitments (commit) before the window's queries.")
+        if account not in self.accounts:
+            raise ConfigError(f"Unknown account {account!r}.")
+        if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
+            raise ConfigError("A query's nonce must be at most 64 lowercase hex digits.")
+
+    def limit(self, account: str) -> int:
+        """The records ``account`` may have in the window: its rate limit r, and for a
+        voting tenant's account no more answers than its ε_acc buys at ε_q each."""
+        policy = self._policies[account]
+        settings = self.voting.get(self.accounts[account])
+        if settings is None:
+            return policy.rate_limit
+        return settings.answer_cap(policy.epsilon_acc, policy.rate_limit)
+
     def _check_rate_limit(self, account: str, used: int) -> None:
-        """Refuse a query of ``account`` that has ``used`` its rate limit (checked before
-        the selection, and again under the ledger's lock by the append's guard)."""
-        limit = self._policies[account].rate_limit
+        """Refuse a query of ``account`` that has ``used`` its limit (checked before the
+        selection, and again under the ledger's lock by the append's guard)."""
+        limit = self.limit(account)
         if used >= limit:
+            kind = "answers" if self.accounts[account] in self.voting else "queries"
             raise BudgetExhaustedError(
-                f"Account {account!r} has used its {limit} queries in this window; wait for "
+                f"Account {account!r} has used its {limit} {kind} in this window; wait for "
                 "the next window."
             )
 
@@ -412,6 +445,13 @@ class AuditWindow:
         """The account's noise-then-select (:func:`~ragprivacy.audit.exact_selection`)."""
         return exact_selection(mechanism, noise, score_at)
 
+    def _vote_select(
+        self, index: TenantCommitment, q: np.ndarray, settings: VoteSettings
+    ) -> tuple[int, ...]:
+        """A voting answer's documents: the top m·k exact scores of the committed index
+        (:func:`~ragprivacy.audit.votes.vote_positions`)."""
+        return vote_positions(index.scores(q, self.policy.grid_bits), settings.slots)
+
     def _answer(
         self,
         account: str,
@@ -446,9 +486,36 @@ class AuditWindow:
         )
         if before_append is not None:
             before_append(witness.ids)
+        receipt = self._append(
+            account,
+            record,
+            witness,
+            expected,
+            restamp,
+            query_hash=hq,
+            topk_hash=topk_hash(tenant, witness.positions, witness.ids, witness.contents),
+            documents=tuple(zip(witness.positions, witness.ids, witness.contents)),
+        )
+        return QueryAnswer(witness.positions, witness.ids, receipt)
+
+    def _append(
+        self,
+        account: str,
+        record: QueryRecord,
+        witness: RecordWitness,
+        expected: int,
+        restamp: bool,
+        *,
+        query_hash: str,
+        topk_hash: str,
+        documents: tuple[tuple[int, str, str], ...],
+        answer: str | None = None,
+    ) -> Receipt:
+        """Append ``record`` (its witness stored first) guarded by the account's count,
+        stamped now when ``restamp`` (the caller gave no timestamp), and sign its receipt."""
         self.witnesses.put(record.proof, witness)  # durable before the record exists
         with self._lock:  # stamped in queue order: the ledger's timestamps increase
-            if ts is None:
+            if restamp:
                 record = replace(record, ts=self._next_ts())
             ticket = self.ledger.submit(
                 [record.to_bytes()],
@@ -465,19 +532,111 @@ class AuditWindow:
         unsigned = Receipt(
             window_id=self.policy.window_id,
             account=account,
-            query_hash=hq,
-            topk_hash=topk_hash(tenant, witness.positions, witness.ids, witness.contents),
-            documents=tuple(zip(witness.positions, witness.ids, witness.contents)),
-            nonce=nonce,
+            query_hash=query_hash,
+            topk_hash=topk_hash,
+            documents=documents,
+            nonce=witness.nonce,
             salt=witness.salt,
             seq=record.seq,
             position=pos,
             tree_size=size,
             root=self.ledger.root(size).hex(),
             commitments=self.commitments.digest(),
+            answer=answer,
         )
-        receipt = replace(unsigned, signature=self.key.sign(unsigned.message()))
-        return QueryAnswer(witness.positions, witness.ids, receipt)
+        return replace(unsigned, signature=self.key.sign(unsigned.message()))
+
+    def vote(
+        self,
+        account: str,
+        text: str,
+        run: Callable[[tuple[str, ...], ChaCha20Bits], VoteTrace],
+        *,
+        nonce: str = "",
+    ) -> tuple[QueryAnswer, VoteTrace]:
+        """Answer a voting tenant's query (:mod:`ragprivacy.audit.votes`), append r_q and
+        return the signed receipt with the vote's trace.
+
+        The window retrieves the committed tenant's top m·k documents by exact score and
+        derives the vote's randomness from (s_W, rec_q); ``run(ids, bits)`` votes over
+        those documents with those bits (:meth:`ragprivacy.rag.DPVoteRAG.answer_documents`)
+        and returns the trace. As with :meth:`query`'s hook, ``run`` may raise only for a
+        failure that provably does not depend on the documents (nothing is appended);
+        any other failure is an answer: ``run`` returns the trace so far with its
+        ``failure`` set, and the record is appended.
+        """
+        self._check_request(account, nonce)
+        settings = self.voting.get(self.accounts[account])
+        if settings is None:
+            raise ConfigError(f"Account {account!r} does not belong to a voting tenant.")
+        q, hq = self._embed(text, None)
+        with self._account_lock(account):
+            for _ in range(64):
+                expected = self.counter.used(account, wait=False)
+                try:
+                    return self._vote(account, text, q, hq, expected, run, nonce, settings)
+                except StaleCount:
+                    continue
+        raise BusyError("The ledger is too busy for this account; retry the query.")
+
+    def _vote(
+        self,
+        account: str,
+        text: str,
+        q: np.ndarray,
+        hq: str,
+        expected: int,
+        run: Callable[[tuple[str, ...], ChaCha20Bits], VoteTrace],
+        nonce: str,
+        settings: VoteSettings,
+    ) -> tuple[QueryAnswer, VoteTrace]:
+        self._check_rate_limit(account, expected)
+        tenant = self.accounts[account]
+        index = self._index[tenant]
+        seq = self._query_number(account, expected)
+        rec = query_input(self.policy.window_id, account, tenant, hq, seq, nonce)
+        positions = self._vote_select(index, q, settings)
+        ids = tuple(index.ids[p] for p in positions)
+        trace = run(ids, derived_bits(self._noise_seed(), rec))
+        salt = record_salt()
+        witness = RecordWitness(
+            query_text=text,
+            query_fixed=np.asarray(q).astype("<i4").tobytes().hex(),
+            scored_tenant=tenant,
+            noise_digest="",
+            positions=positions,
+            ids=ids,
+            contents=tuple(index.contents[p] for p in positions),
+            openings=tuple(
+                (p, vector.hex(), tuple(h.hex() for h in proof), leaf.hex())
+                for p, (vector, proof, leaf) in zip(positions, index.openings(positions))
+            ),
+            salt=salt,
+            nonce=nonce,
+            vote=trace,
+        )
+        opened = answer_hash(tenant, trace.text)
+        record = QueryRecord(
+            account,
+            tenant,
+            query_commitment(salt, hq, nonce),
+            topk_commitment(salt, opened),
+            0,
+            seq,
+            self.proof_system.prove_record(witness),
+        )
+        receipt = self._append(
+            account,
+            record,
+            witness,
+            expected,
+            True,
+            query_hash=hq,
+            topk_hash=opened,
+            documents=(),
+            answer=trace.text,
+        )
+        return QueryAnswer(positions, ids, receipt), trace
 
     def tree_head(self) -> SignedTreeHead:
         """The signed current ledger root C_ledger,t."""

@@ -132,6 +132,14 @@ from ragprivacy.dp.sparse_vector import (
     AboveThreshold,
     above_threshold,
 )
+from ragprivacy.dp.token_vote import (
+    TokenRelease,
+    VoteRecorder,
+    VoteStep,
+    VoteTrace,
+    vote_histogram,
+    voter_slots,
+)
 
 __all__ = [
     "AboveThreshold",
@@ -168,6 +176,10 @@ __all__ = [
     "ScoreSensitivity",
     "SelfComposedEvent",
     "SqliteBudgetStore",
+    "TokenRelease",
+    "VoteRecorder",
+    "VoteStep",
+    "VoteTrace",
     "ZCdpEvent",
     "above_threshold",
     "account_sigma_exact",
@@ -225,4 +237,6 @@ __all__ = [
     "simulation_rng",
     "stream",
     "top_k_indices",
+    "vote_histogram",
+    "voter_slots",
 ]

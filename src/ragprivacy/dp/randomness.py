@@ -219,6 +219,17 @@ class ChaCha20Bits:
             if v < n:
                 return v
 
+    def permutation(self, n: int) -> list[int]:
+        """A uniform permutation of ``range(n)``: Fisher–Yates with exact
+        :meth:`randbelow` draws (so whoever holds the key derives the same one)."""
+        if n < 0:
+            raise ConfigError(f"The 'n' parameter must be >= 0; got {n!r}.")
+        order = list(range(n))
+        for i in range(n - 1, 0, -1):
+            j = self.randbelow(i + 1)
+            order[i], order[j] = order[j], order[i]
+        return order
+
     def __repr__(self) -> str:  # never show the key
         return f"ChaCha20Bits(bytes_used={self._used})"
 

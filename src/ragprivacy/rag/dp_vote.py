@@ -71,6 +71,8 @@ document) plus ⟨EOS⟩.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import secrets
 import threading
@@ -84,14 +86,19 @@ import numpy as np
 from ragprivacy._random import RngLike
 from ragprivacy._validation import check_positive, check_positive_int, check_probability
 from ragprivacy.dp import (
-    AboveThreshold,
+    ChaCha20Bits,
     PureDpEvent,
     SelfComposedEvent,
+    TokenRelease,
+    VoteRecorder,
+    VoteStep,
+    VoteTrace,
     calibrate_pure_steps,
     event_epsilon,
-    exponential_mechanism,
     max_pure_steps,
     simulation_rng,
+    vote_histogram,
+    voter_slots,
 )
 from ragprivacy.errors import ConfigError
 from ragprivacy.generate import (
@@ -209,13 +216,14 @@ class VoteResult:
     calls: int
     epsilon_token: float = math.nan
     accounting: str = "pure"
+    trace: VoteTrace | None = None
 
 
 class _Vocab:
     """The exponential mechanism's domain V with ⟨EOS⟩, and each normalised token's
     position (built once per vocabulary tuple: normalising V costs more than a vote)."""
 
-    __slots__ = ("eos", "pos_of", "source", "tokens")
+    __slots__ = ("_digest", "eos", "pos_of", "source", "tokens")
 
     def __init__(self, vocabulary: Sequence[str]) -> None:
         self.source = vocabulary  # held so the id used as the cache key stays this object's
@@ -225,6 +233,17 @@ class _Vocab:
             self.pos_of[normalize(EOS)] = len(self.tokens)
             self.tokens.append(EOS)
         self.eos = self.pos_of[normalize(EOS)]
+        self._digest = ""
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the domain's tokens in order (what an audited answer's positions
+        refer to), computed once."""
+        if not self._digest:
+            self._digest = hashlib.sha256(
+                json.dumps(self.tokens, ensure_ascii=False).encode("utf-8")
+            ).hexdigest()
+        return self._digest
 
 
 _VOCABS: OrderedDict[int, _Vocab] = OrderedDict()
@@ -314,6 +333,8 @@ def dp_vote_generate(
     *,
     vocabulary: Sequence[str] | None = None,
     rng: RngLike = None,
+    bits: ChaCha20Bits | None = None,
+    recorder: VoteRecorder | None = None,
 ) -> VoteResult:
     """Run Alg. 4 lines 1–2 and 5–18 for ``prompt`` with the given voters' documents.
 
@@ -327,6 +348,10 @@ def dp_vote_generate(
             each discovery, which Alg. 4 line 2 does not do; see the module docstring).
         vocabulary: the public token domain V of the exponential mechanism.
         rng: simulation stream (``config.simulation``); refused in secure mode.
+        bits: secure mode: the release's randomness (:class:`ragprivacy.dp.TokenRelease`),
+            derived for an audited answer; default fresh OS entropy.
+        recorder: collects the trace as the vote runs (kept when the generator fails
+            part way); the result's ``trace`` either way.
     """
     m = len(voter_contexts)
     if m == 0:
@@ -334,18 +359,20 @@ def dp_vote_generate(
     event = config.event(epsilon)  # refuses a budget below one discovery
     c = config.discoveries(epsilon)
     step = config.step_epsilon(epsilon)
-    eps_half = step / 2  # ε_Expo = ε_Lap = ε_0/2 (line 1)
     theta = m // 2 if config.theta is None else config.theta
+    if bits is not None and config.simulation:
+        raise ConfigError("Simulation mode draws from 'rng'; do not pass 'bits'.")
     gen = simulation_rng(rng, simulation=config.simulation)  # secure mode refuses a seed
-    sv = AboveThreshold(
+    release = TokenRelease(
         theta,
-        eps_half,
-        max_discoveries=c,
-        below=True,
+        step,  # ε_Expo = ε_Lap = ε_0/2 (line 1)
+        c,
         resample_threshold=config.delta > 0,  # one ε_0-DP step per discovery (D&R Alg. 2)
         simulation=config.simulation,
         rng=gen,
+        bits=bits,
     )  # θ̂ = θ + Lap(2/ε_Lap) now; Count_t + Lap(4/ε_Lap) per token (lines 2, 11)
+    log = recorder if recorder is not None else VoteRecorder()
 
     # Distinct contexts: index 0 is the non-RAG prompt (padding-only voters share it).
     contexts: list[tuple[str, ...]] = [()]
@@ -356,7 +383,7 @@ def dp_vote_generate(
             contexts.append(clean)
         slot.append(contexts.index(clean))
     prompts = [prompt.with_context(ctx) for ctx in contexts]
-    weights = np.bincount(np.array(slot, dtype=np.int64), minlength=len(contexts))
+    rows = np.array([0, *slot], dtype=np.int64)  # the non-RAG row, then each voter's row
     calls = 0
     if vocabulary is None:
         first = generator.next_token_distribution(prompts[0], [])
@@ -364,7 +391,7 @@ def dp_vote_generate(
         vocabulary = [*first.tokens, EOS]
     domain = _vocab(vocabulary)
     vocab, pos_of = domain.tokens, domain.pos_of
-    weights_f = weights.astype(np.float64)
+    log.vocabulary_size, log.eos, log.vocabulary_digest = len(vocab), domain.eos, domain.digest
     out: list[str] = []
     with generator.greedy_steps(prompts) as steps:
         ask: Callable[[GreedySteps, list[str], dict[str, int]], _Votes] = _batched_votes
@@ -374,46 +401,50 @@ def dp_vote_generate(
         for _t in range(config.max_tokens):
             votes, vote_pos, asked = ask(steps, out, pos_of)
             calls += asked
-            counted = vote_pos >= 0
-            hist: Any = np.bincount(  # Alg. 8: weighted votes per vocabulary token
-                vote_pos[counted], weights=weights_f[counted], minlength=len(vocab)
-            ).astype(np.int64)
-            non_rag = votes[0]
-            j0 = int(vote_pos[0])  # the non-RAG vote's position (−1: outside V)
-            count = int(hist[j0]) if j0 >= 0 else 0
-            if sv.test(count):  # discovery (line 11)
-                if config.simulation:
-                    pick = int(exponential_mechanism(hist, eps_half, simulation=True, rng=gen))
-                else:
-                    pick = int(exponential_mechanism(hist, eps_half))
-                token = vocab[pick]
-            else:
-                token = non_rag
+            by_voter = vote_pos[rows]
+            hist = vote_histogram(by_voter, len(vocab))  # Alg. 8
+            pick = release.step(hist, int(by_voter[0]))  # lines 11-12
+            token = votes[0] if pick is None else vocab[pick]
+            released = int(by_voter[0]) if pick is None else pick
+            log.steps.append(
+                VoteStep(tuple(int(v) for v in by_voter), pick is not None, released, token)
+            )
             if normalize(token) == normalize(EOS):
                 break
             out.append(token)
-            if sv.halted:  # c = 0 (line 16)
+            if release.halted:  # c = 0 (line 16)
                 break
     # the generator's own detokenisation: sub-word pieces (``hf:``) are not words
     completion = Completion(text=generator.tokens_to_text(out), tokens=tuple(out))
     return VoteResult(
         completion,
-        sv.discoveries,
+        release.discoveries,
         c,
         event,
         calls,
         epsilon_token=step,
         accounting=config.accounting,
+        trace=log.trace(completion.text),
     )
 
 
 def _partition(
-    texts: Sequence[str], voters: int, per_voter: int, gen: np.random.Generator | None
+    texts: Sequence[str],
+    voters: int,
+    per_voter: int,
+    gen: np.random.Generator | None,
+    bits: ChaCha20Bits | None = None,
 ) -> list[tuple[str, ...]]:
     """Alg. 4 line 4: pad to m·k slots with empty documents, split uniformly at random
-    (from ``gen`` in simulation, from the OS CSPRNG in secure mode)."""
+    (from ``gen`` in simulation; from ``bits.child("partition")`` in an audited answer,
+    :func:`ragprivacy.dp.voter_slots`; from the OS CSPRNG otherwise)."""
     slots = list(texts)[: voters * per_voter]
     slots += [""] * (voters * per_voter - len(slots))
+    if bits is not None:
+        return [
+            tuple(slots[s] for s in group)
+            for group in voter_slots(bits.child("partition"), voters, per_voter)
+        ]
     order = (
         gen.permutation(len(slots)).tolist()
         if gen is not None
@@ -501,11 +532,16 @@ class _Voting(RAGSystem):
         )
 
     def _answer_with(
-        self, q: Query, texts: Sequence[str], epsilon: float
+        self,
+        q: Query,
+        texts: Sequence[str],
+        epsilon: float,
+        bits: ChaCha20Bits | None = None,
+        recorder: VoteRecorder | None = None,
     ) -> tuple[VoteResult, list[tuple[str, ...]]]:
         if self.prompt_budget is not None:
             texts = self.prompt_budget.fit(texts)
-        contexts = _partition(texts, self.voters, self.docs_per_voter, self._gen)
+        contexts = _partition(texts, self.voters, self.docs_per_voter, self._gen, bits)
         extra = self._remembered(q.text)
         if extra and self.prompt_budget is not None:
             extra = self.prompt_budget.fit(extra)
@@ -520,6 +556,8 @@ class _Voting(RAGSystem):
             self.vote,
             vocabulary=self.vocabulary,
             rng=self._gen if self.vote.simulation else None,
+            bits=bits,
+            recorder=recorder,
         )
         if self.reuse_answers and result.completion.text:
             self._memory.append((q.text, result.completion.text))
@@ -593,6 +631,33 @@ class DPVoteRAG(_Voting):
             texts = self.retriever.knowledge_base_for(account).texts(retrieval.indices)
             result, _ = self._answer_with(q, texts, self.epsilon)
         return _response(result, retrieval, self._cost(retrieval, account))
+
+    def answer_documents(
+        self,
+        query: str | Query,
+        texts: Sequence[str],
+        *,
+        bits: ChaCha20Bits,
+        recorder: VoteRecorder | None = None,
+    ) -> VoteResult:
+        """Vote an answer to ``query`` over ``texts`` someone else retrieved, the voter
+        partition and the release drawn from ``bits``: an audited window's answer, which
+        retrieves the documents itself and derives ``bits`` from its committed seed and
+        the public record (:meth:`ragprivacy.audit.AuditWindow.vote`). Secure mode only,
+        without answer reuse (an earlier answer in the context is not in the trace a
+        verifier replays). Check the prompt first (:meth:`check_query`)."""
+        if self.vote.simulation or self.reuse_answers:
+            raise ConfigError(
+                "An audited vote derives its randomness and replays from its trace: build "
+                "the system in secure mode without reuse_answers."
+            )
+        result, _ = self._answer_with(Query.of(query), texts, self.epsilon, bits, recorder)
+        return result
+
+    def check_query(self, query: str | Query) -> None:
+        """Refuse ``query`` before any retrieval when a voter's prompt could overflow the
+        generator's context (depends on the query alone: refusing it spends nothing)."""
+        self._check_prompt(Query.of(query))
 
     def _cost(
         self,
