@@ -287,3 +287,48 @@ def test_vote_settings_are_checked_when_committed() -> None:
     with pytest.raises(ConfigError, match="Only dp_vote"):
         replace(SETTINGS, mode="murag")
     assert SETTINGS.answer_cap(16.0, 6) == 2 and SETTINGS.answer_cap(100.0, 3) == 3
+
+
+def _front(window: AuditWindow, sent_text: Callable[[str], str] | None = None):  # type: ignore[no-untyped-def]
+    """The provider's HTTP front for account b's voted answers; ``sent_text`` replaces
+    the answer it sends (its receipt still names the voted one)."""
+    import httpx
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/audit/windows":
+            return httpx.Response(200, json=[{"window_id": "W-vote", "status": "open"}])
+        if request.url.path == "/v1/audit/windows/W-vote/commitments":
+            return httpx.Response(200, json=window.commitments.to_dict())
+        sent = json.loads(request.content)
+        answer, trace = window.vote(
+            "b", sent["query"], honest_runner(sent["query"]), nonce=sent["nonce"]
+        )
+        text = trace.text if sent_text is None else sent_text(trace.text)
+        body = {"answer": text, "documents": [], "receipt": answer.receipt.to_dict()}
+        return httpx.Response(200, json=body)
+
+    return httpx.MockTransport(handle)
+
+
+def test_the_client_keeps_a_voted_answer_s_receipt_and_refuses_another_answer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ragprivacy.errors import VerificationError
+    from ragprivacy.service import Client, load_receipts
+
+    ran = run_window(answers=0)
+    with Client("http://p", "rpk_x", receipts_dir=tmp_path, transport=_front(ran.window)) as b:
+        got = b.answer("what is the secret of patient 1?")
+    kept = load_receipts(tmp_path)
+    assert [r["answer"] for r in kept] == [got["answer"]] and kept[0]["documents"] == []
+    swapped = _front(ran.window, lambda text: text + " alpha")
+    with (
+        Client("http://p", "rpk_x", receipts_dir=tmp_path, transport=swapped) as b,
+        pytest.raises(VerificationError, match="another answer"),
+    ):
+        b.answer("who had a routine visit?")
+    receipts = [Receipt.from_dict(r) for r in load_receipts(tmp_path)]
+    assert len(receipts) == 1
+    w = ran.window
+    v = Verifier().verify(w.transcript(), receipts, w.auditor_package())
+    # the swapped answer's record is one b holds no receipt for: its answer went unproven
+    assert v.failed_check == "receipt_consistency"
+    assert any("never asked for" in f.detail for f in v.failures)

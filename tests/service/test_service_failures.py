@@ -170,21 +170,30 @@ def test_a_generator_never_reached_is_free_only_a_few_times(
         "docs",
         str(_corpus(tmp_path / "d.jsonl", {"a": SHORT[0], "b": SHORT[1]})),
     )
-    admin(state, "account", "create", "docs", "n", "--eps", "4", "--delta", "1e-6",
-          "--rate-limit", "20")  # fmt: skip
-    key = admin(state, "key", "create", "n").split()[-1]
+    admin(state, "tenant", "create", "votes", "--k", "2", "--mode", "dp_vote", "--eps-q", "2")
+    admin(state, "docs", "add", "votes", str(_corpus(tmp_path / "v.jsonl", {"c": SHORT[2]})))
+    keys = {}
+    for tenant, account in (("docs", "n"), ("votes", "v")):
+        admin(state, "account", "create", tenant, account, "--eps", "40", "--delta", "1e-6",
+              "--rate-limit", "20")  # fmt: skip
+        keys[account] = admin(state, "key", "create", account).split()[-1]
     admin(state, "window", "open")
     with socket.socket() as held:  # bound, never listening: connections there are refused
         held.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{held.getsockname()[1]}/v1"
         server = server_factory(state, extra=("--generator", f"openai:m@{dead}"))
-        headers = {"Authorization": f"Bearer {key}"}
-        codes = [
-            httpx.post(f"{server.url}/v1/answer", json={"query": f"asthma {n}"},
-                       headers=headers, timeout=120).status_code
-            for n in range(FREE_FAILURES + 3)
-        ]  # fmt: skip
-    assert codes == [503] * FREE_FAILURES + [502] * 3
-    budget = httpx.get(f"{server.url}/v1/budget", headers=headers).json()
-    assert budget["used"] == 3
-    assert budget["failures"] == {"charged": 3, "free": FREE_FAILURES}
+        for account in ("n", "v"):  # a noisy_topk and an audited dp_vote account
+            headers = {"Authorization": f"Bearer {keys[account]}"}
+            answers = [
+                httpx.post(f"{server.url}/v1/answer", json={"query": f"asthma {n}"},
+                           headers=headers, timeout=120)
+                for n in range(FREE_FAILURES + 3)
+            ]  # fmt: skip
+            assert [r.status_code for r in answers] == [503] * FREE_FAILURES + [502] * 3
+            # a charged failure's record was appended: the account keeps its receipt
+            assert all(r.json()["receipt"]["account"] == account for r in answers[-3:])
+            budget = httpx.get(f"{server.url}/v1/budget", headers=headers).json()
+            assert budget["used"] == 3
+            assert budget["failures"] == {"charged": 3, "free": FREE_FAILURES}
+        records = httpx.get(f"{server.url}/v1/audit/windows/W1/records").json()
+        assert len(records) == 6  # the free failures appended nothing

@@ -214,7 +214,7 @@ def test_the_wire_models_carry_the_providers_payloads_unchanged(state: Path) -> 
         assert json.dumps(as_sent) == json.dumps(left)
         voted_privacy: TypeAdapter[Any] = TypeAdapter(VotedPrivacy)
         for account in ("vera", "mia"):
-            voted = provider.answer_voted(account, "who has asthma?", ReferenceReader())
+            voted, _ = provider.answer_voted(account, "who has asthma?", ReferenceReader())
             privacy = voted_privacy.dump_python(
                 voted_privacy.validate_python(voted.privacy), mode="json"
             )

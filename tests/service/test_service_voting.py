@@ -1,7 +1,8 @@
 """Voting tenants (dp_vote, murag, murag_ada) and log-probabilities, through a running
 server with two workers: only DP-voted answers leave, each costs the tenant's ε_q, an
 account gets min(r, ⌊ε_acc/ε_q⌋) of them, refusals spend nothing, concurrent MURAG
-answers never overspend a document's filter, and the audited window still verifies."""
+answers never overspend a document's filter, and the audited window — dp_vote answers
+among its records — verifies."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ TENANTS = {  # tenant -> admin options
 ACCOUNTS = {  # account -> (tenant, ε_acc, r)
     "alice": ("clinic", "4", "6"),
     "v1": ("vote", "9", "5"),  # ⌊9/4⌋ = 2 answers
+    "v2": ("vote", "9", "5"),
     "m1": ("mu", "1000", "100"),
     "m2": ("mu", "1000", "100"),
     "a1": ("ada", "1000", "100"),
@@ -78,7 +80,11 @@ def test_a_voting_account_gets_answers_never_documents_and_its_cap(service) -> N
         assert got.status_code == 200, got.text
         body = got.json()
         assert isinstance(body["answer"], str)
-        assert body["documents"] == [] and body["receipt"] is None
+        assert body["documents"] == []
+        # an audited dp_vote answer: its receipt names the answer, never the documents
+        receipt = Receipt.from_dict(body["receipt"])
+        assert receipt.answer == body["answer"] and receipt.documents == ()
+        assert receipt.seq == n and receipt.opened_topk("vote") == receipt.topk_hash
         assert body["privacy"]["epsilon"] == 4.0 and body["privacy"]["mechanism"] == "dp_vote"
         assert 0 < body["privacy"]["epsilon_vote"] <= 4.0
         assert body["budget"] == {
@@ -140,8 +146,12 @@ def test_concurrent_murag_answers_never_overspend_a_document(service) -> None:  
 def test_the_audited_window_verifies_beside_voting_tenants(service, tmp_path, admin) -> None:  # type: ignore[no-untyped-def]
     got = _post(service, "alice", "/v1/retrieve", {"query": "who has gout?"})
     assert got.status_code == 200
+    voted = _post(service, "v2", "/v1/answer", {"query": "who has gout?"})
+    assert voted.status_code == 200, voted.text
     commitments = httpx.get(f"{service['url']}/v1/audit/windows/W1/commitments", timeout=60)
-    assert set(commitments.json()["accounts"]) == {"alice"}  # voting accounts: not audited
+    # dp_vote accounts are audited with their tenant's vote; MURAG ones not yet
+    assert set(commitments.json()["accounts"]) == {"alice", "v1", "v2"}
+    assert commitments.json()["voting"]["vote"]["slots"] == 2
     admin(service["state"], "window", "close", "--export-auditor", str(tmp_path / "aud"))
     # alice's other answers (earlier tests of this module) went without kept receipts, so
     # this one receipt is checked alone: the unasked-record rule holds an account that
@@ -149,6 +159,11 @@ def test_the_audited_window_verifies_beside_voting_tenants(service, tmp_path, ad
     window, package = fetch_window(service["url"]), load_window(tmp_path / "aud")[2]
     verdict = Verifier().verify(window, [], package)
     assert verdict.passed, verdict.failures[:3]
+    votes = [w for w in package.witnesses.values() if w.vote is not None]
+    assert len(votes) >= 1 and verdict.records_checked == verdict.records
+    # v2's one answer, receipted: its record is the receipt's, and the vote replays
+    mine = Receipt.from_dict(voted.json()["receipt"])
+    assert Verifier().verify(window, [mine], package).passed
     receipt = Receipt.from_dict(got.json()["receipt"])
     partial = Verifier().verify(window, [receipt], package)
     assert {f.check for f in partial.failures} == {"receipt_consistency"}

@@ -43,7 +43,7 @@ def test_a_voted_answer_failing_after_its_scores_were_read_stays_counted(
     corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": f"asthma {i}"}) + "\n"
                               for i in range(8)))  # fmt: skip
     admin(state, "tenant", "create", "n", "--k", "2")
-    admin(state, "tenant", "create", "v", "--mode", "dp_vote", "--k", "2", "--eps-q", "2")
+    admin(state, "tenant", "create", "v", "--mode", "murag", "--k", "2", "--eps-q", "2")
     for tenant, account in (("n", "a"), ("v", "b")):
         admin(state, "docs", "add", tenant, str(corpus))
         admin(state, "account", "create", tenant, account, "--eps", "8", "--delta", "1e-6",

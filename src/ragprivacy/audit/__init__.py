@@ -67,10 +67,11 @@ from ragprivacy.audit.verifier import (
     Verifier,
     sample_size,
 )
-from ragprivacy.audit.votes import VOTING_MODES, VoteSettings, answer_hash, check_vote
+from ragprivacy.audit.votes import AUDITED_VOTING_MODES, VoteSettings, answer_hash, check_vote
 from ragprivacy.audit.window import AuditWindow, WitnessStore
 
 __all__ = [
+    "AUDITED_VOTING_MODES",
     "AuditEpsilon",
     "AuditPolicy",
     "AuditWindow",
@@ -102,7 +103,6 @@ __all__ = [
     "SignedTreeHead",
     "SqliteLedgerStorage",
     "TenantCommitment",
-    "VOTING_MODES",
     "Verdict",
     "VerificationContext",
     "Verifier",

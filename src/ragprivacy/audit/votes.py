@@ -50,10 +50,10 @@ from ragprivacy.audit.commitments import canonical_json
 from ragprivacy.dp import ChaCha20Bits, TokenRelease, VoteTrace, vote_histogram, voter_slots
 from ragprivacy.errors import ConfigError
 
-__all__ = ["VOTING_MODES", "VoteSettings", "answer_hash", "check_vote", "vote_positions"]
+__all__ = ["AUDITED_VOTING_MODES", "VoteSettings", "answer_hash", "check_vote", "vote_positions"]
 
 #: the voting modes the audit covers
-VOTING_MODES = ("dp_vote",)
+AUDITED_VOTING_MODES = ("dp_vote",)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,9 +76,10 @@ class VoteSettings:
     max_discoveries: int
 
     def __post_init__(self) -> None:
-        if self.mode not in VOTING_MODES:
+        if self.mode not in AUDITED_VOTING_MODES:
             raise ConfigError(
-                f"Only {', '.join(VOTING_MODES)} tenants are audited; got mode {self.mode!r}."
+                f"Only {', '.join(AUDITED_VOTING_MODES)} tenants are audited; got mode "
+                f"{self.mode!r}."
             )
         check_positive_int("slots", self.slots)
         check_positive_int("docs_per_voter", self.docs_per_voter)

@@ -135,7 +135,15 @@ class Client:
         out: dict[str, Any] = r.json()
         receipt = out.get("receipt") or out.get("ragprivacy", {}).get("receipt")
         if receipt is not None:
-            self._keep(receipt, query, out.get("documents"), nonce=nonce, pinned=pinned)
+            answer = out.get("answer")
+            self._keep(
+                receipt,
+                query,
+                out.get("documents"),
+                nonce=nonce,
+                pinned=pinned,
+                answer=answer if isinstance(answer, str) else None,
+            )
         return out
 
     # ------------------------------------------------------------------ receipts
@@ -146,6 +154,7 @@ class Client:
         documents: list[dict[str, Any]] | None = None,
         *,
         nonce: str | None = None,
+        answer: str | None = None,
     ) -> Receipt:
         """``receipt`` checked as only the account can: signed by the provider, issued
         under the commitments its window publishes, H(q) of ``query``, the same account
@@ -156,6 +165,8 @@ class Client:
         ``documents`` ({id, text}, in order) those the receipt commits to: their ids, and
         their texts' SHA-256 where the index committed one (a text served under an id it
         was never committed with), and the ``nonce`` this client sent (the noise's n).
+        A voting tenant's receipt names the ``answer`` the service sent, with no
+        documents, and H(answer) under the account's committed tenant.
         Raises :class:`~ragprivacy.errors.VerificationError` naming what failed."""
         try:
             r = Receipt.from_dict(receipt)
@@ -193,7 +204,9 @@ class Client:
                 "The receipt's nonce is not the one this client sent: the noise was not "
                 "derived from the client's randomness."
             )
-        if documents is not None:
+        if r.answer is not None or com.accounts.get(r.account) in com.voting:
+            _check_voted(r, com, answer, documents)
+        elif documents is not None:
             _check_documents(r, documents)
         return r
 
@@ -238,6 +251,7 @@ class Client:
         *,
         nonce: str | None = None,
         pinned: frozenset[str] | None = None,
+        answer: str | None = None,
     ) -> None:
         """Check ``receipt`` and keep it; a receipt that fails is kept apart as evidence
         (``rejected/``, which the verifier does not read) and the call raises. A check
@@ -256,7 +270,7 @@ class Client:
                         f"Window {window!r}'s commitments were not published before this "
                         "request was sent; its receipt cannot be bound to them. Retry."
                     )
-                checked = self.check_receipt(receipt, query, documents, nonce=nonce)
+                checked = self.check_receipt(receipt, query, documents, nonce=nonce, answer=answer)
             except VerificationError:
                 self._append("rejected/receipts.jsonl", receipt)
                 raise
@@ -319,6 +333,25 @@ class Client:
             raise BackendError(f"/v1/budget: HTTP {r.status_code}: {_detail(r)}")
         out: dict[str, Any] = r.json()
         return out
+
+
+def _check_voted(
+    r: Receipt, com: Commitments, answer: str | None, documents: list[dict[str, Any]] | None
+) -> None:
+    """A voted answer's receipt: for the account's committed voting tenant, no documents,
+    the answer the service sent, and H(answer) of it."""
+    tenant = com.accounts.get(r.account)
+    if tenant not in com.voting or r.answer is None:
+        raise VerificationError(
+            "The receipt does not match the account's committed tenant: a voted answer's "
+            "receipt for a retrieval tenant, or a retrieval's for a voting tenant."
+        )
+    if r.documents or documents:
+        raise VerificationError("A voted answer's receipt or response names documents.")
+    if answer is not None and r.answer != answer:
+        raise VerificationError("The receipt names another answer than the one the service sent.")
+    if r.topk_hash != r.opened_topk(tenant):
+        raise VerificationError("The receipt's H(answer) is not the hash of its answer.")
 
 
 def _check_documents(r: Receipt, documents: list[dict[str, Any]]) -> None:

@@ -155,8 +155,13 @@ class ChatRequest(BaseModel):
 
 
 # ------------------------------------------------------------------ signed payloads
+#: fields a signed object carries only when set (a voted answer's receipt, a window with
+#: voting tenants), so that the others read and sign as before them
+_ONLY_WHEN_SET = frozenset({"answer", "voting"})
+
+
 def _signed(cls: type[Any], what: str) -> ConfigDict:
-    keys: list[Any] = [f.name for f in dataclasses.fields(cls)]
+    keys: list[Any] = [f.name for f in dataclasses.fields(cls) if f.name not in _ONLY_WHEN_SET]
     return ConfigDict(
         json_schema_extra={
             "description": f"{what}, exactly as signed (ragprivacy.audit.{cls.__name__}).",
@@ -338,7 +343,8 @@ class RetrieveResponse(_Wire):
 
 
 class AnswerResponse(_Wire):
-    """``POST /v1/answer``: a voting tenant's answer has no documents and no receipt."""
+    """``POST /v1/answer``: a voting tenant's answer has no documents; its receipt (an
+    audited ``dp_vote`` tenant's) names the answer instead."""
 
     answer: str
     window_id: str

@@ -33,10 +33,11 @@ returned only once its record committed.
 
 The window policy states the largest per-account budget (ε_acc, δ_acc, r) and K of any
 account, which ε_audit is computed from; each account's own, smaller policy is committed
-beside it. Voting tenants (``dp_vote``, ``murag``, ``murag_ada``) answer through
-:mod:`ragprivacy.service.voting`; their accounts are not in the audited commitments (the
-audit covers the collusion paper's noise-then-select), and a window needs at least one
-``noisy_topk`` account.
+beside it. Voting tenants answer through :mod:`ragprivacy.service.voting`: a ``dp_vote``
+tenant's accounts are in the commitments, with the tenant's vote settings, and their
+answers are records of the window (:mod:`ragprivacy.audit.votes`); ``murag`` and
+``murag_ada`` accounts are not yet in the audited commitments. A window needs at least one
+audited (``noisy_topk`` or ``dp_vote``) account.
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ from pathlib import Path
 from typing import Any
 
 from ragprivacy.audit import (
+    AUDITED_VOTING_MODES,
     AuditPolicy,
     AuditWindow,
     Commitments,
     LogSealedError,
     MerkleLog,
     SignedTreeHead,
+    VoteSettings,
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
 from ragprivacy.errors import ConfigError, WindowClosedError
@@ -64,7 +67,7 @@ from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
 from ragprivacy.service.state import VOTING_MODES, ServiceState, Window, check_id
-from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap
+from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap, vote_settings
 from ragprivacy.types import Completion
 
 __all__ = [
@@ -101,6 +104,11 @@ class ServedAnswer:
         }
 
 
+def _audited(mode: str) -> bool:
+    """Whether a tenant of ``mode`` is in the audited commitments."""
+    return mode == "noisy_topk" or mode in AUDITED_VOTING_MODES
+
+
 def _window_policy(
     state: ServiceState, window_id: str, start_ns: int
 ) -> tuple[AuditPolicy, dict[str, str], dict[str, dict[str, Any]], dict[str, int]]:
@@ -116,11 +124,12 @@ def _window_policy(
             f"Tenant(s) {', '.join(empty)} have accounts but no documents; add documents "
             "('docs add') before opening a window."
         )
-    accounts = {n: a for n, a in everyone.items() if tenants[a["tenant"]]["mode"] == "noisy_topk"}
+    accounts = {n: a for n, a in everyone.items() if _audited(tenants[a["tenant"]]["mode"])}
     if not accounts:
         raise ConfigError(
-            "A window needs at least one account of a noisy_topk tenant (the audited part); "
-            "create one ('tenant create T --mode noisy_topk', 'account create T A ...')."
+            "A window needs at least one account of a noisy_topk or dp_vote tenant (the "
+            "audited part); create one ('tenant create T --mode noisy_topk', 'account "
+            "create T A ...')."
         )
     used = sorted({a["tenant"] for a in accounts.values()})
     k_max = state.k_max
@@ -161,6 +170,7 @@ def audit_window(
     accounts: dict[str, str] | None = None,
     account_policies: dict[str, dict[str, Any]] | None = None,
     texts: Mapping[str, Sequence[str]] | None = None,
+    voting: Mapping[str, VoteSettings] | None = None,
 ) -> AuditWindow:
     """The :class:`AuditWindow` of ``window_id`` over the state: its tenants' stored
     embeddings (the first ``tenants[t]`` of each; a pgvector table is read, not loaded),
@@ -174,6 +184,7 @@ def audit_window(
         policy = AuditPolicy.from_dict(commitments.policy)
         accounts = commitments.accounts
         account_policies = commitments.account_policies  # with each account's committed σ
+        voting = {t: VoteSettings.from_dict(v) for t, v in commitments.voting.items()}
     if policy is None or accounts is None:
         raise ConfigError("An audit window needs its commitments, or a policy and accounts.")
     if texts is None:
@@ -193,6 +204,7 @@ def audit_window(
         ledger=state.ledger(window_id),
         witness_store=state.witness_store(window_id),
         commitments=commitments,
+        voting=voting,
     )
 
 
@@ -220,11 +232,19 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     policy, accounts, overrides, sizes = _window_policy(state, window_id, start)
     tenant_modes = state.tenants()
     everyone = state.accounts()
-    voting = {n: a["tenant"] for n, a in everyone.items()
-              if tenant_modes[a["tenant"]]["mode"] in VOTING_MODES}  # fmt: skip
+    votes = {n: a["tenant"] for n, a in everyone.items()
+             if tenant_modes[a["tenant"]]["mode"] in VOTING_MODES}  # fmt: skip
+    # dp_vote accounts are in the commitments; the others vote outside the audit
+    voting = {n: t for n, t in votes.items() if n not in accounts}
+    settings = {
+        t: vote_settings(tenant_modes[t])
+        for t in sorted(set(accounts.values()))
+        if tenant_modes[t]["mode"] in AUDITED_VOTING_MODES
+    }
     snapshot: dict[str, Any] = {
         "tenants": sizes,
-        "voting": {t: int(tenant_modes[t]["documents"]) for t in sorted(set(voting.values()))},
+        # every voting tenant's documents, which its system is built over
+        "voting": {t: int(tenant_modes[t]["documents"]) for t in sorted(set(votes.values()))},
         "voting_accounts": voting,
         # fixed for the window, like the noisy_topk accounts' committed policies: an
         # account updated meanwhile gets its new budget from the next window
@@ -241,6 +261,7 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
         policy=policy,
         accounts=accounts,
         account_policies=overrides,
+        voting=settings,
     ) as window:
         commitments = window.commit(published_at=start)
     return state.insert_window(window_id, seed, snapshot, commitments.to_dict())
@@ -294,7 +315,7 @@ def window_status(state: ServiceState) -> dict[str, Any]:
             accounts[account] = {
                 "tenant": tenant,
                 "used": audited.used(account),
-                "limit": audited.policy_of(account).rate_limit,
+                "limit": audited.limit(account),
             }
     everyone, tenants = state.accounts(), state.tenants()
     fixed = window.snapshot.get("voting_policies") or {}
@@ -415,8 +436,8 @@ class ServiceProvider:
 
     def votes(self, account: str) -> bool:
         """Whether ``account``'s tenant releases only DP-voted answers (no documents)."""
-        self.tenant_of(account)
-        return account in self._voting_tenants().accounts
+        tenant = self.tenant_of(account)
+        return account in self._voting_tenants().accounts or tenant in self._current()[1].voting
 
     def logprobs_allowed(self, account: str) -> bool:
         """Whether ``account``'s tenant policy lets answers carry log-probabilities."""
@@ -434,12 +455,27 @@ class ServiceProvider:
             )
         return self._serve(account, query, k, None, nonce)
 
-    def answer_voted(self, account: str, query: str, generator: Generator) -> VotedAnswer:
-        """A voting tenant's answer for ``account`` (see :mod:`ragprivacy.service.voting`)."""
+    def answer_voted(
+        self, account: str, query: str, generator: Generator, *, nonce: str = ""
+    ) -> tuple[VotedAnswer, dict[str, Any] | None]:
+        """A voting tenant's answer for ``account`` (see :mod:`ragprivacy.service.voting`)
+        and its signed receipt (``None`` for a tenant outside the audit)."""
         if not isinstance(query, str) or not query.strip():
             raise ConfigError("The query must be a non-empty string.")
-        self.tenant_of(account)
-        return self._voting_tenants().answer(account, query, generator)
+        _, provider = self._current()
+        tenant = self.tenant_of(account)
+        voting = self._voting_tenants()
+        if tenant not in provider.voting:
+            return voting.answer(account, query, generator), None
+        try:
+            return voting.answer_audited(
+                provider, account, query, generator, self._texts[tenant], nonce=nonce
+            )
+        except LogSealedError:
+            raise WindowClosedError(
+                "The audit window closed while this query ran; nothing was spent. Query "
+                "again in the next window."
+            ) from None
 
     def answer(
         self,
@@ -567,6 +603,8 @@ class ServiceProvider:
     def budget(self, account: str) -> dict[str, Any]:
         window, provider = self._current()
         if self.votes(account):
+            if self.tenant_of(account) in provider.voting:
+                return self._voting_tenants().audited_budget(provider, account)
             return self._voting_tenants().budget(account)
         return {
             **self._budget(account, provider),

@@ -294,12 +294,12 @@ class Serving:
                         f"'{name}' does not apply to this account's tenant: it releases a "
                         "DP-voted answer whose length and documents the vote fixes."
                     )
-            voted = provider.answer_voted(account, query, self.generator)
+            voted, receipt = provider.answer_voted(account, query, self.generator, nonce=nonce)
             return _Answered(
                 completion=Completion(voted.text, voted.response.tokens),
                 window_id=provider.window_id(),
                 documents=[],
-                receipt=None,
+                receipt=None if receipt is None else SignedReceipt(receipt),
                 privacy=_VOTED_PRIVACY.validate_python(voted.privacy),
                 budget=VotingBudget.model_validate(voted.budget),
             )

@@ -25,20 +25,32 @@ Accounting:
   service's :class:`~ragprivacy.generate.PromptBudget`, and a query whose voter prompt
   could overflow the generator's context is refused before retrieval.
 
-Deviation: these answers are not in the audit ledger — the four-phase audit covers the
-collusion paper's Gaussian noise-then-select (``noisy_topk`` tenants). A window's
-commitments list only the ``noisy_topk`` accounts; a voting account's guarantee is the
-vote's, enforced by this module and the filters, not checked by the outside verifier.
+**Audited votes.** A ``dp_vote`` tenant's answers are records of the audit window
+(:meth:`VotingTenants.answer_audited`, :mod:`ragprivacy.audit.votes`): its accounts are
+in the window's commitments with the tenant's vote settings (:func:`vote_settings`), the
+window retrieves the committed top m·k and derives the vote's partition and noise from
+(s_W, rec_q), the ledger counts the answers (at most min(r, ⌊ε_acc/ε_q⌋)), and the
+account gets a signed receipt of its answer. A failure after retrieval appends the record
+with the trace so far. Windows opened before this kept their dp_vote accounts outside
+the commitments and are served as below until they close.
+
+Deviation: ``murag`` and ``murag_ada`` answers are not in the audit ledger yet — their
+per-document filters carry state across windows that a record's witness does not cover.
+Their accounts are outside the commitments; their guarantee is the vote's and the
+filters', enforced by this module, not checked by the outside verifier.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ragprivacy.audit import AuditWindow, VoteSettings
 from ragprivacy.corpus import Corpus
+from ragprivacy.dp import ChaCha20Bits, VoteRecorder, VoteTrace
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import (
     BudgetExhaustedError,
@@ -46,15 +58,68 @@ from ragprivacy.errors import (
     ConfigError,
     GeneratorUnavailableError,
 )
-from ragprivacy.generate import Generator, PromptBudget
+from ragprivacy.generate import Generator, PromptBudget, tracking_prompts
 from ragprivacy.index import create_index
-from ragprivacy.rag import RAGSystem, SystemSpec, build_system, charged_failure
+from ragprivacy.rag import (
+    DPVoteConfig,
+    DPVoteRAG,
+    RAGSystem,
+    SystemSpec,
+    build_system,
+    charged_failure,
+)
 from ragprivacy.retrieval import KnowledgeBase
 from ragprivacy.service.failures import record_failure
 from ragprivacy.service.state import ServiceState
 from ragprivacy.types import Document, Response
 
-__all__ = ["VotedAnswer", "VotingTenants", "answer_cap"]
+__all__ = ["VotedAnswer", "VotingTenants", "answer_cap", "vote_settings"]
+
+
+def vote_settings(tenant: Mapping[str, Any]) -> VoteSettings:
+    """The settings a ``dp_vote`` tenant's window commits: the service's vote at the
+    tenant's ε_q (:class:`~ragprivacy.rag.DPVoteConfig`'s defaults, one document per
+    voter, so m = K voters and θ = ⌊m/2⌋)."""
+    eps_q, k = float(tenant["epsilon_q"]), int(tenant["k"])
+    vote = DPVoteConfig()
+    return VoteSettings(
+        mode="dp_vote",
+        slots=k,
+        docs_per_voter=1,
+        theta=k // 2,
+        max_tokens=vote.max_tokens,
+        epsilon_q=eps_q,
+        epsilon_token=vote.step_epsilon(eps_q),
+        max_discoveries=vote.discoveries(eps_q),
+    )
+
+
+def _check_settings(system: RAGSystem, settings: VoteSettings) -> DPVoteRAG:
+    """The built system runs the committed vote (refused otherwise: its records would
+    FAIL the audit)."""
+    d = system.describe() if isinstance(system, DPVoteRAG) else {}
+    built = (
+        d.get("voters", 0) * d.get("docs_per_voter", 0),
+        d.get("docs_per_voter"),
+        d.get("theta"),
+        d.get("max_tokens"),
+        d.get("epsilon_token"),
+        d.get("max_discoveries"),
+    )
+    committed = (
+        settings.slots,
+        settings.docs_per_voter,
+        settings.theta,
+        settings.max_tokens,
+        settings.epsilon_token,
+        settings.max_discoveries,
+    )
+    if not isinstance(system, DPVoteRAG) or built != committed:
+        raise ConfigError(
+            "This tenant's vote does not run the settings its window committed; close the "
+            "window and open a new one."
+        )
+    return system
 
 
 def answer_cap(account: dict[str, Any], tenant: dict[str, Any]) -> int:
@@ -180,6 +245,79 @@ class VotingTenants:
             "remaining": max(cap - used, 0),
             "epsilon_per_answer": eps_q,
             "epsilon_spent": used * eps_q,
+            "failures": self.state.failures(self.window_id, account),
+        }
+
+    def answer_audited(
+        self,
+        window: AuditWindow,
+        account: str,
+        query: str,
+        generator: Generator,
+        texts: Mapping[str, str],
+        *,
+        nonce: str = "",
+    ) -> tuple[VotedAnswer, dict[str, Any]]:
+        """A ``dp_vote`` tenant's answer as a record of ``window`` (module docstring):
+        the answer and its signed receipt. ``texts``: the tenant's texts by id."""
+        tenant = window.accounts[account]
+        settings = window.voting[tenant]
+        system = _check_settings(self.system(tenant, generator), settings)
+        system.check_query(query)  # before retrieval, from the query alone: free
+        failed: list[Exception] = []
+
+        def run(ids: tuple[str, ...], bits: ChaCha20Bits) -> VoteTrace:
+            failed.clear()  # runs again when another writer appended first
+            recorder = VoteRecorder()
+            with tracking_prompts() as used:
+                try:
+                    result = system.answer_documents(
+                        query, [texts[i] for i in ids], bits=bits, recorder=recorder
+                    )
+                except Exception as exc:
+                    error: Exception = exc
+                    if isinstance(exc, GeneratorUnavailableError) and used[0]:
+                        error = charged_failure(exc)  # an earlier call carried the documents
+                    if not record_failure(self.state, self.window_id, account, error):
+                        raise  # never reached: nothing is appended, nothing spent
+                    failed.append(error)
+                    return recorder.trace("", failure=type(error).__name__)
+            assert result.trace is not None
+            return result.trace
+
+        answer, trace = window.vote(account, query, run, nonce=nonce)
+        receipt = answer.receipt.to_dict()
+        if failed:  # the record is appended: the account keeps its receipt
+            error = charged_failure(failed[-1])
+            error.receipt = receipt
+            raise error
+        budget = self.audited_budget(window, account)
+        eps_q = settings.epsilon_q
+        used = int(budget["used"])
+        privacy = {
+            "mechanism": settings.mode,
+            "epsilon": eps_q,
+            "epsilon_vote": settings.max_discoveries * settings.epsilon_token,
+            "delta": 0.0,
+            "cumulative_epsilon": used * eps_q,
+            "scope": "answer",
+        }
+        response = Response(text=trace.text, tokens=trace.tokens())
+        return VotedAnswer(trace.text, response, privacy, budget), receipt
+
+    def audited_budget(self, window: AuditWindow, account: str) -> dict[str, Any]:
+        """What a ``dp_vote`` account has used and has left in ``window`` (its records)."""
+        settings = window.voting[window.accounts[account]]
+        used, cap = window.used(account), window.limit(account)
+        return {
+            "window_id": self.window_id,
+            "tenant": window.accounts[account],
+            "mode": settings.mode,
+            "used": used,
+            "answers": cap,
+            "remaining": max(cap - used, 0),
+            "epsilon_per_answer": settings.epsilon_q,
+            "epsilon_spent": used * settings.epsilon_q,
             "failures": self.state.failures(self.window_id, account),
         }
 
