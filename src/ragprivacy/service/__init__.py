@@ -25,6 +25,11 @@ from ragprivacy.service.backend import (
 )
 from ragprivacy.service.client import Client, load_receipts, load_unanswered
 from ragprivacy.service.demo import run_service_demo
+from ragprivacy.service.idempotency import (
+    Idempotency,
+    IdempotencyInProgressError,
+    IdempotencyKeyReusedError,
+)
 from ragprivacy.service.keys import ApiKey, new_key, parse_key
 from ragprivacy.service.provider import (
     ServedAnswer,
@@ -61,6 +66,9 @@ __all__ = [
     "AuthThrottledError",
     "Client",
     "FailedAuthLimit",
+    "Idempotency",
+    "IdempotencyInProgressError",
+    "IdempotencyKeyReusedError",
     "InFlightLimit",
     "MODES",
     "PgvectorTenantVectors",

@@ -70,6 +70,7 @@ from ragprivacy.errors import (
     WindowClosedError,
 )
 from ragprivacy.generate import Generator, PromptBudget, create_generator
+from ragprivacy.service.idempotency import IdempotencyInProgressError
 from ragprivacy.service.protocol import (
     AnswerRequest,
     AnswerResponse,
@@ -135,6 +136,7 @@ ERROR_STATUS: tuple[ErrorStatus, ...] = (
     ErrorStatus(AccountBusyError, 429, headers=(("Retry-After", "1"),)),
     ErrorStatus(TenantAccessError, 403),
     ErrorStatus(WindowClosedError, 409),
+    ErrorStatus(IdempotencyInProgressError, 409, headers=(("Retry-After", "1"),)),
     ErrorStatus(LogSealedError, 409),
     ErrorStatus(BusyError, 503, headers=(("Retry-After", "1"),)),
     ErrorStatus(NotReadyError, 503, headers=(("Retry-After", "5"),)),
@@ -276,6 +278,10 @@ def create_app(
     return app
 
 
+#: a request sent again under the same key is answered once (service.idempotency)
+Key = Annotated[str | None, Header(alias="Idempotency-Key")]
+
+
 def _add_routes(app: FastAPI, serving: Serving) -> None:
     """The routes: each parses its request, calls one :class:`Serving` method and returns
     its response model."""
@@ -286,16 +292,18 @@ def _add_routes(app: FastAPI, serving: Serving) -> None:
     auth = Depends(account)
 
     @app.post("/v1/retrieve", response_model=RetrieveResponse)
-    def retrieve(body: RetrieveRequest, who: str = auth) -> RetrieveResponse:
-        return serving.retrieve(who, body)
+    def retrieve(body: RetrieveRequest, key: Key = None, who: str = auth) -> RetrieveResponse:
+        return serving.retrieve(who, body, key)
 
     @app.post("/v1/answer", response_model=AnswerResponse)
-    def answer(body: AnswerRequest, who: str = auth) -> AnswerResponse:
-        return serving.answer(who, body)
+    def answer(body: AnswerRequest, key: Key = None, who: str = auth) -> AnswerResponse:
+        return serving.answer(who, body, key)
 
     @app.post("/v1/chat/completions", response_model=ChatCompletion, responses=_STREAMED)
-    def chat(body: ChatRequest, who: str = auth) -> ChatCompletion | StreamingResponse:
-        out = serving.chat(who, body)
+    def chat(
+        body: ChatRequest, key: Key = None, who: str = auth
+    ) -> ChatCompletion | StreamingResponse:
+        out = serving.chat(who, body, key)
         if isinstance(out, ChatCompletion):
             return out
         return StreamingResponse(sse_events(out), media_type="text/event-stream")

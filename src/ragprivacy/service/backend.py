@@ -117,6 +117,9 @@ CREATE TABLE IF NOT EXISTS answers (
 CREATE TABLE IF NOT EXISTS failures (
     window_id TEXT NOT NULL, account TEXT NOT NULL, charged INTEGER NOT NULL,
     free INTEGER NOT NULL, PRIMARY KEY (window_id, account)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idempotency (
+    account TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, created REAL NOT NULL,
+    response TEXT, PRIMARY KEY (account, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS witnesses (
     window_id TEXT NOT NULL, proof TEXT NOT NULL, witness TEXT NOT NULL,
     PRIMARY KEY (window_id, proof)) WITHOUT ROWID;

@@ -87,6 +87,8 @@ class Client:
         self._account: str | None = None  # this key's account, from its first receipt
         self._window: str | None = None  # the window of the last receipt kept
         self._seqs: dict[tuple[str, str], set[int]] = {}  # (window id, account) -> j's kept
+        self._signed: set[str] = set()  # signatures of the receipts kept
+        self._nonces: dict[str, str] = {}  # idempotency key -> the nonce its request sent
         self._lock = threading.Lock()
         for r in self._kept():  # of every account that shares the folder
             self._note(r)
@@ -103,13 +105,19 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _post(self, path: str, body: dict[str, Any], query: str) -> dict[str, Any]:
+    def _post(
+        self, path: str, body: dict[str, Any], query: str, key: str | None = None
+    ) -> dict[str, Any]:
         # the noise input's n: the provider learns it only with the request, so it could
-        # not have chosen its window seed to favour this query
-        nonce = secrets.token_hex(16)
+        # not have chosen its window seed to favour this query (a request sent again under
+        # its idempotency key is the same request: the same n)
+        nonce = (
+            self._nonces.setdefault(key, secrets.token_hex(16)) if key else secrets.token_hex(16)
+        )
         pinned = self._pin()
+        headers = {"Idempotency-Key": key} if key else None
         try:
-            r = self._http.post(path, json={**body, "nonce": nonce})
+            r = self._http.post(path, json={**body, "nonce": nonce}, headers=headers)
         except httpx.TransportError:
             # sent, but no answer came back: a record may have been appended whose
             # receipt never arrived
@@ -259,6 +267,8 @@ class Client:
         unanswered, so that its record does not count as one the account never asked
         for, and raises."""
         with self._lock:  # one check and one append at a time: j's are compared in order
+            if receipt.get("signature") in self._signed:
+                return  # the same receipt again (an idempotent repeat): kept already
             try:
                 window = receipt.get("window_id")
                 if pinned is not None and window not in pinned:
@@ -292,6 +302,7 @@ class Client:
 
     def _note(self, r: Receipt) -> None:
         self._seqs.setdefault((r.window_id, r.account), set()).add(r.seq)
+        self._signed.add(r.signature)
         self._window = r.window_id
 
     def _kept(self) -> list[Receipt]:
@@ -319,13 +330,22 @@ class Client:
             os.fsync(f.fileno())
 
     # ------------------------------------------------------------------ calls
-    def retrieve(self, query: str, *, k: int | None = None) -> dict[str, Any]:
-        """The private top-K documents, privacy spent, budget left and the receipt."""
-        return self._post("/v1/retrieve", {"query": query, **({"k": k} if k else {})}, query)
+    def retrieve(
+        self, query: str, *, k: int | None = None, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """The private top-K documents, privacy spent, budget left and the receipt. Call
+        again with the same ``idempotency_key`` after a timeout or a lost connection: the
+        service answers the request once, charges it once, and sends the same answer."""
+        body = {"query": query, **({"k": k} if k else {})}
+        return self._post("/v1/retrieve", body, query, idempotency_key)
 
-    def answer(self, query: str, *, k: int | None = None) -> dict[str, Any]:
-        """The RAG answer (``answer``) with the same fields."""
-        return self._post("/v1/answer", {"query": query, **({"k": k} if k else {})}, query)
+    def answer(
+        self, query: str, *, k: int | None = None, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """The RAG answer (``answer``) with the same fields (``idempotency_key`` as for
+        :meth:`retrieve`)."""
+        body = {"query": query, **({"k": k} if k else {})}
+        return self._post("/v1/answer", body, query, idempotency_key)
 
     def budget(self) -> dict[str, Any]:
         r = self._http.get("/v1/budget")

@@ -24,6 +24,7 @@ from ragprivacy.errors import (
     ServiceStateError,
 )
 from ragprivacy.generate import Generator
+from ragprivacy.service.idempotency import Idempotency
 from ragprivacy.service.protocol import (
     MODEL,
     AnswerBudget,
@@ -145,6 +146,7 @@ class Serving:
         self.generator = generator
         self.auth_limit = auth_limit or FailedAuthLimit()
         self.inflight = inflight or InFlightLimit()
+        self.idempotency = Idempotency(provider.state)
 
     # ------------------------------------------------------------------ accounts
     def authenticate(self, authorization: str | None, client: str = "") -> str:
@@ -168,8 +170,23 @@ class Serving:
                 self.auth_limit.failed(client)
             raise
 
-    def retrieve(self, account: str, request: RetrieveRequest) -> RetrieveResponse:
-        """``POST /v1/retrieve``: the private top-K (refused for a voting tenant)."""
+    def retrieve(
+        self, account: str, request: RetrieveRequest, idempotency_key: str | None = None
+    ) -> RetrieveResponse:
+        """``POST /v1/retrieve``: the private top-K (refused for a voting tenant); a repeat
+        of an ``idempotency_key`` gets the first response (:mod:`~ragprivacy.service.
+        idempotency`)."""
+        return self.idempotency.run(
+            account,
+            idempotency_key,
+            "/v1/retrieve",
+            request.model_dump(mode="json"),
+            lambda: self._retrieve(account, request),
+            _dumped,
+            RetrieveResponse.model_validate,
+        )
+
+    def _retrieve(self, account: str, request: RetrieveRequest) -> RetrieveResponse:
         with self.inflight.slot(account):
             served = self.provider.retrieve(
                 account, request.query, k=request.k, nonce=request.nonce
@@ -182,8 +199,22 @@ class Serving:
             budget=NoisyTopKBudget.model_validate(served.budget),
         )
 
-    def answer(self, account: str, request: AnswerRequest) -> AnswerResponse:
-        """``POST /v1/answer``: the account's answer in its tenant's mode."""
+    def answer(
+        self, account: str, request: AnswerRequest, idempotency_key: str | None = None
+    ) -> AnswerResponse:
+        """``POST /v1/answer``: the account's answer in its tenant's mode (once per
+        ``idempotency_key``, as :meth:`retrieve`)."""
+        return self.idempotency.run(
+            account,
+            idempotency_key,
+            "/v1/answer",
+            request.model_dump(mode="json"),
+            lambda: self._answer(account, request),
+            _dumped,
+            AnswerResponse.model_validate,
+        )
+
+    def _answer(self, account: str, request: AnswerRequest) -> AnswerResponse:
         with self.inflight.slot(account):
             done = self._answered(
                 account, request.query, request.k, request.max_tokens, request.nonce
@@ -198,12 +229,26 @@ class Serving:
         )
 
     def chat(
-        self, account: str, request: ChatRequest
+        self, account: str, request: ChatRequest, idempotency_key: str | None = None
     ) -> ChatCompletion | list[ChatCompletionChunk]:
         """``POST /v1/chat/completions``: the answer to the last user message, whole or
         (``stream``) as the chunks to send. The whole answer exists (and is charged)
         before the first chunk is sent, so a refusal is still an ordinary 4xx and a
-        stream never stops halfway for a reason the account pays for."""
+        stream never stops halfway for a reason the account pays for. Once per
+        ``idempotency_key``, as :meth:`retrieve` (a repeat streams the same chunks)."""
+        return self.idempotency.run(
+            account,
+            idempotency_key,
+            "/v1/chat/completions",
+            request.model_dump(mode="json"),
+            lambda: self._chat(account, request),
+            _dumped_chat,
+            _loaded_chat,
+        )
+
+    def _chat(
+        self, account: str, request: ChatRequest
+    ) -> ChatCompletion | list[ChatCompletionChunk]:
         _check_chat(request)
         users = [m.text for m in request.messages if m.role == "user" and m.text.strip()]
         if not users:
@@ -386,3 +431,20 @@ def _logprobs(completion: Completion) -> ChoiceLogprobs | None:
             for t, lp in zip(completion.tokens, completion.logprobs)
         ]
     )
+
+
+def _dumped(response: RetrieveResponse | AnswerResponse) -> Any:
+    """A response as kept under its idempotency key (what was sent, as JSON)."""
+    return response.model_dump(mode="json")
+
+
+def _dumped_chat(out: ChatCompletion | list[ChatCompletionChunk]) -> Any:
+    if isinstance(out, list):  # as sent: a key a chunk was not built with stays unset
+        return {"chunks": [c.model_dump(mode="json", exclude_unset=True) for c in out]}
+    return {"completion": out.model_dump(mode="json")}
+
+
+def _loaded_chat(kept: dict[str, Any]) -> ChatCompletion | list[ChatCompletionChunk]:
+    if "chunks" in kept:
+        return [ChatCompletionChunk.model_validate(c) for c in kept["chunks"]]
+    return ChatCompletion.model_validate(kept["completion"])

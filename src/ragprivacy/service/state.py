@@ -49,6 +49,7 @@ from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import AuthError, BudgetExhaustedError, ConfigError, DataError
 from ragprivacy.rag import DPVoteConfig
 from ragprivacy.service.backend import SqliteBackend, StateBackend, open_backend
+from ragprivacy.service.idempotency import PENDING_S, TTL_S
 from ragprivacy.service.keys import ApiKey, hash_secret, new_key, parse_key, secret_matches
 from ragprivacy.types import Document
 
@@ -395,6 +396,54 @@ class ServiceState:
         )
         paid, free = (0, 0) if row is None else (int(row[0]), int(row[1]))
         return {"charged": paid, "free": free}
+
+    # ------------------------------------------------------------------ idempotency
+    def begin_idempotent(
+        self, account: str, key: str, fingerprint: str, now: float
+    ) -> tuple[str, str | None]:
+        """Claim (account, key) for a request of ``fingerprint``, atomically across
+        processes (:mod:`ragprivacy.service.idempotency`): ``("new", None)`` — run it;
+        ``("done", response)``; ``("pending", None)`` — another copy runs; ``("reused",
+        None)`` — the key named another request. Expired rows of the account go first."""
+        with self._write() as conn:
+            conn.execute(
+                "DELETE FROM idempotency WHERE account = ? AND created < ?",
+                (account, now - TTL_S),
+            )
+            row = conn.execute(
+                "SELECT fingerprint, created, response FROM idempotency "
+                "WHERE account = ? AND key = ?",
+                (account, key),
+            ).fetchone()
+            if row is not None and row[0] != fingerprint:
+                return "reused", None
+            if row is not None and row[2] is not None:
+                return "done", str(row[2])
+            if row is not None and float(row[1]) > now - PENDING_S:
+                return "pending", None
+            # new, or pending so long that its worker is gone: this request runs it
+            conn.execute(
+                "INSERT INTO idempotency VALUES (?, ?, ?, ?, NULL) ON CONFLICT (account, key) "
+                "DO UPDATE SET created = excluded.created",
+                (account, key, fingerprint, now),
+            )
+        return "new", None
+
+    def finish_idempotent(self, account: str, key: str, response: str) -> None:
+        """Keep the response of (account, key)'s request for its repeats."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE idempotency SET response = ? WHERE account = ? AND key = ?",
+                (response, account, key),
+            )
+
+    def abandon_idempotent(self, account: str, key: str) -> None:
+        """Forget (account, key): its request spent nothing, so a repeat runs afresh."""
+        with self._write() as conn:
+            conn.execute(
+                "DELETE FROM idempotency WHERE account = ? AND key = ? AND response IS NULL",
+                (account, key),
+            )
 
     def answers_used(self, window_id: str, account: str) -> int:
         row = self._one(
