@@ -87,8 +87,8 @@ class Client:
         self._account: str | None = None  # this key's account, from its first receipt
         self._window: str | None = None  # the window of the last receipt kept
         self._seqs: dict[tuple[str, str], set[int]] = {}  # (window id, account) -> j's kept
-        self._signed: set[str] = set()  # signatures of the receipts kept
         self._nonces: dict[str, str] = {}  # idempotency key -> the nonce its request sent
+        self._keyed: dict[str, str] = {}  # idempotency key -> its receipt's signature
         self._lock = threading.Lock()
         for r in self._kept():  # of every account that shares the folder
             self._note(r)
@@ -128,7 +128,7 @@ class Client:
         if r.status_code in (500, 502):  # failed after retrieval: charged like an answer
             paid = _json(r).get("receipt")
             if isinstance(paid, dict):  # its record was appended: keep its receipt
-                self._keep(paid, query, nonce=nonce, pinned=pinned)
+                self._keep(paid, query, nonce=nonce, pinned=pinned, key=key)
             else:  # a storage error may follow an append that took effect
                 self._unanswered(query)
             if r.status_code == 500:
@@ -151,6 +151,7 @@ class Client:
                 nonce=nonce,
                 pinned=pinned,
                 answer=answer if isinstance(answer, str) else None,
+                key=key,
             )
         return out
 
@@ -260,6 +261,7 @@ class Client:
         nonce: str | None = None,
         pinned: frozenset[str] | None = None,
         answer: str | None = None,
+        key: str | None = None,
     ) -> None:
         """Check ``receipt`` and keep it; a receipt that fails is kept apart as evidence
         (``rejected/``, which the verifier does not read) and the call raises. A check
@@ -267,8 +269,8 @@ class Client:
         unanswered, so that its record does not count as one the account never asked
         for, and raises."""
         with self._lock:  # one check and one append at a time: j's are compared in order
-            if receipt.get("signature") in self._signed:
-                return  # the same receipt again (an idempotent repeat): kept already
+            if key is not None and self._keyed.get(key) == receipt.get("signature"):
+                return  # the request sent again under its key: its receipt, kept already
             try:
                 window = receipt.get("window_id")
                 if pinned is not None and window not in pinned:
@@ -289,6 +291,8 @@ class Client:
                 raise
             self._account = checked.account
             self._note(checked)
+            if key is not None:
+                self._keyed[key] = checked.signature
             self._append("receipts.jsonl", receipt)
 
     def _unanswered(self, query: str, window_id: object = None) -> None:
@@ -302,7 +306,6 @@ class Client:
 
     def _note(self, r: Receipt) -> None:
         self._seqs.setdefault((r.window_id, r.account), set()).add(r.seq)
-        self._signed.add(r.signature)
         self._window = r.window_id
 
     def _kept(self) -> list[Receipt]:
