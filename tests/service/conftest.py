@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,21 +130,32 @@ class Server:
     ATTEMPTS = 5
     START_S = 120  # a busy machine may take a while to import and start the service
 
-    def __init__(self, state: Path | str, *, workers: int = 1, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        state: Path | str,
+        *,
+        workers: int = 1,
+        extra: tuple[str, ...] = (),
+        scheme: str = "http",
+    ) -> None:
         self.state = state
         for attempt in range(self.ATTEMPTS):
             self.port = free_port()
-            self.url = f"http://127.0.0.1:{self.port}"
+            self.url = f"{scheme}://127.0.0.1:{self.port}"
             cmd = [
                 sys.executable, "-m", "ragprivacy.cli", "serve", "--state", str(state),
                 "--port", str(self.port), "--workers", str(workers), *extra,
             ]  # fmt: skip
+            # a file, not a pipe: a pipe nobody reads fills with the access log and
+            # blocks the service
+            self.log = tempfile.TemporaryFile()  # noqa: SIM115 (read until the server stops)
             self.proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+                cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
             )
             output = self._wait_ready()
             if output is None:
                 return
+            self.log.close()
             if "address already in use" not in output.lower() or attempt == self.ATTEMPTS - 1:
                 raise RuntimeError(output)
 
@@ -152,10 +164,10 @@ class Server:
         deadline = time.monotonic() + self.START_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                return self.proc.stdout.read().decode() if self.proc.stdout else ""
+                return self.output()
             try:
                 if httpx.get(
-                    f"{self.url}/v1/audit/windows", timeout=1
+                    f"{self.url}/v1/audit/windows", timeout=1, verify=False
                 ).status_code == 200 and listens_on(self.proc.pid, self.port):
                     return None
             except httpx.HTTPError:
@@ -164,15 +176,24 @@ class Server:
         self.stop(signal.SIGKILL)
         raise RuntimeError(f"the service did not start within {self.START_S} s")
 
+    def output(self) -> str:
+        """What the service wrote so far (stdout and stderr)."""
+        if self.log.closed:
+            return self._final
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
     def stop(self, sig: int = signal.SIGTERM) -> str:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
         try:
-            out, _ = self.proc.communicate(timeout=20)
+            self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            out, _ = self.proc.communicate()
-        return out.decode() if out else ""
+            self.proc.wait()
+        self._final = self.output()
+        self.log.close()
+        return self._final
 
 
 @pytest.fixture(scope="session")

@@ -16,11 +16,12 @@ def register(app: typer.Typer) -> None:
 
 
 def serve(
-    state: str = typer.Option(
-        ...,
+    ctx: typer.Context,
+    state: str | None = typer.Option(
+        None,
         "--state",
         help="The service's state directory, or a PostgreSQL URL (postgresql://...) that "
-        "several replicas share.",
+        "several replicas share (required, here or in --config).",
     ),
     identity_key: Path | None = typer.Option(
         None,
@@ -73,51 +74,186 @@ def serve(
         help="Serve the OpenAPI schema and its pages (/openapi.json, /docs, /redoc); off by "
         "default, as they are not part of the API.",
     ),
+    rotate_every: str | None = typer.Option(
+        None,
+        "--rotate-every",
+        help="Close the open window once it is this old (1d, 6h, 30m, ...), export its "
+        "auditor package (--export-auditor) and open the next, by itself; a spent budget's "
+        "429 then says in Retry-After when the next window opens. Run it on one replica.",
+    ),
+    export_auditor: Path | None = typer.Option(
+        None,
+        "--export-auditor",
+        help="With --rotate-every: where each closed window's auditor package goes "
+        "(DIR/<window id>; it holds the window seed: keep it for the auditor).",
+    ),
+    log_level: str = typer.Option(
+        "info", "--log-level", help="critical, error, warning, info or debug."
+    ),
+    access_log: bool = typer.Option(
+        True,
+        "--access-log/--no-access-log",
+        help="One JSON line per request (method, path, status, ms, client address; never a "
+        "header, body, account or query text).",
+    ),
+    ssl_certfile: Path | None = typer.Option(
+        None, "--ssl-certfile", help="Serve HTTPS with this certificate (PEM)."
+    ),
+    ssl_keyfile: Path | None = typer.Option(
+        None, "--ssl-keyfile", help="The certificate's private key (PEM)."
+    ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help='A TOML file giving any of these options by name (state = "state", port = '
+        '8000, rotate-every = "1d", ...); options on the command line win.',
+    ),
 ) -> None:
     """Serve private retrieval and answers for the accounts in --state, with public audit
     endpoints (see docs/service.md)."""
     import uvicorn
 
     from ragprivacy._postgres import is_postgres_url
+    from ragprivacy._validation import check_choice
     from ragprivacy.errors import ConfigError
     from ragprivacy.generate import PromptBudget, create_generator
-    from ragprivacy.service import FailedAuthLimit, InFlightLimit, ServiceState
+    from ragprivacy.service import (
+        FailedAuthLimit,
+        InFlightLimit,
+        ServiceState,
+        WindowSchedule,
+        parse_period,
+    )
 
+    given = {k: v for k, v in ctx.params.items() if k != "config"}
+    if config is not None:
+        given = _with_config(ctx, given, config)
+    state = given["state"]
+    if not state:
+        raise ConfigError('Give the state: --state DIR|URL, or state = "..." in --config.')
+    host, port, workers = str(given["host"]), int(given["port"]), int(given["workers"])
+    identity_key = _path(given["identity_key"])
+    log_level = check_choice(
+        "--log-level", str(given["log_level"]), ("critical", "error", "warning", "info", "debug")
+    )
     if not 1 <= port <= 65535:
         raise ConfigError(f"--port must be in [1, 65535]; got {port}.")
     if not 1 <= workers <= 64:
         raise ConfigError(f"--workers must be in [1, 64]; got {workers}.")
+    certfile, keyfile = _path(given["ssl_certfile"]), _path(given["ssl_keyfile"])
+    if (certfile is None) != (keyfile is None):
+        raise ConfigError("HTTPS needs both --ssl-certfile and --ssl-keyfile.")
+    for tls in (certfile, keyfile):
+        if tls is not None and not tls.is_file():
+            raise ConfigError(f"{tls}: no such file.")
+    period = None if given["rotate_every"] is None else parse_period(given["rotate_every"])
+    export = _path(given["export_auditor"])
+    if export is not None and period is None:
+        raise ConfigError("--export-auditor goes with --rotate-every (the schedule exports).")
     # refuse a missing state (or an unreachable database) before binding a port
     ServiceState(state, create=False, identity_key=identity_key).close()
-    create_generator(generator)  # and an unknown generator
-    FailedAuthLimit(per_client=auth_failures_per_client, overall=auth_failures_overall)
-    InFlightLimit(max_inflight)
-    PromptBudget(doc_tokens=doc_tokens, context_tokens=context_tokens)  # and a bad budget
+    create_generator(given["generator"])  # and an unknown generator
+    FailedAuthLimit(
+        per_client=given["auth_failures_per_client"], overall=given["auth_failures_overall"]
+    )
+    InFlightLimit(given["max_inflight"])
+    PromptBudget(doc_tokens=given["doc_tokens"], context_tokens=given["context_tokens"])
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
     if not loopback:
         typer.echo(f"warning: listening on {host}, reachable from other machines", err=True)
-    os.environ["RAGPRIVACY_STATE"] = state if is_postgres_url(state) else str(Path(state).resolve())
-    if identity_key is not None:
-        os.environ["RAGPRIVACY_IDENTITY_KEY"] = str(identity_key.resolve())
-    os.environ["RAGPRIVACY_GENERATOR"] = generator
-    os.environ["RAGPRIVACY_API_DOCS"] = "1" if api_docs else "0"
-    os.environ["RAGPRIVACY_AUTH_FAILURES_PER_CLIENT"] = str(auth_failures_per_client)
-    os.environ["RAGPRIVACY_AUTH_FAILURES_OVERALL"] = str(auth_failures_overall)
-    os.environ["RAGPRIVACY_MAX_INFLIGHT"] = str(max_inflight)
-    os.environ["RAGPRIVACY_DOC_TOKENS"] = str(doc_tokens)
-    if context_tokens is None:
-        os.environ.pop("RAGPRIVACY_CONTEXT_TOKENS", None)
-    else:
-        os.environ["RAGPRIVACY_CONTEXT_TOKENS"] = str(context_tokens)
-    uvicorn.run(
-        "ragprivacy.service.app:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="info",
-        access_log=False,  # request lines carry no secrets, but keep logs to what we decide
-    )
+    env = {
+        "RAGPRIVACY_STATE": state if is_postgres_url(state) else str(Path(state).resolve()),
+        "RAGPRIVACY_IDENTITY_KEY": str(identity_key.resolve()) if identity_key else None,
+        "RAGPRIVACY_GENERATOR": given["generator"],
+        "RAGPRIVACY_API_DOCS": "1" if given["api_docs"] else "0",
+        "RAGPRIVACY_AUTH_FAILURES_PER_CLIENT": str(given["auth_failures_per_client"]),
+        "RAGPRIVACY_AUTH_FAILURES_OVERALL": str(given["auth_failures_overall"]),
+        "RAGPRIVACY_MAX_INFLIGHT": str(given["max_inflight"]),
+        "RAGPRIVACY_DOC_TOKENS": str(given["doc_tokens"]),
+        "RAGPRIVACY_CONTEXT_TOKENS": None
+        if given["context_tokens"] is None
+        else str(given["context_tokens"]),
+        "RAGPRIVACY_ROTATE_EVERY": None if period is None else str(period),
+        "RAGPRIVACY_ACCESS_LOG": "1" if given["access_log"] else "0",
+    }
+    for name, value in env.items():  # the workers build their app from these
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    schedule = None
+    if period is not None:
+        schedule = WindowSchedule(
+            lambda: ServiceState(state, create=False, identity_key=identity_key), period, export
+        ).start()
+    try:
+        uvicorn.run(
+            "ragprivacy.service.app:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            log_config=_log_config(log_level),
+            access_log=False,  # uvicorn's line holds the query string; ours does not
+            ssl_certfile=str(certfile) if certfile else None,
+            ssl_keyfile=str(keyfile) if keyfile else None,
+        )
+    finally:
+        if schedule is not None:
+            schedule.stop()
+
+
+def _path(value: object) -> Path | None:
+    return None if value is None else Path(str(value))
+
+
+def _with_config(ctx: typer.Context, given: dict[str, object], config: Path) -> dict[str, object]:
+    """``given`` with the TOML file's values for every option not on the command line."""
+    import tomllib
+
+    from ragprivacy._validation import check_choice
+    from ragprivacy.errors import ConfigError
+
+    try:
+        values = tomllib.loads(config.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{config}: {exc.strerror or exc}.") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{config}: not TOML: {exc}.") from None
+    out = dict(given)
+    for key, value in values.items():
+        name = check_choice(f"{config} key", key.replace("-", "_"), sorted(given))
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name == "COMMANDLINE":
+            continue  # the command line wins
+        out[name] = value
+    return out
+
+
+def _log_config(level: str) -> dict[str, object]:
+    """uvicorn's logging, with the service's loggers beside it: ``ragprivacy`` (refusals,
+    failures, the schedule) and ``ragprivacy.access`` (one JSON line per request)."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    cfg: dict[str, object] = copy.deepcopy(LOGGING_CONFIG)
+    formatters = cfg["formatters"]
+    handlers = cfg["handlers"]
+    loggers = cfg["loggers"]
+    assert isinstance(formatters, dict) and isinstance(handlers, dict)
+    assert isinstance(loggers, dict)
+    formatters["line"] = {"format": "%(message)s"}
+    handlers["line"] = {
+        "formatter": "line",
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stdout",
+    }
+    upper = level.upper()
+    loggers["ragprivacy"] = {"handlers": ["default"], "level": upper, "propagate": False}
+    loggers["ragprivacy.access"] = {"handlers": ["line"], "level": upper, "propagate": False}
+    return cfg

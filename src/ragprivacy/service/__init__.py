@@ -43,6 +43,7 @@ from ragprivacy.service.provider import (
     window_status,
 )
 from ragprivacy.service.remote import fetch_window
+from ragprivacy.service.schedule import WindowSchedule, parse_period, seconds_until_rotation
 from ragprivacy.service.state import (
     MODES,
     VOTING_MODES,
@@ -84,6 +85,7 @@ __all__ = [
     "VotingTenants",
     "Window",
     "WindowClosedError",
+    "WindowSchedule",
     "answer_cap",
     "audit_window",
     "close_window",
@@ -94,7 +96,9 @@ __all__ = [
     "new_key",
     "open_window",
     "parse_key",
+    "parse_period",
     "rotate_window",
     "run_service_demo",
+    "seconds_until_rotation",
     "window_status",
 ]

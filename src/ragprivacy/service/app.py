@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -92,6 +93,7 @@ from ragprivacy.service.protocol import (
     sse_events,
 )
 from ragprivacy.service.provider import ServiceProvider
+from ragprivacy.service.schedule import seconds_until_rotation
 from ragprivacy.service.serving import NotFoundError, NotReadyError, Serving
 from ragprivacy.service.state import ServiceState
 from ragprivacy.service.throttle import (
@@ -200,7 +202,7 @@ def _error(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-async def _on_error(_: Request, exc: Exception) -> JSONResponse:
+async def _on_error(request: Request, exc: Exception) -> JSONResponse:
     row = error_status(exc)
     if row.error is Exception:
         _log.error("internal error (%s)", type(exc).__name__)  # never the message
@@ -209,6 +211,9 @@ async def _on_error(_: Request, exc: Exception) -> JSONResponse:
     headers = dict(row.headers)
     if isinstance(exc, AuthThrottledError):
         headers["Retry-After"] = str(exc.retry_after)
+    renews = getattr(request.app.state, "renews_in", None)
+    if isinstance(exc, BudgetExhaustedError) and renews is not None:
+        headers["Retry-After"] = str(renews())  # the next window, on the schedule
     code = "internal_error" if row.error is Exception else _code(exc)
     if isinstance(exc, ChargedFailureError) and exc.receipt is not None:
         # the failed answer's record was appended: its receipt goes to the account, which
@@ -244,6 +249,8 @@ def create_app(
     api_docs: bool = False,
     auth_limit: FailedAuthLimit | None = None,
     inflight: InFlightLimit | None = None,
+    rotate_every: int | None = None,
+    access_log: bool = False,
 ) -> FastAPI:
     """The service's ASGI app over the state ``state_dir`` (a directory, or a PostgreSQL
     URL with the ``identity_key`` file); ``prompt_budget`` shapes answers' prompts
@@ -253,7 +260,10 @@ def create_app(
     the request's ``Host``), and every response says ``Cache-Control: no-store``.
     ``auth_limit``: the failed key checks a client may make (default
     :class:`FailedAuthLimit()`); ``inflight``: the requests one account may have in
-    progress at once (default :class:`InFlightLimit()`)."""
+    progress at once (default :class:`InFlightLimit()`); ``rotate_every``: the window
+    schedule's period in seconds (a spent budget's 429 then says in ``Retry-After`` when
+    the next window opens, :mod:`ragprivacy.service.schedule`); ``access_log``: a JSON
+    line per request on the ``ragprivacy.access`` logger (:class:`_AccessLog`)."""
     state = ServiceState(state_dir, create=False, identity_key=identity_key)
     gen = create_generator(generator) if isinstance(generator, str) else generator
     serving = Serving(
@@ -268,8 +278,20 @@ def create_app(
         docs_url="/docs" if api_docs else None,
         redoc_url="/redoc" if api_docs else None,
     )
+    if rotate_every is not None:
+        period = int(rotate_every)
+
+        def renews_in() -> int:
+            open_ = state.open_windows()
+            if not open_:
+                return 1
+            return seconds_until_rotation(int(open_[0].commitments["published_at"]), period)
+
+        app.state.renews_in = renews_in
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
     app.add_middleware(_NoStore)
+    if access_log:
+        app.add_middleware(_AccessLog)  # outermost: it times and logs every answer
     app.exception_handler(StarletteHTTPException)(_on_http)
     app.exception_handler(RequestValidationError)(_on_invalid)
     for caught in (RagPrivacyError, Exception):  # Exception: the 500 row, after the rest
@@ -412,6 +434,46 @@ class _NoStore:
         await self.app(scope, receive, marked)
 
 
+_access = logging.getLogger("ragprivacy.access")
+
+
+class _AccessLog:
+    """One JSON line per request on the ``ragprivacy.access`` logger: method, path (no
+    query string), status, milliseconds and the client's address — never a header, a
+    body, an account or a query text."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def noted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noted)
+        finally:
+            client = scope.get("client")
+            _access.info(
+                json.dumps(
+                    {
+                        "method": scope.get("method"),
+                        "path": scope.get("path"),
+                        "status": status,
+                        "ms": round((time.perf_counter() - start) * 1000, 1),
+                        "client": client[0] if client else None,
+                    }
+                )
+            )
+
+
 class _BodyLimit:
     """Refuse a request body over ``limit`` bytes with 413, whether it declares its length
     or arrives chunked: the body is counted as it is read, so no client makes the
@@ -490,4 +552,8 @@ def app_from_env() -> FastAPI:
             overall=int(os.environ.get("RAGPRIVACY_AUTH_FAILURES_OVERALL", "120")),
         ),
         inflight=InFlightLimit(int(os.environ.get("RAGPRIVACY_MAX_INFLIGHT", "8"))),
+        rotate_every=int(os.environ["RAGPRIVACY_ROTATE_EVERY"])
+        if os.environ.get("RAGPRIVACY_ROTATE_EVERY")
+        else None,
+        access_log=os.environ.get("RAGPRIVACY_ACCESS_LOG") == "1",
     )

@@ -1,0 +1,162 @@
+"""What an operator sets up: a TOML config for ``serve``, its log level and JSON access
+log (no query text, no key), HTTPS, and windows that rotate on a schedule (with the
+spent budget's ``Retry-After`` read from it)."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import ssl
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from tests.service.conftest import Server
+
+from ragprivacy.cli import main
+from ragprivacy.service import ServiceState
+from ragprivacy.service.schedule import WindowSchedule, parse_period, seconds_until_rotation
+
+SECRET = "Which patient named Quorn has asthma?"
+
+
+def _state(
+    tmp_path: Path, admin, corpus_file, *, rate: int = 5, window: bool = True
+) -> tuple[Path, str]:  # type: ignore[no-untyped-def]
+    state = tmp_path / "state"
+    admin(state, "tenant", "create", "clinic", "--k", "2")
+    admin(state, "docs", "add", "clinic", str(corpus_file(tmp_path / "c.jsonl", "clinic", 8)))
+    admin(state, "account", "create", "clinic", "alice", "--eps", "4", "--delta", "1e-6",
+          "--rate-limit", str(rate))  # fmt: skip
+    key = admin(state, "key", "create", "alice").split()[-1]
+    if window:
+        admin(state, "window", "open")
+    return state, key
+
+
+def test_a_toml_config_and_a_json_access_log_without_secrets(
+    tmp_path: Path, admin, corpus_file, server_factory
+) -> None:  # type: ignore[no-untyped-def]
+    state, key = _state(tmp_path, admin, corpus_file)
+    config = tmp_path / "serve.toml"
+    config.write_text('api-docs = true\nlog-level = "info"\nmax_inflight = 4\n')
+    server = server_factory(state, extra=("--config", str(config)))
+    assert httpx.get(f"{server.url}/openapi.json").status_code == 200  # from the file
+    headers = {"Authorization": f"Bearer {key}"}
+    for _ in range(2):
+        r = httpx.post(f"{server.url}/v1/retrieve", json={"query": SECRET}, headers=headers)
+        assert r.status_code == 200, r.text
+    httpx.post(f"{server.url}/v1/retrieve", json={"query": SECRET},
+               headers={"Authorization": "Bearer rpk_nope_nope"})  # fmt: skip
+    out = server.stop()
+    lines = [json.loads(x) for x in out.splitlines() if x.startswith('{"method"')]
+    retrieves = [x for x in lines if x["path"] == "/v1/retrieve"]
+    assert [x["status"] for x in retrieves] == [200, 200, 401]
+    assert all(set(x) == {"method", "path", "status", "ms", "client"} for x in lines)
+    assert SECRET not in out and key not in out and "rpk_" not in out
+
+
+def test_a_bad_config_or_option_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "bad.toml"
+    bad.write_text("prot = 8000\n")
+    assert main(["serve", "--config", str(bad)]) == 2
+    assert "did you mean 'port'" in capsys.readouterr().err
+    bad.write_text("port = [\n")
+    assert main(["serve", "--config", str(bad)]) == 2
+    assert "not TOML" in capsys.readouterr().err
+    assert main(["serve", "--state", str(tmp_path), "--log-level", "loud"]) == 2
+    assert main(["serve", "--state", str(tmp_path), "--rotate-every", "5s"]) == 2
+    assert "at least 1m" in capsys.readouterr().err
+    assert main(["serve", "--state", str(tmp_path), "--ssl-certfile", "c.pem"]) == 2
+    assert "both --ssl-certfile and --ssl-keyfile" in capsys.readouterr().err
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return certfile, keyfile
+
+
+def test_https_with_the_operator_s_certificate(tmp_path: Path, admin, corpus_file) -> None:  # type: ignore[no-untyped-def]
+    state, key = _state(tmp_path, admin, corpus_file)
+    certfile, keyfile = _self_signed(tmp_path)
+    server = Server(state, scheme="https", extra=("--ssl-certfile", str(certfile),
+                                                  "--ssl-keyfile", str(keyfile)))  # fmt: skip
+    try:
+        trusted = ssl.create_default_context(cafile=str(certfile))
+        headers = {"Authorization": f"Bearer {key}"}
+        r = httpx.post(
+            f"{server.url}/v1/retrieve", json={"query": "asthma"}, headers=headers, verify=trusted
+        )
+        assert r.status_code == 200, r.text
+        with pytest.raises(httpx.HTTPError):  # plain HTTP is not served on that port
+            httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+    finally:
+        server.stop()
+
+
+def test_the_schedule_opens_and_rotates_windows_with_their_packages(
+    tmp_path: Path, admin, corpus_file
+) -> None:  # type: ignore[no-untyped-def]
+    state, _ = _state(tmp_path, admin, corpus_file, window=False)
+    period = 2
+    schedule = WindowSchedule(lambda: ServiceState(state, create=False), period, tmp_path / "aud")
+    assert schedule.step() == period  # no window: one is opened
+    st = ServiceState(state, create=False)
+    assert [w.window_id for w in st.open_windows()] == ["W1"]
+    assert 0 < schedule.step() <= period  # not yet a period old: nothing rotates
+    assert schedule.rotations == 0
+    time.sleep(period + 0.1)
+    schedule.step()
+    assert schedule.rotations == 1
+    assert [w.window_id for w in st.open_windows()] == ["W2"]
+    assert st.window("W1").status == "closed"
+    assert (tmp_path / "aud" / "W1" / "auditor.json").is_file()
+    st.close()
+    assert parse_period("1d") == 86400 and parse_period("90m") == 5400
+    assert seconds_until_rotation(0, 60, now=59.5) == 1 and seconds_until_rotation(0, 60, 0) == 60
+
+
+def test_a_spent_budget_says_when_the_scheduled_window_opens(
+    tmp_path: Path, admin, corpus_file, server_factory
+) -> None:  # type: ignore[no-untyped-def]
+    state, key = _state(tmp_path, admin, corpus_file, rate=1)
+    server = server_factory(state, extra=("--rotate-every", "2h"))
+    headers = {"Authorization": f"Bearer {key}"}
+    assert (
+        httpx.post(f"{server.url}/v1/retrieve", json={"query": "a"}, headers=headers).status_code
+        == 200
+    )
+    over = httpx.post(f"{server.url}/v1/retrieve", json={"query": "b"}, headers=headers)
+    assert over.status_code == 429
+    assert 3600 < int(over.headers["Retry-After"]) <= 7200  # the window's end, not an hour
