@@ -160,3 +160,43 @@ def test_a_spent_budget_says_when_the_scheduled_window_opens(
     over = httpx.post(f"{server.url}/v1/retrieve", json={"query": "b"}, headers=headers)
     assert over.status_code == 429
     assert 3600 < int(over.headers["Retry-After"]) <= 7200  # the window's end, not an hour
+
+
+def _sample(text: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def test_prometheus_metrics_across_workers_name_no_account_or_query(
+    tmp_path: Path, admin, corpus_file, server_factory
+) -> None:  # type: ignore[no-untyped-def]
+    state, key = _state(tmp_path, admin, corpus_file, rate=2)
+    plain = server_factory(state)
+    assert httpx.get(f"{plain.url}/metrics").status_code == 404  # off unless asked
+    plain.stop()
+    server = server_factory(state, workers=2, extra=("--metrics",))
+    headers = {"Authorization": f"Bearer {key}"}
+    url = f"{server.url}/v1/retrieve"
+    codes = [httpx.post(url, json={"query": SECRET}, headers=headers).status_code
+             for _ in range(3)]  # fmt: skip
+    assert codes == [200, 200, 429]
+    assert httpx.post(url, json={"query": SECRET}, headers={"Authorization": "Bearer x"}
+                      ).status_code == 401  # fmt: skip
+    assert httpx.post(url, json={"nope": 1}, headers=headers).status_code == 422
+    text = httpx.get(f"{server.url}/metrics").text
+    assert _sample(text, "ragprivacy_requests_total", route="/v1/retrieve", status="200") == 2
+    assert _sample(text, "ragprivacy_refusals_total", reason="budget_exhausted") == 1
+    assert _sample(text, "ragprivacy_refusals_total", reason="malformed_request") == 1
+    assert _sample(text, "ragprivacy_refusals_total") == 3  # and the bad key
+    assert _sample(text, "ragprivacy_charged_total", route="/v1/retrieve") == 2
+    assert _sample(text, "ragprivacy_epsilon_spent_total", route="/v1/retrieve") > 0
+    assert _sample(text, "ragprivacy_ledger_records") == 2
+    assert 0 <= _sample(text, "ragprivacy_window_age_seconds") < 3600
+    assert "alice" not in text and SECRET not in text and key not in text

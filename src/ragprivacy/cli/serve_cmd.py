@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import typer
@@ -96,6 +98,13 @@ def serve(
         help="One JSON line per request (method, path, status, ms, client address; never a "
         "header, body, account or query text).",
     ),
+    metrics: bool = typer.Option(
+        False,
+        "--metrics",
+        help="Serve GET /metrics for Prometheus (requests, latency, refusals by reason, "
+        "privacy spent, the open window's records and age; no account or query in any "
+        "label). Off by default: request counts say how busy the service is.",
+    ),
     ssl_certfile: Path | None = typer.Option(
         None, "--ssl-certfile", help="Serve HTTPS with this certificate (PEM)."
     ),
@@ -178,7 +187,12 @@ def serve(
         else str(given["context_tokens"]),
         "RAGPRIVACY_ROTATE_EVERY": None if period is None else str(period),
         "RAGPRIVACY_ACCESS_LOG": "1" if given["access_log"] else "0",
+        "RAGPRIVACY_METRICS": "1" if given["metrics"] else "0",
     }
+    shared = None
+    if given["metrics"] and workers > 1:  # one set of counters for every worker
+        shared = tempfile.mkdtemp(prefix="ragprivacy-metrics-")
+        env["PROMETHEUS_MULTIPROC_DIR"] = shared
     for name, value in env.items():  # the workers build their app from these
         if value is None:
             os.environ.pop(name, None)
@@ -205,6 +219,8 @@ def serve(
     finally:
         if schedule is not None:
             schedule.stop()
+        if shared is not None:
+            shutil.rmtree(shared, ignore_errors=True)
 
 
 def _path(value: object) -> Path | None:

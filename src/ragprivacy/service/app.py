@@ -50,9 +50,10 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragprivacy.errors import (
@@ -72,6 +73,7 @@ from ragprivacy.errors import (
 )
 from ragprivacy.generate import Generator, PromptBudget, create_generator
 from ragprivacy.service.idempotency import IdempotencyInProgressError
+from ragprivacy.service.metrics import CONTENT_TYPE_LATEST, ServiceMetrics
 from ragprivacy.service.protocol import (
     AnswerRequest,
     AnswerResponse,
@@ -215,6 +217,7 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, BudgetExhaustedError) and renews is not None:
         headers["Retry-After"] = str(renews())  # the next window, on the schedule
     code = "internal_error" if row.error is Exception else _code(exc)
+    _count_refusal(request, row.status, code)
     if isinstance(exc, ChargedFailureError) and exc.receipt is not None:
         # the failed answer's record was appended: its receipt goes to the account, which
         # submits every receipt it holds (a record it has none for is one it never asked for)
@@ -222,15 +225,17 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
     return _error(row.status, detail, headers or None, code)
 
 
-async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     # An unroutable path (e.g. a window id with an encoded '/') is unknown like any
     # other: the one 404 body, so a path reveals nothing the router matched.
+    _count_refusal(request, exc.status_code, "not_found" if exc.status_code == 404 else None)
     if exc.status_code == 404:
         return _error(404, "Not found.", code="not_found")
     return _error(exc.status_code, str(exc.detail).splitlines()[0], dict(exc.headers or {}))
 
 
-async def _on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+async def _on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    _count_refusal(request, 422, "malformed_request")
     first = exc.errors()[0] if exc.errors() else {}
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
     return _error(
@@ -251,6 +256,7 @@ def create_app(
     inflight: InFlightLimit | None = None,
     rotate_every: int | None = None,
     access_log: bool = False,
+    metrics: bool = False,
 ) -> FastAPI:
     """The service's ASGI app over the state ``state_dir`` (a directory, or a PostgreSQL
     URL with the ``identity_key`` file); ``prompt_budget`` shapes answers' prompts
@@ -263,12 +269,13 @@ def create_app(
     progress at once (default :class:`InFlightLimit()`); ``rotate_every``: the window
     schedule's period in seconds (a spent budget's 429 then says in ``Retry-After`` when
     the next window opens, :mod:`ragprivacy.service.schedule`); ``access_log``: a JSON
-    line per request on the ``ragprivacy.access`` logger (:class:`_AccessLog`)."""
+    line per request on the ``ragprivacy.access`` logger (:class:`_AccessLog`);
+    ``metrics``: ``GET /metrics`` for Prometheus (:mod:`ragprivacy.service.metrics`)."""
     state = ServiceState(state_dir, create=False, identity_key=identity_key)
     gen = create_generator(generator) if isinstance(generator, str) else generator
-    serving = Serving(
-        ServiceProvider(state, prompt_budget=prompt_budget), gen, auth_limit, inflight
-    )
+    provider = ServiceProvider(state, prompt_budget=prompt_budget)
+    meter = ServiceMetrics(provider.window_gauge) if metrics else None
+    serving = Serving(provider, gen, auth_limit, inflight, on_spent=meter.spent if meter else None)
     app = _App(
         title="ragprivacy",
         summary="Multi-tenant private RAG with a verifiable audit.",
@@ -290,6 +297,14 @@ def create_app(
         app.state.renews_in = renews_in
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
     app.add_middleware(_NoStore)
+    if meter is not None:
+        app.state.metrics = meter
+        app.add_middleware(_Metered, fastapi=app, metrics=meter)
+
+        @app.get("/metrics", include_in_schema=False)
+        def scrape() -> Response:
+            return Response(meter.render(), media_type=CONTENT_TYPE_LATEST)
+
     if access_log:
         app.add_middleware(_AccessLog)  # outermost: it times and logs every answer
     app.exception_handler(StarletteHTTPException)(_on_http)
@@ -474,6 +489,54 @@ class _AccessLog:
             )
 
 
+def _route_of(app: FastAPI, scope: Scope) -> str:
+    """The route template a request matched (never its raw path: window ids stay out of
+    metric labels), or ``unmatched``."""
+    route = scope.get("route")
+    if route is not None and hasattr(route, "path"):
+        return str(route.path)
+    for candidate in app.router.routes:
+        match, _ = candidate.matches(scope)
+        if match == Match.FULL:
+            return str(getattr(candidate, "path", "unmatched"))
+    return "unmatched"
+
+
+class _Metered:
+    """Counts and times every request for ``/metrics`` (:mod:`ragprivacy.service.metrics`)."""
+
+    def __init__(self, app: ASGIApp, fastapi: FastAPI, metrics: ServiceMetrics) -> None:
+        self.app, self.fastapi, self.metrics = app, fastapi, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def noted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noted)
+        finally:
+            route = _route_of(self.fastapi, scope)
+            self.metrics.observe(route, status, time.perf_counter() - start)
+
+
+def _count_refusal(request: Request, status: int, code: str | None) -> None:
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is None:
+        return
+    if status == 502:  # charged like an answer
+        metrics.spent(_route_of(request.app, request.scope), None)
+    else:
+        metrics.refused(code or f"http_{status}")
+
+
 class _BodyLimit:
     """Refuse a request body over ``limit`` bytes with 413, whether it declares its length
     or arrives chunked: the body is counted as it is read, so no client makes the
@@ -556,4 +619,5 @@ def app_from_env() -> FastAPI:
         if os.environ.get("RAGPRIVACY_ROTATE_EVERY")
         else None,
         access_log=os.environ.get("RAGPRIVACY_ACCESS_LOG") == "1",
+        metrics=os.environ.get("RAGPRIVACY_METRICS") == "1",
     )

@@ -417,6 +417,17 @@ class ServiceProvider:
         """The open window's id."""
         return self._current()[0].window_id
 
+    def window_gauge(self) -> tuple[int, float] | None:
+        """The open window's ledger records (every worker's) and its age in seconds; None
+        when no window is open (what ``/metrics`` reports)."""
+        try:
+            window, audited = self._current()
+        except WindowClosedError:
+            return None
+        audited.ledger.refresh()
+        age = time.time() - int(window.commitments["published_at"]) / 1e9
+        return audited.ledger.size, max(0.0, age)
+
     def _voting_tenants(self) -> VotingTenants:
         self._current()
         assert self._voting is not None  # set with the provider

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,8 +142,12 @@ class Serving:
         generator: Generator,
         auth_limit: FailedAuthLimit | None = None,
         inflight: InFlightLimit | None = None,
+        *,
+        on_spent: Callable[[str, float | None], None] | None = None,
     ) -> None:
         self.provider = provider
+        # told (route, ε) of every request that spent privacy (metrics), never a replay
+        self.on_spent = on_spent
         self.generator = generator
         self.auth_limit = auth_limit or FailedAuthLimit()
         self.inflight = inflight or InFlightLimit()
@@ -191,6 +196,7 @@ class Serving:
             served = self.provider.retrieve(
                 account, request.query, k=request.k, nonce=request.nonce
             )
+        self._spent("/v1/retrieve", served.privacy.get("epsilon"))
         return RetrieveResponse(
             window_id=served.window_id,
             documents=_documents(served),
@@ -198,6 +204,10 @@ class Serving:
             privacy=NoisyTopKPrivacy.model_validate(served.privacy),
             budget=NoisyTopKBudget.model_validate(served.budget),
         )
+
+    def _spent(self, route: str, epsilon: object) -> None:
+        if self.on_spent is not None:
+            self.on_spent(route, float(epsilon) if isinstance(epsilon, int | float) else None)
 
     def answer(
         self, account: str, request: AnswerRequest, idempotency_key: str | None = None
@@ -219,6 +229,7 @@ class Serving:
             done = self._answered(
                 account, request.query, request.k, request.max_tokens, request.nonce
             )
+        self._spent("/v1/answer", getattr(done.privacy, "epsilon", None))
         return AnswerResponse(
             answer=done.completion.text,
             window_id=done.window_id,
@@ -266,6 +277,7 @@ class Serving:
                 )
         with self.inflight.slot(account):
             done = self._answered(account, users[-1], None, request.max_tokens, request.nonce)
+        self._spent("/v1/chat/completions", getattr(done.privacy, "epsilon", None))
         head: dict[str, Any] = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "created": int(time.time()),
