@@ -151,6 +151,58 @@ def docs_add(
     typer.echo(f"tenant {tenant}: {added} added, {skipped} already there")
 
 
+@docs_app.command("remove")
+def docs_remove(
+    ctx: typer.Context,
+    tenant: str = typer.Argument(..., help="Tenant id."),
+    ids: list[str] = typer.Argument(None, help="Document ids to erase."),
+    ids_file: Path | None = typer.Option(
+        None, "--ids-file", help="A file of document ids to erase, one per line."
+    ),
+) -> None:
+    """Erase documents (an erasure request): their texts and embeddings leave the state
+    at once, or — when the open window committed the tenant — when it closes (it keeps
+    serving what it committed until then; 'window rotate' closes it now)."""
+    from ragprivacy.errors import ConfigError
+
+    wanted = list(ids or [])
+    if ids_file is not None:
+        try:
+            text = ids_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{ids_file}: {exc.strerror or exc}.") from None
+        wanted += [line.strip() for line in text.splitlines() if line.strip()]
+    count, gone = _state(ctx).remove_documents(tenant, wanted)
+    if gone:
+        typer.echo(f"tenant {tenant}: {count} document(s) erased")
+    else:
+        typer.echo(
+            f"tenant {tenant}: {count} document(s) will be erased when the open window "
+            "closes (it committed them and serves them until then; 'window rotate' closes "
+            "it now)"
+        )
+
+
+@tenant_app.command("delete")
+def tenant_delete(
+    ctx: typer.Context,
+    tenant: str = typer.Argument(..., help="Tenant id."),
+    yes: bool = typer.Option(False, "--yes", help="Confirm: the tenant cannot be restored."),
+) -> None:
+    """Delete a tenant with its documents and accounts: their keys stop working at once;
+    the rest goes at once, or when the open window that committed it closes."""
+    from ragprivacy.errors import ConfigError
+
+    if not yes:
+        raise ConfigError(
+            f"Deleting tenant {tenant!r} erases its documents and accounts; add --yes."
+        )
+    accounts, gone = _state(ctx).delete_tenant(tenant)
+    revoked = f"; the keys of {', '.join(accounts)} are revoked" if accounts else ""
+    when = "deleted" if gone else "will be deleted when the open window closes"
+    typer.echo(f"tenant {tenant} {when}{revoked}")
+
+
 @account_app.command("create")
 def account_create(
     ctx: typer.Context,
@@ -312,3 +364,6 @@ def window_close(
         typer.echo(
             f"auditor package -> {out} (contains the window seed: give it to the auditor only)"
         )
+    erased = state.apply_erasures()  # after the export, which reads the committed documents
+    if erased:
+        typer.echo(f"erased what was pending for: {', '.join(sorted(erased))}")

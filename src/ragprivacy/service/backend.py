@@ -120,6 +120,10 @@ CREATE TABLE IF NOT EXISTS failures (
 CREATE TABLE IF NOT EXISTS idempotency (
     account TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, created REAL NOT NULL,
     response TEXT, PRIMARY KEY (account, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS removals (
+    tenant TEXT NOT NULL, doc_id TEXT NOT NULL, requested REAL NOT NULL,
+    PRIMARY KEY (tenant, doc_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS deletions (tenant TEXT PRIMARY KEY, requested REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS witnesses (
     window_id TEXT NOT NULL, proof TEXT NOT NULL, witness TEXT NOT NULL,
     PRIMARY KEY (window_id, proof)) WITHOUT ROWID;
@@ -181,6 +185,25 @@ class StateBackend(ABC):
     def index_vectors(self, tenant: str) -> None:
         """Build ``tenant``'s approximate-search index after an upload, if it has one."""
 
+    def erase(self, conn: Any) -> None:
+        """Inside ``conn``'s write transaction, before rows are deleted for erasure: make
+        the deleted content unreadable where the backend can (SQLite overwrites freed
+        pages with zeros; PostgreSQL keeps dead rows until VACUUM)."""
+
+    def erased(self) -> None:
+        """After an erasure committed: drop what still holds the old rows elsewhere."""
+
+    def compact_vectors(
+        self, conn: Any, tenant: str, removed: Sequence[str], moves: Sequence[tuple[int, int]]
+    ) -> None:
+        """Inside ``conn``'s write transaction: drop the ``removed`` ids' embeddings from
+        :meth:`vector_table` and move the others' positions ((old, new)), where the
+        embeddings are not in the documents' rows."""
+
+    def drop_tenant(self, conn: Any, tenant: str) -> None:
+        """Inside ``conn``'s write transaction: what a deleted tenant kept outside the
+        state's tables (its pgvector table)."""
+
     def embeddings(self, tenant: str, count: int, dim: int) -> EmbeddingSource | None:
         """``tenant``'s first ``count`` embeddings as a source read where they are stored,
         or ``None`` when they are blobs (read them with the documents)."""
@@ -241,6 +264,18 @@ class SqliteBackend(StateBackend):
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def erase(self, conn: Any) -> None:
+        conn.execute("PRAGMA secure_delete = ON")  # this connection's deletes: zeroed
+
+    def erased(self) -> None:
+        # the write-ahead log still holds the pages as they were before the erasure
+        # (and as they were written): copy it into the (zeroed) database and empty it
+        self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def drop_tenant(self, conn: Any, tenant: str) -> None:
+        for suffix in ("", "-wal", "-shm"):  # its MURAG filters' budgets
+            (self.directory / "filters" / f"{tenant}.sqlite{suffix}").unlink(missing_ok=True)
 
     def ledger_path(self, window_id: str) -> Path:
         return self.directory / "ledgers" / f"{window_id}.sqlite"
@@ -340,6 +375,19 @@ class PostgresBackend(StateBackend):
         table = self.vector_table(tenant)
         if table is not None:
             tenant_vectors.build_index(self.pool, table)
+
+    def compact_vectors(
+        self, conn: Any, tenant: str, removed: Sequence[str], moves: Sequence[tuple[int, int]]
+    ) -> None:
+        table = self.vector_table(tenant)
+        if table is not None:
+            tenant_vectors.compact_rows(conn, table, removed, moves)
+
+    def drop_tenant(self, conn: Any, tenant: str) -> None:
+        table = self.vector_table(tenant)
+        if table is not None:
+            tenant_vectors.drop_table(conn, table)
+            self._tables.pop(tenant, None)
 
     def embeddings(self, tenant: str, count: int, dim: int) -> EmbeddingSource | None:
         table = self.vector_table(tenant)

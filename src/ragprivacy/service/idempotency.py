@@ -8,9 +8,9 @@ response under (account, key) in the state, shared by every worker and replica:
 
 * the first request with a key is answered as usual, its response stored with a
   fingerprint of its route and body;
-* the same key and body again — from any worker, for 24 hours — gets that response back,
-  nothing spent; a charged failure (502, its receipt with it) is replayed too: it was paid
-  for once;
+* the same key and body again — from any worker, for :data:`TTL_S` seconds — gets that
+  response back, nothing spent; a charged failure (502, its receipt with it) is replayed
+  too: it was paid for once;
 * the same key with another body is refused (400): a key names one request;
 * while the first is still running, the same key is refused with 409 and
   ``Retry-After: 1`` (nothing spent), so two copies never both run;

@@ -62,7 +62,7 @@ from ragprivacy.audit import (
     VoteSettings,
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
-from ragprivacy.errors import ConfigError, WindowClosedError
+from ragprivacy.errors import ConfigError, DataError, WindowClosedError
 from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
@@ -226,6 +226,7 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     """Open the next audit window: snapshot, seed, signed commitments (phase A)."""
     if state.open_windows():
         raise ConfigError("A window is already open; close it first ('window close').")
+    state.apply_erasures()  # documents removed meanwhile are not in the next window
     # the id names the window's ledger file: one path component, never a way out
     window_id = check_id("window", window_id or f"W{state.next_window_number()}")
     start = time.time_ns()
@@ -339,7 +340,15 @@ def export_auditor(state: ServiceState, window_id: str, directory: str | Path) -
     ``directory/auditor.json`` (mode 0600). Only the admin does this."""
     from ragprivacy.audit import save_window
 
-    with _published(state, state.window(window_id)) as audited:
+    try:
+        audited = _published(state, state.window(window_id))
+    except DataError:
+        raise DataError(
+            f"Window {window_id!r}'s documents were removed or changed since it was "
+            "committed, so its auditor package can no longer be rebuilt; export each "
+            "window's package when it closes (window close --export-auditor, window rotate)."
+        ) from None
+    with audited:
         return save_window(directory, audited.transcript(), [], audited.auditor_package())
 
 

@@ -397,6 +397,124 @@ class ServiceState:
         paid, free = (0, 0) if row is None else (int(row[0]), int(row[1]))
         return {"charged": paid, "free": free}
 
+    # ------------------------------------------------------------------ erasure
+    def remove_documents(self, tenant: str, ids: Sequence[str]) -> tuple[int, bool]:
+        """Erase documents of ``tenant`` by id: their rows, texts and embeddings, and the
+        answers kept for the tenant's accounts' idempotent retries (they may quote them).
+        Done at once when no open window committed the tenant; otherwise the open window
+        keeps serving what it committed and the documents go when it closes (or the next
+        opens). Returns (how many, whether they are gone already). An unknown id refuses
+        the call with nothing removed."""
+        self._tenant(tenant)
+        wanted = list(dict.fromkeys(str(i) for i in ids))
+        if not wanted:
+            raise ConfigError("Name at least one document id to remove.")
+        have: set[str] = set()
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            have.update(
+                r[0]
+                for r in self._rows(
+                    f"SELECT doc_id FROM documents WHERE tenant = ? AND doc_id IN "
+                    f"({','.join('?' * len(chunk))})",
+                    (tenant, *chunk),
+                )
+            )
+        missing = [i for i in wanted if i not in have]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise ConfigError(
+                f"Tenant {tenant!r} has no document {missing[0]!r}{more}; nothing was removed."
+            )
+        now = time.time()
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO removals VALUES (?, ?, ?) ON CONFLICT (tenant, doc_id) DO NOTHING",
+                [(tenant, i, now) for i in wanted],
+            )
+        return len(wanted), tenant in self.apply_erasures()
+
+    def delete_tenant(self, tenant: str) -> tuple[list[str], bool]:
+        """Delete ``tenant``: its accounts' keys are revoked at once (no request of theirs
+        is served from now on); its documents, options, accounts and embeddings go when
+        no open window has committed it (at once, or when the open one closes). Returns
+        (its accounts, whether it is gone already)."""
+        self._tenant(tenant)
+        accounts = sorted(a for a, x in self.accounts().items() if x["tenant"] == tenant)
+        for account in accounts:
+            self.revoke_keys(account)
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO deletions VALUES (?, ?) ON CONFLICT (tenant) DO NOTHING",
+                (tenant, time.time()),
+            )
+        return accounts, tenant in self.apply_erasures()
+
+    def apply_erasures(self) -> set[str]:
+        """Carry out the removals and deletions of every tenant no open window committed
+        (:meth:`remove_documents`, :meth:`delete_tenant`); returns those tenants."""
+        busy: set[str] = set()
+        for window in self.open_windows():
+            busy.update(window.snapshot.get("tenants", {}), window.snapshot.get("voting", {}))
+        pending: dict[str, list[str]] = {}
+        for tenant, doc_id in self._rows("SELECT tenant, doc_id FROM removals ORDER BY tenant"):
+            pending.setdefault(tenant, []).append(doc_id)
+        deleted = {r[0] for r in self._rows("SELECT tenant FROM deletions")}
+        done: set[str] = set()
+        for tenant in sorted((set(pending) | deleted) - busy):
+            with self._write() as conn:
+                self._db.erase(conn)
+                if tenant in deleted:
+                    self._drop_tenant(conn, tenant)
+                else:
+                    self._compact(conn, tenant, pending[tenant])
+                conn.execute(
+                    "DELETE FROM idempotency WHERE account IN "
+                    "(SELECT account FROM accounts WHERE tenant = ?)",
+                    (tenant,),
+                )
+                conn.execute("DELETE FROM removals WHERE tenant = ?", (tenant,))
+                if tenant in deleted:
+                    conn.execute("DELETE FROM accounts WHERE tenant = ?", (tenant,))
+                    conn.execute("DELETE FROM deletions WHERE tenant = ?", (tenant,))
+            done.add(tenant)
+        if done:
+            self._db.erased()
+        return done
+
+    def _compact(self, conn: Any, tenant: str, removed: Sequence[str]) -> None:
+        """Delete ``removed`` of ``tenant`` and renumber the rest 0, 1, … in order (a
+        window's committed positions are the rows' order)."""
+        gone = set(removed)
+        rows = conn.execute(
+            "SELECT pos, doc_id FROM documents WHERE tenant = ? ORDER BY pos", (tenant,)
+        ).fetchall()
+        conn.executemany(
+            "DELETE FROM documents WHERE tenant = ? AND doc_id = ?", [(tenant, i) for i in gone]
+        )
+        kept = [int(pos) for pos, doc_id in rows if doc_id not in gone]
+        moves = [(old, new) for new, old in enumerate(kept) if old != new]
+        # through negative positions: no two rows ever hold one (tenant, pos)
+        conn.executemany(
+            "UPDATE documents SET pos = ? WHERE tenant = ? AND pos = ?",
+            [(-1 - n, tenant, o) for o, n in moves],
+        )
+        conn.executemany(
+            "UPDATE documents SET pos = ? WHERE tenant = ? AND pos = ?",
+            [(n, tenant, -1 - n) for _, n in moves],
+        )
+        self._db.compact_vectors(conn, tenant, sorted(gone), moves)
+
+    def _drop_tenant(self, conn: Any, tenant: str) -> None:
+        conn.execute("DELETE FROM documents WHERE tenant = ?", (tenant,))
+        conn.execute("DELETE FROM tenant_options WHERE tenant = ?", (tenant,))
+        conn.execute("DELETE FROM tenants WHERE tenant = ?", (tenant,))
+        conn.execute(
+            "DELETE FROM api_keys WHERE account IN (SELECT account FROM accounts WHERE tenant = ?)",
+            (tenant,),
+        )
+        self._db.drop_tenant(conn, tenant)
+
     # ------------------------------------------------------------------ idempotency
     def begin_idempotent(
         self, account: str, key: str, fingerprint: str, now: float

@@ -96,6 +96,24 @@ def insert_rows(conn: Any, table: str, rows: Sequence[tuple[int, str, np.ndarray
         )
 
 
+def compact_rows(
+    conn: Any, table: str, removed: Sequence[str], moves: Sequence[tuple[int, int]]
+) -> None:
+    """Inside ``conn``'s transaction: delete the rows of the ``removed`` ids and move the
+    others to their new positions ((old, new), through negative ones so that no two rows
+    ever hold one position)."""
+    name = qualified(table)
+    if removed:
+        conn.executemany(f"DELETE FROM {name} WHERE id = ?", [(i,) for i in removed])
+    conn.executemany(f"UPDATE {name} SET pos = ? WHERE pos = ?", [(-1 - n, o) for o, n in moves])
+    conn.executemany(f"UPDATE {name} SET pos = ? WHERE pos = ?", [(n, -1 - n) for _, n in moves])
+
+
+def drop_table(conn: Any, table: str) -> None:
+    """Inside ``conn``'s transaction: a deleted tenant's table, gone."""
+    conn.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+
+
 def _vector_text(v: np.ndarray) -> str:
     """pgvector's text form of a float32 row: ``repr`` of each value (as a double)
     is the shortest decimal that parses back, through the server's ``strtof``, to the
