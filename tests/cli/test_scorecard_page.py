@@ -7,6 +7,8 @@ screenshot is kept in ``test-artifacts/`` (``RAGPRIVACY_TEST_ARTIFACTS`` moves i
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import shutil
@@ -43,7 +45,10 @@ def scorecard(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "mba,rag-mia",
         "--no-progress",
     ]
-    assert main(argv) == 0
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(argv) == 0
+    (out / "printed.txt").write_text(printed.getvalue())
     return out / "index.html"
 
 
@@ -137,6 +142,18 @@ def test_the_page_renders_in_chromium(scorecard: Path, browser: Any) -> None:
     )
     assert re.search(r"\d\.\d\d \(\d\.\d\d–\d\.\d\d\)", matrix.text)
 
+    # the whole matrix is on screen at common widths: no column scrolled off
+    for width in (1400, 2000):
+        browser.set_window_size(width, 1000)
+        shown, needed = browser.execute_script(
+            "const t = document.getElementById('matrix');"
+            "return [t.parentElement.clientWidth, t.scrollWidth];"
+        )
+        assert needed <= shown, (width, needed, shown)
+    browser.set_window_size(1280, 1000)
+    verdict = browser.find_element(By.CSS_SELECTOR, "p.verdict")
+    assert "`" not in verdict.text and verdict.find_elements(By.TAG_NAME, "code")
+
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     height = browser.execute_script("return document.documentElement.scrollHeight")
     browser.set_window_size(1280, int(height) + 100)
@@ -144,6 +161,12 @@ def test_the_page_renders_in_chromium(scorecard: Path, browser: Any) -> None:
     assert browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 50_000
     shutil.copy(scorecard, ARTIFACTS / "scorecard.html")
+
+
+def test_the_terminal_gets_the_verdict_too(scorecard: Path) -> None:
+    printed = (scorecard.parent / "printed.txt").read_text()
+    assert printed.startswith("Verdict: Undefended RAG over ")
+    assert "`" not in printed and "scorecard: " in printed
 
 
 def test_the_redaction_row_is_recorded_as_redacted(scorecard: Path) -> None:
@@ -207,6 +230,6 @@ def test_a_scorecard_of_an_endpoint_we_do_not_run(tmp_path: Path) -> None:
     assert page.count("<th scope=row>endpoint as deployed</th>") == 2  # matrix, outcomes
     assert "What the endpoint returned" in page and "Endpoint calls: " in page
     assert re.search(r"about \$\d+\.\d\d", page)  # the price given, applied
-    assert "The endpoint as deployed over `candidates` leaks" in page
+    assert "The endpoint as deployed over <code>candidates</code> leaks" in page
     # no defense of ours can wrap it: no other row
     assert "noisy top-K" not in page and "PII redaction</th>" not in page

@@ -94,7 +94,7 @@ def test_the_verdict_recommends_the_most_useful_defense_that_stops_every_attack(
         _membership("dp-b", "mba", CHANCE, eps=10.0, utility=(0.15, 0.13, 0.17)),
         _membership("dp-b", "rag-mia", (0.55, 0.49, 0.61), eps=10.0, utility=(0.15, 0.13, 0.17)),
         _extraction("rag", 27, 30),
-        _extraction("dp-b", 1, 30),
+        _extraction("dp-b", 0, 30),
     ]
     card = summarize(_results(cells))
     assert [r.label for r in card.rows] == ["rag", "rag + prompt-modifying", "dp-a", "dp-b"]
@@ -103,7 +103,7 @@ def test_the_verdict_recommends_the_most_useful_defense_that_stops_every_attack(
     text = card.verdict()
     assert "mba tells members from non-members with AUC 0.95 (0.90–1.00)" in text
     assert "recover 90% of its PII items (27/30" in text
-    assert "dp-b (ε = 10 per target) stops every membership attack" in text
+    assert "dp-b (ε = 10 per target) stops every attack of the run" in text
     assert "releasing nothing" not in text
     assert "Still leaking: rag + prompt-modifying (mba AUC 0.95)" in text
     assert card.rows[2].kind == card.rows[3].kind == "dp"
@@ -116,8 +116,38 @@ def test_a_defense_whose_utility_reaches_no_retrieval_releases_nothing() -> None
         _membership("dp", "mba", CHANCE, eps=1.0, utility=(0.06, 0.04, 0.08)),
     ]
     text = summarize(_results(cells)).verdict()
-    assert "stops every membership attack" in text
+    assert "stops every attack" in text
     assert "releasing nothing useful" in text  # 0.04 ≤ no-retrieval 0.05
+
+
+def test_a_defense_that_stops_membership_but_copies_documents_is_still_leaking() -> None:
+    """Noisy top-K at a small ε stops membership inference, yet its answers copy the
+    documents it draws: every attack column enters the verdict."""
+    cells = [
+        _membership("rag", "mba", LEAKY),
+        _membership("dp", "mba", CHANCE, eps=1.0),
+        _extraction("rag", 27, 30),
+        _extraction("dp", 15, 30),
+    ]
+    card = summarize(_results(cells))
+    assert card.recommended is None
+    text = card.verdict()
+    assert "stops every attack of the run" not in text
+    assert "No defense of the run stops every attack: dp (50% of PII items recovered" in text
+    assert "Still leaking: dp (targeted extraction 15/30)." in text
+
+
+def test_without_measured_utility_nothing_is_recommended() -> None:
+    """A user's corpus without questions: utility is '–' in every row, so no defense is
+    recommended (one that answers nothing would stop every attack)."""
+    cells = [_membership("rag", "mba", LEAKY), _membership("dp", "mba", CHANCE, eps=1.0)]
+    for c in cells:
+        del c["result"]["utility"]
+    card = summarize(_results(cells))
+    assert card.recommended is None and not card.utility_measured
+    text = card.verdict()
+    assert "Utility was not measured" in text and "no defense is recommended" in text
+    assert "stops every attack of the run" not in text
 
 
 def test_with_no_stopping_defense_the_verdict_names_the_least_leaky() -> None:
@@ -152,6 +182,8 @@ def test_the_page_escapes_what_it_shows() -> None:
     page = render_page(summarize(_results(cells)))
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "Call &lt;b&gt;[NAME]&lt;/b&gt;" in page
+    verdict = page[page.index("<p class=verdict>") : page.index("</section>")]
+    assert "`" not in verdict and "<code>medical</code>" in verdict  # names set as code
 
 
 @pytest.mark.parametrize(

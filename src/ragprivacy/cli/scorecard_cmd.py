@@ -86,6 +86,16 @@ def demo_scorecard(out: Path, *, workers: int = 2, progress: bool = True) -> Pat
     return run_scorecard(out, progress=progress, reproduce=_command(out, options), **options)
 
 
+def _verdict(out: Path) -> str:
+    """The page's verdict as plain text, for the terminal."""
+    import json
+
+    from ragprivacy.eval import summarize
+
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    return "Verdict: " + summarize(results).verdict().replace("`", "")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``scorecard`` to the root command."""
 
@@ -156,4 +166,5 @@ def register(app: typer.Typer) -> None:
             "price": price,
         }
         path = run_scorecard(out, progress=progress, reproduce=_command(out, options), **options)
+        typer.echo(_verdict(out))
         typer.echo(f"scorecard: {path.resolve()}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.8em;border-bottom:1px soli
 .meta{color:#566573;font-size:.9em}.note{font-size:.9em;color:#424949}
 .verdict{font-size:1.08em;background:#f4f6f7;border-left:5px solid #2c3e50;padding:.8em 1em}
 .scroll{overflow-x:auto}table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
+#matrix{width:100%;font-size:.82em}#matrix td.num{white-space:normal}
+#matrix th[scope=row]{position:sticky;left:0;background:#fff;z-index:1}
 caption{caption-side:top;text-align:left;font-size:.92em;color:#424949;padding:.3em 0}
 th,td{border:1px solid #d5d8dc;padding:.3em .5em;vertical-align:top}
 th{background:#eaecee;text-align:left}td.num{text-align:right;white-space:nowrap}
@@ -41,6 +44,11 @@ pre{background:#f4f6f7;padding:.8em;overflow-x:auto;font-size:.82em}
 
 def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _code(text: str) -> str:
+    """``text`` escaped, its `backticked` names set as code (the verdict's names)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
 
 
 def _severity(low: float | None, value: float) -> str:
@@ -254,7 +262,7 @@ def render_page(card: Scorecard, *, reproduce: str | None = None) -> str:
 <h1>Privacy scorecard: <code>{_e(card.corpus)}</code></h1>
 <p class=meta>{_e(card.name)} · started {_e(card.started)} · {card.seconds:.0f} s ·
 root seed {card.seed} · generator <code>{_e(card.generator)}</code></p>
-<section id=verdict><h2>Verdict</h2><p class=verdict>{_e(card.verdict())}</p></section>
+<section id=verdict><h2>Verdict</h2><p class=verdict>{_code(card.verdict())}</p></section>
 <section><h2>Attacks × defenses</h2>{_matrix(card)}</section>
 <section><h2>Privacy and utility</h2>{frontier}</section>
 <section><h2>ROC curves</h2>{roc}</section>
