@@ -200,3 +200,38 @@ def test_prometheus_metrics_across_workers_name_no_account_or_query(
     assert _sample(text, "ragprivacy_ledger_records") == 2
     assert 0 <= _sample(text, "ragprivacy_window_age_seconds") < 3600
     assert "alice" not in text and SECRET not in text and key not in text
+
+
+def test_sigterm_stops_within_the_graceful_timeout_while_an_answer_hangs(
+    tmp_path: Path, admin, corpus_file
+) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import signal
+    import threading
+
+    from tests._chat_endpoint import Endpoint, chat_reply
+
+    def hang(_: dict[str, object]) -> tuple[int, object]:
+        time.sleep(120)
+        return chat_reply("late")
+
+    state, key = _state(tmp_path, admin, corpus_file)
+    upstream = Endpoint(hang)
+    server = Server(state, extra=("--generator", f"openai:m@{upstream.url}",
+                                  "--graceful-timeout", "1"))  # fmt: skip
+    try:
+        ask = threading.Thread(
+            target=lambda: httpx.post(f"{server.url}/v1/answer", json={"query": "asthma"},
+                                      headers={"Authorization": f"Bearer {key}"}, timeout=180),
+            daemon=True,
+        )  # fmt: skip
+        ask.start()
+        deadline = time.monotonic() + 60
+        while upstream.calls == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert upstream.calls == 1  # the answer is waiting on the generator
+        os.killpg(server.proc.pid, signal.SIGTERM)
+        server.proc.wait(timeout=20)  # not the 120 s the answer would take, nor the default 30
+    finally:
+        server.stop(signal.SIGKILL)
+        upstream.close()

@@ -41,6 +41,7 @@ from ragprivacy.service import (
 )
 from ragprivacy.service.app import ERROR_STATUS, ErrorStatus, create_app, error_body
 from ragprivacy.service.protocol import (
+    AnswerRequest,
     ChatMessage,
     ChatRequest,
     CommitmentsResponse,
@@ -53,7 +54,7 @@ from ragprivacy.service.protocol import (
     VotingBudget,
     sse_events,
 )
-from ragprivacy.service.serving import NotFoundError, NotReadyError, Serving
+from ragprivacy.service.serving import ClientGoneError, NotFoundError, NotReadyError, Serving
 
 assert ragprivacy.cli and ragprivacy.eval  # every layer's errors are defined
 
@@ -93,6 +94,7 @@ def test_every_ragprivacy_error_has_a_status_of_its_own_branch() -> None:
         NotReadyError: 503,
         AuthThrottledError: 429,
         AccountBusyError: 429,
+        ClientGoneError: 499,
         ConfigError: 400,
         UnknownBackendError: 400,
         DataError: 400,
@@ -287,6 +289,28 @@ def test_a_busy_ledger_is_a_503_with_retry_after_that_spends_nothing(
     after = TestClient(app).get("/v1/budget", headers={"Authorization": f"Bearer {key}"})
     assert after.json()["used"] == before.used  # nothing was spent
     assert TestClient(app).get("/v1/audit/windows/W1/records").json() == records
+
+
+def test_a_request_whose_client_left_while_it_waited_spends_nothing(state: Path) -> None:
+    """A burst of slow requests queues the rest for a thread; one whose client has gone by
+    the time it starts is dropped before anything private is read."""
+    serving = Serving(ServiceProvider(ServiceState(state, create=False)), ReferenceReader())
+    try:
+        before = serving.budget("alice")
+        assert isinstance(before, NoisyTopKBudgetStatus)
+        for call in (
+            lambda: serving.retrieve("alice", RetrieveRequest(query="q"), None, lambda: True),
+            lambda: serving.answer("alice", AnswerRequest(query="q"), "k-1", lambda: True),
+        ):
+            with pytest.raises(ClientGoneError):
+                call()
+        after = serving.budget("alice")
+        assert isinstance(after, NoisyTopKBudgetStatus) and after.used == before.used
+        # the key of a request dropped so is not kept: sent again, it is answered
+        served = serving.answer("alice", AnswerRequest(query="q"), "k-1", lambda: False)
+        assert served.receipt is not None
+    finally:
+        serving.provider.close()
 
 
 def test_readiness_is_a_503_while_the_state_does_not_answer(

@@ -98,6 +98,12 @@ def serve(
         help="One JSON line per request (method, path, status, ms, client address; never a "
         "header, body, account or query text).",
     ),
+    graceful_timeout: int = typer.Option(
+        30,
+        "--graceful-timeout",
+        help="On SIGTERM, seconds to let requests in progress finish before the workers "
+        "stop anyway (new connections are refused at once).",
+    ),
     metrics: bool = typer.Option(
         False,
         "--metrics",
@@ -155,6 +161,9 @@ def serve(
     for tls in (certfile, keyfile):
         if tls is not None and not tls.is_file():
             raise ConfigError(f"{tls}: no such file.")
+    graceful = int(given["graceful_timeout"])
+    if not 0 <= graceful <= 3600:
+        raise ConfigError(f"--graceful-timeout must be in [0, 3600] seconds; got {graceful}.")
     period = None if given["rotate_every"] is None else parse_period(given["rotate_every"])
     export = _path(given["export_auditor"])
     if export is not None and period is None:
@@ -213,6 +222,7 @@ def serve(
             log_level=log_level,
             log_config=_log_config(log_level),
             access_log=False,  # uvicorn's line holds the query string; ours does not
+            timeout_graceful_shutdown=graceful,
             ssl_certfile=str(certfile) if certfile else None,
             ssl_keyfile=str(keyfile) if keyfile else None,
         )

@@ -44,10 +44,12 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio.from_thread
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -96,7 +98,7 @@ from ragprivacy.service.protocol import (
 )
 from ragprivacy.service.provider import ServiceProvider
 from ragprivacy.service.schedule import seconds_until_rotation
-from ragprivacy.service.serving import NotFoundError, NotReadyError, Serving
+from ragprivacy.service.serving import ClientGoneError, NotFoundError, NotReadyError, Serving
 from ragprivacy.service.state import ServiceState
 from ragprivacy.service.throttle import (
     AccountBusyError,
@@ -139,6 +141,7 @@ ERROR_STATUS: tuple[ErrorStatus, ...] = (
     ErrorStatus(AuthThrottledError, 429),  # its Retry-After is the error's own
     ErrorStatus(AccountBusyError, 429, headers=(("Retry-After", "1"),)),
     ErrorStatus(TenantAccessError, 403),
+    ErrorStatus(ClientGoneError, 499),  # nginx's "client closed request": nobody reads it
     ErrorStatus(WindowClosedError, 409),
     ErrorStatus(IdempotencyInProgressError, 409, headers=(("Retry-After", "1"),)),
     ErrorStatus(LogSealedError, 409),
@@ -319,6 +322,16 @@ def create_app(
 Key = Annotated[str | None, Header(alias="Idempotency-Key")]
 
 
+def _gone(request: Request) -> Callable[[], bool]:
+    """Whether ``request``'s client has closed its connection, asked from the worker
+    thread a synchronous route runs on."""
+
+    def gone() -> bool:
+        return bool(anyio.from_thread.run(request.is_disconnected))
+
+    return gone
+
+
 def _add_routes(app: FastAPI, serving: Serving) -> None:
     """The routes: each parses its request, calls one :class:`Serving` method and returns
     its response model."""
@@ -329,18 +342,22 @@ def _add_routes(app: FastAPI, serving: Serving) -> None:
     auth = Depends(account)
 
     @app.post("/v1/retrieve", response_model=RetrieveResponse)
-    def retrieve(body: RetrieveRequest, key: Key = None, who: str = auth) -> RetrieveResponse:
-        return serving.retrieve(who, body, key)
+    def retrieve(
+        body: RetrieveRequest, request: Request, key: Key = None, who: str = auth
+    ) -> RetrieveResponse:
+        return serving.retrieve(who, body, key, _gone(request))
 
     @app.post("/v1/answer", response_model=AnswerResponse)
-    def answer(body: AnswerRequest, key: Key = None, who: str = auth) -> AnswerResponse:
-        return serving.answer(who, body, key)
+    def answer(
+        body: AnswerRequest, request: Request, key: Key = None, who: str = auth
+    ) -> AnswerResponse:
+        return serving.answer(who, body, key, _gone(request))
 
     @app.post("/v1/chat/completions", response_model=ChatCompletion, responses=_STREAMED)
     def chat(
-        body: ChatRequest, key: Key = None, who: str = auth
+        body: ChatRequest, request: Request, key: Key = None, who: str = auth
     ) -> ChatCompletion | StreamingResponse:
-        out = serving.chat(who, body, key)
+        out = serving.chat(who, body, key, _gone(request))
         if isinstance(out, ChatCompletion):
             return out
         return StreamingResponse(sse_events(out), media_type="text/event-stream")

@@ -78,6 +78,11 @@ class NotReadyError(ServiceStateError):
     """The service cannot serve now: its state (database) does not answer."""
 
 
+class ClientGoneError(ServiceStateError):
+    """The client left before its request started (it waited for a free thread): nothing
+    was read or spent, and nobody is there to answer."""
+
+
 class NotFoundError(RagPrivacyError):
     """A public audit resource that does not exist (yet): an unknown window, or the
     coalition claim of a window still open. One answer for all, so that a request
@@ -176,7 +181,11 @@ class Serving:
             raise
 
     def retrieve(
-        self, account: str, request: RetrieveRequest, idempotency_key: str | None = None
+        self,
+        account: str,
+        request: RetrieveRequest,
+        idempotency_key: str | None = None,
+        gone: Callable[[], bool] | None = None,
     ) -> RetrieveResponse:
         """``POST /v1/retrieve``: the private top-K (refused for a voting tenant); a repeat
         of an ``idempotency_key`` gets the first response (:mod:`~ragprivacy.service.
@@ -186,12 +195,15 @@ class Serving:
             idempotency_key,
             "/v1/retrieve",
             request.model_dump(mode="json"),
-            lambda: self._retrieve(account, request),
+            lambda: self._retrieve(account, request, gone),
             _dumped,
             RetrieveResponse.model_validate,
         )
 
-    def _retrieve(self, account: str, request: RetrieveRequest) -> RetrieveResponse:
+    def _retrieve(
+        self, account: str, request: RetrieveRequest, gone: Callable[[], bool] | None = None
+    ) -> RetrieveResponse:
+        _still_there(gone)
         with self.inflight.slot(account):
             served = self.provider.retrieve(
                 account, request.query, k=request.k, nonce=request.nonce
@@ -210,7 +222,11 @@ class Serving:
             self.on_spent(route, float(epsilon) if isinstance(epsilon, int | float) else None)
 
     def answer(
-        self, account: str, request: AnswerRequest, idempotency_key: str | None = None
+        self,
+        account: str,
+        request: AnswerRequest,
+        idempotency_key: str | None = None,
+        gone: Callable[[], bool] | None = None,
     ) -> AnswerResponse:
         """``POST /v1/answer``: the account's answer in its tenant's mode (once per
         ``idempotency_key``, as :meth:`retrieve`)."""
@@ -219,12 +235,15 @@ class Serving:
             idempotency_key,
             "/v1/answer",
             request.model_dump(mode="json"),
-            lambda: self._answer(account, request),
+            lambda: self._answer(account, request, gone),
             _dumped,
             AnswerResponse.model_validate,
         )
 
-    def _answer(self, account: str, request: AnswerRequest) -> AnswerResponse:
+    def _answer(
+        self, account: str, request: AnswerRequest, gone: Callable[[], bool] | None = None
+    ) -> AnswerResponse:
+        _still_there(gone)
         with self.inflight.slot(account):
             done = self._answered(
                 account, request.query, request.k, request.max_tokens, request.nonce
@@ -240,7 +259,11 @@ class Serving:
         )
 
     def chat(
-        self, account: str, request: ChatRequest, idempotency_key: str | None = None
+        self,
+        account: str,
+        request: ChatRequest,
+        idempotency_key: str | None = None,
+        gone: Callable[[], bool] | None = None,
     ) -> ChatCompletion | list[ChatCompletionChunk]:
         """``POST /v1/chat/completions``: the answer to the last user message, whole or
         (``stream``) as the chunks to send. The whole answer exists (and is charged)
@@ -252,15 +275,16 @@ class Serving:
             idempotency_key,
             "/v1/chat/completions",
             request.model_dump(mode="json"),
-            lambda: self._chat(account, request),
+            lambda: self._chat(account, request, gone),
             _dumped_chat,
             _loaded_chat,
         )
 
     def _chat(
-        self, account: str, request: ChatRequest
+        self, account: str, request: ChatRequest, gone: Callable[[], bool] | None = None
     ) -> ChatCompletion | list[ChatCompletionChunk]:
         _check_chat(request)
+        _still_there(gone)
         users = [m.text for m in request.messages if m.role == "user" and m.text.strip()]
         if not users:
             raise ConfigError("The chat needs a non-empty user message (it is the query).")
@@ -460,3 +484,11 @@ def _loaded_chat(kept: dict[str, Any]) -> ChatCompletion | list[ChatCompletionCh
     if "chunks" in kept:
         return [ChatCompletionChunk.model_validate(c) for c in kept["chunks"]]
     return ChatCompletion.model_validate(kept["completion"])
+
+
+def _still_there(gone: Callable[[], bool] | None) -> None:
+    """Refuse a request whose client left while it waited for a thread (a burst of slow
+    requests queues the rest): it is cancelled before anything private is read, so it
+    spends nothing. Once retrieval began, a request runs to its end and is charged."""
+    if gone is not None and gone():
+        raise ClientGoneError("The client closed the connection before the request started.")
