@@ -55,6 +55,9 @@ def test_the_official_client_gets_the_answer_and_the_receipt_in_the_extra_field(
     assert isinstance(answer, str) and answer.strip()
     assert choice.logprobs is None  # the service returns no log-probabilities
     assert resp.usage is not None and resp.usage.completion_tokens > 0
+    # the prompt as the service bounds it (the query, every document at its budget)
+    assert resp.usage.prompt_tokens > 3 * 1024  # K = 3 documents of --doc-tokens each
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
     assert "FIRMCANARY" not in answer  # never the other tenant's documents
 
     extra = (resp.model_extra or {})["ragprivacy"]
@@ -154,12 +157,16 @@ def test_a_streamed_request_gets_the_answer_or_a_refusal_that_spends_nothing(ser
                 model="ragprivacy",
                 messages=messages,  # type: ignore[arg-type]
                 stream=True,
+                stream_options={"include_usage": True},
             )
             chunks = list(stream)
         except openai.BadRequestError:
             assert budget(service, "alice")["used"] == before  # refused: nothing spent
             return
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    last = chunks[-1]  # include_usage: a last chunk with no choice and the usage
+    assert last.choices == [] and last.usage is not None and last.usage.prompt_tokens > 0
+    assert all(ch.usage is None for ch in chunks[:-1])
     assert text.strip(), (
         f"the stream carried no answer ({len(chunks)} chunks), yet the account was charged "
         f"{budget(service, 'alice')['used'] - before} query"

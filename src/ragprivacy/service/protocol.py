@@ -130,6 +130,13 @@ class ChatMessage(BaseModel):
         return "".join(p.text for p in self.content)
 
 
+class StreamOptions(BaseModel):
+    """OpenAI's ``stream_options``."""
+
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
 class ChatRequest(BaseModel):
     """``POST /v1/chat/completions`` (OpenAI's; the last user message is the query)."""
 
@@ -142,6 +149,8 @@ class ChatRequest(BaseModel):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     #: the client's random n of rec_q, as on /v1/retrieve (OpenAI clients: ``extra_body``)
     nonce: str = Field(default="", pattern=r"^[0-9a-f]{0,64}$")
+    #: OpenAI's ``{"include_usage": true}``: a last chunk with ``usage`` before [DONE]
+    stream_options: StreamOptions | None = None
     # OpenAI parameters that would change what comes back: read so that a request relying
     # on them is refused (400) instead of answered as if they were not there
     n: int | None = None
@@ -397,7 +406,10 @@ class ChatChoice(_Wire):
 
 
 class Usage(_Wire):
-    """The answer's tokens; ``prompt_tokens`` is always 0 (not reported)."""
+    """The answer's tokens. ``prompt_tokens`` is the prompt's size as the service bounds
+    it — the query with every document at its budget (``--doc-tokens``; for a voting
+    tenant, every voter's prompt) — never the retrieved documents' own token counts,
+    which would tell their lengths."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -442,6 +454,7 @@ class ChatCompletionChunk(_Wire):
     object: Literal["chat.completion.chunk"]
     choices: list[ChunkChoice]
     ragprivacy: RagprivacyFields | None = None
+    usage: Usage | None = None  # the last chunk's, with stream_options.include_usage
 
 
 def sse_events(chunks: Iterable[ChatCompletionChunk]) -> Iterator[str]:

@@ -459,6 +459,21 @@ class ServiceProvider:
         tenant = self.tenant_of(account)
         return account in self._voting_tenants().accounts or tenant in self._current()[1].voting
 
+    def prompt_tokens(
+        self, account: str, query: str, generator: Generator, k: int | None = None
+    ) -> int:
+        """The prompt size an answer's usage reports, from the query alone: its bytes
+        with every document at the prompt budget (:meth:`PromptBudget.prompt_tokens`) —
+        for a voting tenant, its voters' prompts and the non-RAG one, one document each.
+        Never the documents' own tokens: they would tell the retrieved documents' lengths."""
+        budget = self.prompt_budget.for_generator(generator)
+        prompt = Prompt(Task.ANSWER, query, (), options={"cache_key": _cache_key(account)})
+        if self.votes(account):
+            voters = int(self.state.tenants()[self.tenant_of(account)]["k"])
+            return (voters + 1) * budget.prompt_tokens(prompt, 1)
+        _, provider = self._current()
+        return budget.prompt_tokens(prompt, k or provider.policy_of(account).top_k)
+
     def logprobs_allowed(self, account: str) -> bool:
         """Whether ``account``'s tenant policy lets answers carry log-probabilities."""
         return bool(self.state.tenants()[self.tenant_of(account)].get("logprobs", False))

@@ -308,7 +308,16 @@ class Serving:
             "model": request.model,
         }
         text = done.completion.text
+        tokens = len(done.completion.tokens)
+        prompt = self.provider.prompt_tokens(account, users[-1], self.generator)
+        usage = Usage(prompt_tokens=prompt, completion_tokens=tokens, total_tokens=prompt + tokens)
         if request.stream:
+            wants = request.stream_options is not None and request.stream_options.include_usage
+            tail = [
+                ChatCompletionChunk(**head, object="chat.completion.chunk", choices=[], usage=usage)
+            ]
+            if not wants:  # OpenAI's last chunk, only when asked for
+                tail = []
             return [
                 ChatCompletionChunk(
                     **head,
@@ -327,8 +336,8 @@ class Serving:
                     choices=[ChunkChoice(index=0, delta=ChunkDelta(), finish_reason="stop")],
                     ragprivacy=done.fields(),
                 ),
+                *tail,
             ]
-        tokens = len(done.completion.tokens)
         return ChatCompletion(
             **head,
             object="chat.completion",
@@ -340,7 +349,7 @@ class Serving:
                     logprobs=_logprobs(done.completion) if request.logprobs else None,
                 )
             ],
-            usage=Usage(prompt_tokens=0, completion_tokens=tokens, total_tokens=tokens),
+            usage=usage,
             ragprivacy=done.fields(),
         )
 
