@@ -24,6 +24,7 @@ from ragprivacy.generate.base import (
 )
 from ragprivacy.generate.budget import PromptBudget, fit_document
 from ragprivacy.generate.hf import HFGenerator
+from ragprivacy.generate.http_template import HTTPTemplateGenerator, load_template
 from ragprivacy.generate.local_gguf import (
     SMOLLM2_FILE,
     SMOLLM2_PACKAGE,
@@ -69,6 +70,7 @@ __all__ = [
     "Generator",
     "GreedySteps",
     "HFGenerator",
+    "HTTPTemplateGenerator",
     "MASK_PATTERN",
     "OpenAIGenerator",
     "Prompt",
@@ -94,6 +96,7 @@ __all__ = [
     "generator_names",
     "get_template",
     "is_defense_instruction",
+    "load_template",
     "normalize",
     "normalize_all",
     "note_prompt_used",

@@ -169,7 +169,8 @@ def register_generator(name: str, factory: Any, *, replace: bool = False) -> Non
 
 def create_generator(spec: str, **kwargs: Any) -> Generator:
     """Build a generator from a spec: ``"reference"``, ``"hf:PATH"``, ``"gguf:PATH"``,
-    ``"smollm2"``, ``"openai:MODEL@BASE_URL"``."""
+    ``"smollm2"``, ``"openai:MODEL@BASE_URL"``, ``"http:TEMPLATE"`` (an HTTP API declared
+    in a template file, :mod:`ragprivacy.generate.http_template`)."""
     return _REGISTRY.create(spec, **kwargs)
 
 
