@@ -12,6 +12,7 @@ from ragprivacy.cli import (
     collusion_cmd,
     corpus_cmd,
     dp_cmd,
+    gate_cmd,
     run_cmd,
     scorecard_cmd,
     serve_cmd,
@@ -55,6 +56,7 @@ app.add_typer(collusion_cmd.app, name="collusion", help="The k-account collusion
 app.add_typer(audit_cmd.app, name="audit", help="The verifiable audit protocol.")
 attack_cmd.register(app)
 scorecard_cmd.register(app)
+gate_cmd.register(app)
 serve_cmd.register(app)
 app.add_typer(admin_cmd.app, name="admin", help="Administer a service's state directory.")
 

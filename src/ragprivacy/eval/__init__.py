@@ -33,6 +33,7 @@ from ragprivacy.eval.experiments import (
     topk_sweep,
     trained_embedder_check,
 )
+from ragprivacy.eval.gate import GateResult, figures_of, run_gate
 from ragprivacy.eval.runner import RunResult, package_versions, run_config
 from ragprivacy.eval.schema import OptionDoc, OptionSection, option_sections, options_markdown
 from ragprivacy.eval.scorecard import (
@@ -54,6 +55,7 @@ __all__ = [
     "Experiment",
     "ExperimentConfig",
     "ExperimentSpec",
+    "GateResult",
     "GenerationCache",
     "ModelSpec",
     "OptionDoc",
@@ -72,6 +74,7 @@ __all__ = [
     "derive_seed",
     "describe_calls",
     "experiment_types",
+    "figures_of",
     "from_mapping",
     "load_config",
     "option_sections",
@@ -84,6 +87,7 @@ __all__ = [
     "register_experiment",
     "render_page",
     "run_config",
+    "run_gate",
     "scalar_sweep",
     "scorecard_config",
     "summarize",
