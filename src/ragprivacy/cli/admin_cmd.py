@@ -367,3 +367,12 @@ def window_close(
     erased = state.apply_erasures()  # after the export, which reads the committed documents
     if erased:
         typer.echo(f"erased what was pending for: {', '.join(sorted(erased))}")
+
+
+@app.command("operator-key")
+def operator_key(ctx: typer.Context) -> None:
+    """Create the operator key of the status page (GET /operator), replacing any earlier
+    one; printed once, as the last line (only its hash is stored)."""
+    key = _state(ctx).create_operator_key()
+    typer.echo("operator key (shown once; send it as 'Authorization: Bearer KEY'):")
+    typer.echo(key)

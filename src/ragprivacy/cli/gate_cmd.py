@@ -51,8 +51,7 @@ def gate(
 ) -> None:
     """Gate a change on privacy: thresholds per figure and a baseline diff (exit 1 on a
     failure, with the rows and their intervals)."""
-    from ragprivacy.eval import run_gate
-    from ragprivacy.eval.gate import failed_lines
+    from ragprivacy.eval import failed_lines, run_gate
 
     result = run_gate(
         _results(run, "run"),

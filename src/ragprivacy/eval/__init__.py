@@ -33,7 +33,7 @@ from ragprivacy.eval.experiments import (
     topk_sweep,
     trained_embedder_check,
 )
-from ragprivacy.eval.gate import GateResult, figures_of, run_gate
+from ragprivacy.eval.gate import GateResult, failed_lines, figures_of, run_gate
 from ragprivacy.eval.runner import RunResult, package_versions, run_config
 from ragprivacy.eval.schema import OptionDoc, OptionSection, option_sections, options_markdown
 from ragprivacy.eval.scorecard import (
@@ -74,6 +74,7 @@ __all__ = [
     "derive_seed",
     "describe_calls",
     "experiment_types",
+    "failed_lines",
     "figures_of",
     "from_mapping",
     "load_config",

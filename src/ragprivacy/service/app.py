@@ -52,7 +52,7 @@ from typing import Annotated, Any
 import anyio.from_thread
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -76,6 +76,7 @@ from ragprivacy.errors import (
 from ragprivacy.generate import Generator, PromptBudget, create_generator
 from ragprivacy.service.idempotency import IdempotencyInProgressError
 from ragprivacy.service.metrics import CONTENT_TYPE_LATEST, ServiceMetrics
+from ragprivacy.service.operator import render_operator_page
 from ragprivacy.service.protocol import (
     AnswerRequest,
     AnswerResponse,
@@ -307,6 +308,14 @@ def create_app(
         @app.get("/metrics", include_in_schema=False)
         def scrape() -> Response:
             return Response(meter.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/operator", include_in_schema=False)
+    def operator(
+        request: Request, authorization: Annotated[str | None, Header()] = None
+    ) -> HTMLResponse:
+        serving.authenticate_operator(authorization, request.client.host if request.client else "")
+        refusals = meter.refusal_counts() if meter is not None else None
+        return HTMLResponse(render_operator_page(serving.provider, refusals))
 
     if access_log:
         app.add_middleware(_AccessLog)  # outermost: it times and logs every answer

@@ -111,13 +111,27 @@ class ServiceMetrics:
         if epsilon is not None and epsilon > 0:
             self.epsilon.labels(route).inc(epsilon)
 
-    def render(self) -> bytes:
-        """The exposition text of every metric (every worker's, in multiprocess mode)."""
+    def refusal_counts(self) -> dict[str, float]:
+        """Refusals by reason so far (every worker's, in multiprocess mode)."""
+        registry = self._scrape_registry()
+        out: dict[str, float] = {}
+        for metric in registry.collect():
+            for sample in metric.samples:
+                if sample.name == "ragprivacy_refusals_total":
+                    reason = sample.labels.get("reason", "?")
+                    out[reason] = out.get(reason, 0.0) + float(sample.value)
+        return out
+
+    def _scrape_registry(self) -> CollectorRegistry:
         if not self.multiprocess:
-            return generate_latest(self.registry)
+            return self.registry
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         registry.register(self._window)
-        return generate_latest(registry)
+        return registry
+
+    def render(self) -> bytes:
+        """The exposition text of every metric (every worker's, in multiprocess mode)."""
+        return generate_latest(self._scrape_registry())

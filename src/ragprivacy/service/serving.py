@@ -180,6 +180,25 @@ class Serving:
                 self.auth_limit.failed(client)
             raise
 
+    def authenticate_operator(self, authorization: str | None, client: str = "") -> None:
+        """Accept the operator key (``Authorization: Bearer rpo_...``), under the same
+        failed-check limit as account keys; :class:`AuthError` otherwise."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme != "Bearer" or not token:
+            raise AuthError("Missing operator key.")
+        hashed: list[bool] = []
+
+        def before_hash() -> None:
+            self.auth_limit.check(client)
+            hashed.append(True)
+
+        try:
+            self.provider.state.check_operator(token, before_hash=before_hash)
+        except AuthError:
+            if hashed:
+                self.auth_limit.failed(client)
+            raise
+
     def retrieve(
         self,
         account: str,

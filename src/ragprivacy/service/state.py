@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -161,6 +162,7 @@ class ServiceState:
         self._embedder: Embedder | None = None
         self._identity: ProviderKey | None = None
         self._session_key = os.urandom(32)  # keys the verified-key cache of this process
+        self._operator_tag: tuple[str, bytes] | None = None  # the operator key, verified
         self._verified: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
@@ -871,6 +873,32 @@ class ServiceState:
             raise AuthError("Invalid API key.")
         self._verified[key_id] = tag
         return str(row[0])
+
+    # ------------------------------------------------------------------ operator key
+    def create_operator_key(self) -> str:
+        """A new operator key ``rpo_<43 characters>`` for the read-only status page
+        (``GET /operator``), replacing any earlier one; only its scrypt hash is kept.
+        Returned once."""
+        secret = secrets.token_urlsafe(32)
+        salt = os.urandom(16)
+        self.set_setting("operator_key", json.dumps([salt.hex(), hash_secret(secret, salt).hex()]))
+        self._operator_tag = None
+        return f"rpo_{secret}"
+
+    def check_operator(self, token: str, *, before_hash: Callable[[], None] | None = None) -> None:
+        """Accept the operator key, or raise :class:`AuthError` (none set, or another)."""
+        stored = self.setting("operator_key")
+        tag = hmac.new(self._session_key, token.encode(), hashlib.sha256).digest()
+        if stored is not None and self._operator_tag == (stored, tag):
+            return
+        if not token.startswith("rpo_") or stored is None:
+            raise AuthError("Invalid operator key.")
+        if before_hash is not None:
+            before_hash()
+        salt_hex, hash_hex = json.loads(stored)
+        if not secret_matches(token[4:], bytes.fromhex(salt_hex), bytes.fromhex(hash_hex)):
+            raise AuthError("Invalid operator key.")
+        self._operator_tag = (stored, tag)
 
     # ------------------------------------------------------------------ windows
     def windows(self) -> list[Window]:
