@@ -35,7 +35,7 @@ UV_FIND := --find-links $(TORCH_WHEELS)
 COMPILE = $(1)/bin/uv pip compile --quiet --generate-hashes $(TARGET) $(UV_FIND) \
 	--custom-compile-command "make lock"
 
-.PHONY: all venv realmodel browser demo test test-all test-latest test-lowest lock lint bench bench-fastpaths clean
+.PHONY: all venv realmodel browser demo test test-all test-latest test-lowest lock lint bench bench-fastpaths dist clean
 
 all: test
 
@@ -154,5 +154,10 @@ bench: $(STAMP)
 bench-fastpaths: $(STAMP)
 	$(PY) benchmarks/bench_fastpaths.py --out-dir $(OUT)/bench-fastpaths
 
+# The wheel and the sdist in dist/, built by hatchling at the version build.txt pins;
+# `pip install 'dist/ragprivacy-*.whl[service]'` installs the service from it.
+dist: $(STAMP)
+	$(VENV)/bin/uv build --quiet --build-constraints $(REQ)/build.txt -o dist
+
 clean:
-	rm -rf $(VENV) $(LATEST) $(LOWEST) $(OUT) .pytest_cache .ruff_cache .mypy_cache .benchmarks
+	rm -rf $(VENV) $(LATEST) $(LOWEST) $(OUT) dist .pytest_cache .ruff_cache .mypy_cache .benchmarks
