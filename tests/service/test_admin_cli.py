@@ -104,6 +104,11 @@ def test_key_list_and_window_status_say_what_an_operator_checks(state, admin) ->
     assert listed[0].startswith(first.split("_")[1]) and "revoked" in listed[0]
     assert all("rpk_" not in line and first.split("_", 2)[2] not in line for line in listed)
     assert len(admin("key", "list", "bob").strip().splitlines()) == 1
+    rotated = admin("key", "rotate", "alice").strip().splitlines()
+    assert "1 earlier key(s) revoked" in rotated[0] and rotated[-1].startswith("rpk_")
+    alice = [line for line in admin("key", "list", "alice").strip().splitlines()]
+    assert [("revoked" not in line) for line in alice].count(True) == 1  # only the new one
+    assert any(line.startswith(rotated[-1].split("_")[1]) for line in alice)
     admin("window", "open")
     from ragprivacy.service import ServiceProvider, ServiceState
 

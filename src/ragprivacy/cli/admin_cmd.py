@@ -286,6 +286,22 @@ def key_revoke(ctx: typer.Context, key_id: str = typer.Argument(..., help="Key i
     typer.echo(f"key {key_id} of account {account} revoked")
 
 
+@key_app.command("rotate")
+def key_rotate(
+    ctx: typer.Context, account: str = typer.Argument(..., help="The account whose keys rotate.")
+) -> None:
+    """Give an account a new key and revoke every one it had (a leaked or aging key);
+    the new key is printed once, as the last line."""
+    state = _state(ctx)
+    key = state.create_key(account)
+    revoked = [k for k in state.revoke_keys_except(account, key.key_id)]
+    typer.echo(
+        f"key id {key.key_id} for account {account} (shown once; store it now); "
+        f"{len(revoked)} earlier key(s) revoked:"
+    )
+    typer.echo(key.token)
+
+
 def _say_open(w: Window) -> None:
     tenants = ", ".join(f"{t}: {n}" for t, n in w.snapshot["tenants"].items())
     typer.echo(f"window {w.window_id} open ({tenants} documents committed)")

@@ -740,9 +740,16 @@ class ServiceState:
     def revoke_keys(self, account: str) -> list[str]:
         """Revoke every valid key of ``account`` (its requests are refused from now on;
         ``create_key`` gives it a new one); returns the ids revoked."""
+        return self.revoke_keys_except(account, None)
+
+    def revoke_keys_except(self, account: str, keep: str | None) -> list[str]:
+        """Revoke every valid key of ``account`` but ``keep`` (a key rotation: the new key
+        is made first, so the account is never without one); returns the ids revoked."""
         if account not in self.accounts():
             raise ConfigError(f"Unknown account {account!r}; create it with 'account create'.")
-        ids = [k["key_id"] for k in self.keys(account) if k["revoked"] is None]
+        ids = [
+            k["key_id"] for k in self.keys(account) if k["revoked"] is None and k["key_id"] != keep
+        ]
         for key_id in ids:
             self.revoke_key(key_id)
         return ids
