@@ -55,6 +55,7 @@ from ragprivacy.service.protocol import (
     sse_events,
 )
 from ragprivacy.service.serving import ClientGoneError, NotFoundError, NotReadyError, Serving
+from ragprivacy.service.throttle import ServerBusyError
 
 assert ragprivacy.cli and ragprivacy.eval  # every layer's errors are defined
 
@@ -95,6 +96,7 @@ def test_every_ragprivacy_error_has_a_status_of_its_own_branch() -> None:
         AuthThrottledError: 429,
         AccountBusyError: 429,
         ClientGoneError: 499,
+        ServerBusyError: 503,
         ConfigError: 400,
         UnknownBackendError: 400,
         DataError: 400,
@@ -158,10 +160,13 @@ def app(state: Path) -> Any:
 
 
 def test_every_route_declares_a_response_model(app: Any) -> None:
-    routes = [r for r in app.routes if isinstance(r, APIRoute)]
+    # the API's routes; the operator page and /metrics are pages, outside the schema
+    routes = [r for r in app.routes if isinstance(r, APIRoute) and r.include_in_schema]
     assert len(routes) >= 11  # docs/service.md's table
     for route in routes:
         assert route.response_model is not None, route.path
+    pages = {r.path for r in app.routes if isinstance(r, APIRoute) and not r.include_in_schema}
+    assert pages <= {"/operator", "/metrics"}, pages
 
 
 def test_openapi_documents_every_response_and_the_stream_chunk(app: Any) -> None:

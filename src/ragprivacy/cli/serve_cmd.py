@@ -70,6 +70,13 @@ def serve(
         help="Requests one account may have in progress at once, per worker; more are "
         "refused with 429 (nothing spent), so no account can hold every thread.",
     ),
+    max_inflight_total: int = typer.Option(
+        32,
+        "--max-inflight-total",
+        help="Requests of all accounts in progress at once, per worker; more are refused "
+        "with 503 (nothing spent). The worker keeps 8 threads more for the public audit "
+        "endpoints and health checks.",
+    ),
     api_docs: bool = typer.Option(
         False,
         "--api-docs",
@@ -174,7 +181,7 @@ def serve(
     FailedAuthLimit(
         per_client=given["auth_failures_per_client"], overall=given["auth_failures_overall"]
     )
-    InFlightLimit(given["max_inflight"])
+    InFlightLimit(given["max_inflight"], given["max_inflight_total"])
     PromptBudget(doc_tokens=given["doc_tokens"], context_tokens=given["context_tokens"])
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -190,6 +197,7 @@ def serve(
         "RAGPRIVACY_AUTH_FAILURES_PER_CLIENT": str(given["auth_failures_per_client"]),
         "RAGPRIVACY_AUTH_FAILURES_OVERALL": str(given["auth_failures_overall"]),
         "RAGPRIVACY_MAX_INFLIGHT": str(given["max_inflight"]),
+        "RAGPRIVACY_MAX_INFLIGHT_TOTAL": str(given["max_inflight_total"]),
         "RAGPRIVACY_DOC_TOKENS": str(given["doc_tokens"]),
         "RAGPRIVACY_CONTEXT_TOKENS": None
         if given["context_tokens"] is None

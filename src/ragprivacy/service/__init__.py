@@ -57,6 +57,7 @@ from ragprivacy.service.throttle import (
     AuthThrottledError,
     FailedAuthLimit,
     InFlightLimit,
+    ServerBusyError,
 )
 from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap
 
@@ -75,6 +76,7 @@ __all__ = [
     "PgvectorTenantVectors",
     "PostgresBackend",
     "ServedAnswer",
+    "ServerBusyError",
     "ServiceProvider",
     "ServiceState",
     "SqliteBackend",

@@ -40,16 +40,18 @@ limit; and :data:`ERROR_STATUS`, the one table from an error to its status code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import anyio.from_thread
+import anyio.to_thread
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -102,10 +104,12 @@ from ragprivacy.service.schedule import seconds_until_rotation
 from ragprivacy.service.serving import ClientGoneError, NotFoundError, NotReadyError, Serving
 from ragprivacy.service.state import ServiceState
 from ragprivacy.service.throttle import (
+    RESERVED_THREADS,
     AccountBusyError,
     AuthThrottledError,
     FailedAuthLimit,
     InFlightLimit,
+    ServerBusyError,
 )
 
 __all__ = [
@@ -141,6 +145,7 @@ ERROR_STATUS: tuple[ErrorStatus, ...] = (
     ErrorStatus(AuthError, 401, "Invalid API key.", (("WWW-Authenticate", "Bearer"),)),
     ErrorStatus(AuthThrottledError, 429),  # its Retry-After is the error's own
     ErrorStatus(AccountBusyError, 429, headers=(("Retry-After", "1"),)),
+    ErrorStatus(ServerBusyError, 503, headers=(("Retry-After", "1"),)),
     ErrorStatus(TenantAccessError, 403),
     ErrorStatus(ClientGoneError, 499),  # nginx's "client closed request": nobody reads it
     ErrorStatus(WindowClosedError, 409),
@@ -280,7 +285,18 @@ def create_app(
     provider = ServiceProvider(state, prompt_budget=prompt_budget)
     meter = ServiceMetrics(provider.window_gauge) if metrics else None
     serving = Serving(provider, gen, auth_limit, inflight, on_spent=meter.spent if meter else None)
+    limits = serving.inflight
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # private requests hold at most limits.total threads; the pool keeps
+        # RESERVED_THREADS more for the public audit endpoints and the health checks
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = max(limiter.total_tokens, limits.total + RESERVED_THREADS)
+        yield
+
     app = _App(
+        lifespan=lifespan,
         title="ragprivacy",
         summary="Multi-tenant private RAG with a verifiable audit.",
         version="1",
@@ -640,7 +656,10 @@ def app_from_env() -> FastAPI:
             per_client=int(os.environ.get("RAGPRIVACY_AUTH_FAILURES_PER_CLIENT", "20")),
             overall=int(os.environ.get("RAGPRIVACY_AUTH_FAILURES_OVERALL", "120")),
         ),
-        inflight=InFlightLimit(int(os.environ.get("RAGPRIVACY_MAX_INFLIGHT", "8"))),
+        inflight=InFlightLimit(
+            int(os.environ.get("RAGPRIVACY_MAX_INFLIGHT", "8")),
+            int(os.environ.get("RAGPRIVACY_MAX_INFLIGHT_TOTAL", "32")),
+        ),
         rotate_every=int(os.environ["RAGPRIVACY_ROTATE_EVERY"])
         if os.environ.get("RAGPRIVACY_ROTATE_EVERY")
         else None,
