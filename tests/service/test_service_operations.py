@@ -235,3 +235,22 @@ def test_sigterm_stops_within_the_graceful_timeout_while_an_answer_hangs(
     finally:
         server.stop(signal.SIGKILL)
         upstream.close()
+
+
+def test_a_connection_trickling_its_headers_is_closed(tmp_path: Path, admin, corpus_file) -> None:  # type: ignore[no-untyped-def]
+    """A client that opens a connection and never finishes its request head is cut off
+    after --header-timeout; a normal request is served."""
+    import socket
+
+    state, _ = _state(tmp_path, admin, corpus_file)
+    server = Server(state, extra=("--header-timeout", "1"))
+    try:
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # the head never ends
+        start = time.monotonic()
+        closed = slow.recv(1024)  # blocks until the service closes the connection
+        assert closed == b"" and time.monotonic() - start < 30
+        slow.close()
+        assert httpx.get(f"{server.url}/healthz", timeout=30).status_code == 200
+    finally:
+        server.stop()

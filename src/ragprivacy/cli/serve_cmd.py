@@ -105,6 +105,12 @@ def serve(
         help="One JSON line per request (method, path, status, ms, client address; never a "
         "header, body, account or query text).",
     ),
+    header_timeout: float = typer.Option(
+        10.0,
+        "--header-timeout",
+        help="Seconds a new connection has to send its first request's headers; a slower "
+        "one is closed (a client trickling headers cannot hold connections).",
+    ),
     graceful_timeout: int = typer.Option(
         30,
         "--graceful-timeout",
@@ -168,6 +174,9 @@ def serve(
     for tls in (certfile, keyfile):
         if tls is not None and not tls.is_file():
             raise ConfigError(f"{tls}: no such file.")
+    head = float(given["header_timeout"])
+    if not 0.1 <= head <= 600:
+        raise ConfigError(f"--header-timeout must be in [0.1, 600] seconds; got {head:g}.")
     graceful = int(given["graceful_timeout"])
     if not 0 <= graceful <= 3600:
         raise ConfigError(f"--graceful-timeout must be in [0, 3600] seconds; got {graceful}.")
@@ -205,6 +214,7 @@ def serve(
         "RAGPRIVACY_ROTATE_EVERY": None if period is None else str(period),
         "RAGPRIVACY_ACCESS_LOG": "1" if given["access_log"] else "0",
         "RAGPRIVACY_METRICS": "1" if given["metrics"] else "0",
+        "RAGPRIVACY_HEADER_TIMEOUT": str(head),
     }
     shared = None
     if given["metrics"] and workers > 1:  # one set of counters for every worker
@@ -220,9 +230,13 @@ def serve(
         schedule = WindowSchedule(
             lambda: ServiceState(state, create=False, identity_key=identity_key), period, export
         ).start()
+    from ragprivacy.service import HeaderTimeoutH11
+
+    HeaderTimeoutH11.header_timeout = head  # this process; the workers read the variable
     try:
         uvicorn.run(
             "ragprivacy.service.app:app_from_env",
+            http=HeaderTimeoutH11,
             factory=True,
             host=host,
             port=port,

@@ -17,6 +17,8 @@ docs/service.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ragprivacy.service.backend import (
     PgvectorTenantVectors,
     PostgresBackend,
@@ -68,6 +70,7 @@ __all__ = [
     "AuthThrottledError",
     "Client",
     "FailedAuthLimit",
+    "HeaderTimeoutH11",
     "Idempotency",
     "IdempotencyInProgressError",
     "IdempotencyKeyReusedError",
@@ -104,3 +107,12 @@ __all__ = [
     "seconds_until_rotation",
     "window_status",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``HeaderTimeoutH11`` needs uvicorn (the ``service`` extra): imported on first use."""
+    if name == "HeaderTimeoutH11":
+        from ragprivacy.service.http_protocol import HeaderTimeoutH11
+
+        return HeaderTimeoutH11
+    raise AttributeError(f"module 'ragprivacy.service' has no attribute {name!r}")
