@@ -135,6 +135,34 @@ def _openai(workdir: Path) -> Generator:
     )
 
 
+def _http_server(request: object) -> object:
+    """An API of its own shape: ``{"question"}`` → ``{"data": {"text"}}``, the answer a
+    hash of the question."""
+    import httpx
+
+    assert isinstance(request, httpx.Request)
+    seed = zlib.crc32(request.content)
+    words = " ".join(f"w{(seed >> (4 * i)) % 16}" for i in range(3))
+    return httpx.Response(200, json={"data": {"text": words}})
+
+
+def _http(_: Path) -> Generator:
+    import httpx
+
+    from ragprivacy.generate import HTTPTemplateGenerator
+
+    template = {
+        "url": "http://127.0.0.1:9/ask",
+        "method": "POST",
+        "headers": {},
+        "body": {"question": "{{query}}"},
+        "answer": "data.text",
+        "timeout": 5.0,
+    }
+    client = httpx.Client(transport=httpx.MockTransport(_http_server))  # type: ignore[arg-type]
+    return HTTPTemplateGenerator(template, client=client)
+
+
 def _smollm2(_: Path) -> Generator:
     return create_generator("smollm2", max_tokens=4, threads=1, batch_size=2)
 
@@ -154,6 +182,8 @@ GENERATORS: dict[str, GeneratorSpec] = {
     "hf": GeneratorSpec(_hf, deterministic=True),
     # whatever the server does (temperature 0 is not a promise of determinism)
     "openai": GeneratorSpec(_openai, deterministic=False),
+    # whatever the API answers
+    "http": GeneratorSpec(_http, deterministic=False),
     # greedy decoding by default (the hf backend on a GGUF file)
     "smollm2": GeneratorSpec(_smollm2, deterministic=True),
     "gguf": GeneratorSpec(_gguf, deterministic=True),

@@ -25,7 +25,8 @@ value is ever printed, logged or put in a run's settings (:meth:`config` names t
 headers, not their values).
 
 Such an API returns no log-probabilities: attacks that need them are skipped
-("needs logprobs"), and :meth:`score` / :meth:`next_token_distribution` refuse. A failed
+("needs logprobs"), :meth:`score` refuses, and :meth:`next_token_distribution` is the
+point mass on the answer's next token (the greedy continuation). A failed
 request raises :class:`~ragprivacy.errors.BackendError` naming the URL and status (never
 the prompt): :class:`~ragprivacy.rag.RemoteRAGSystem` records it as ``error`` or
 ``timeout`` and the run goes on; a connection that never opened is
@@ -172,6 +173,14 @@ class HTTPTemplateGenerator(Generator):
         return False
 
     def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
+        limit = max_tokens if max_tokens is not None else prompt.options.get("max_tokens")
+        whole = self._answer(prompt)
+        if limit is None or len(whole.tokens) <= int(limit):
+            return whole
+        kept = whole.tokens[: int(limit)]  # the API cannot be told: the answer is cut here
+        return Completion(self.tokens_to_text(kept), kept)
+
+    def _answer(self, prompt: Prompt) -> Completion:
         t = self.template
         body = _filled(t["body"], prompt.render())
         request: dict[str, Any] = {"headers": t["headers"]}
@@ -206,10 +215,15 @@ class HTTPTemplateGenerator(Generator):
     def next_token_distribution(
         self, prompt: Prompt, prefix: Sequence[str] | str = ()
     ) -> TokenDistribution:
-        raise ConfigError(
-            f"{self.template['url']} returns answers only, no log-probabilities; attacks "
-            "that need them are skipped."
+        """An answer-only API has no distribution: the point mass on its answer's next
+        token after ``prefix`` (⟨EOS⟩ at its end, or when ``prefix`` left the answer) — the
+        greedy continuation, which is what token voting asks of a voter."""
+        done = tuple(tokenize(prefix)) if isinstance(prefix, str) else tuple(prefix)
+        answer = self._answer(prompt).tokens
+        following = (
+            answer[len(done)] if answer[: len(done)] == done and len(answer) > len(done) else "</s>"
         )
+        return TokenDistribution((following,), (1.0,))
 
     def score(self, prompt: Prompt, continuation: str) -> Completion:
         raise ConfigError(
