@@ -254,3 +254,24 @@ def test_a_connection_trickling_its_headers_is_closed(tmp_path: Path, admin, cor
         assert httpx.get(f"{server.url}/healthz", timeout=30).status_code == 200
     finally:
         server.stop()
+
+
+def test_the_documented_config_file_names_only_serve_options() -> None:
+    """docs/service.md's TOML example is a config `serve --config` takes: every key is an
+    option of serve's, and its values are of the option's kind."""
+    import inspect
+    import re
+    import tomllib
+
+    from ragprivacy.cli.serve_cmd import serve
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text()
+    (block,) = re.findall(r"```toml\n(.*?)```", doc, flags=re.S)
+    values = tomllib.loads(block)
+    params = inspect.signature(serve).parameters
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        assert name in params and name != "config", key
+        default = params[name].default.default  # typer's OptionInfo
+        if default is not None and not isinstance(default, bool):
+            assert isinstance(value, type(default)), (key, value)
