@@ -275,3 +275,53 @@ def test_the_documented_config_file_names_only_serve_options() -> None:
         default = params[name].default.default  # typer's OptionInfo
         if default is not None and not isinstance(default, bool):
             assert isinstance(value, type(default)), (key, value)
+
+
+def test_private_requests_past_the_total_wait_their_turn(
+    tmp_path: Path, admin, corpus_file
+) -> None:  # type: ignore[no-untyped-def]
+    """--max-inflight-total 1: three accounts' answers at once reach the generator one at
+    a time, all answered (queued, not refused), and the public routes are served."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests._chat_endpoint import Endpoint, chat_reply
+
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def slow(_: dict[str, object]) -> tuple[int, object]:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.5)
+        with lock:
+            running[0] -= 1
+        return chat_reply("noted")
+
+    state = tmp_path / "state"
+    admin(state, "tenant", "create", "clinic", "--k", "2")
+    admin(state, "docs", "add", "clinic", str(corpus_file(tmp_path / "c.jsonl", "clinic", 8)))
+    keys = []
+    for name in ("a", "b", "c"):
+        admin(state, "account", "create", "clinic", name, "--eps", "4", "--delta", "1e-6",
+              "--rate-limit", "5")  # fmt: skip
+        keys.append(admin(state, "key", "create", name).split()[-1])
+    admin(state, "window", "open")
+    upstream = Endpoint(slow)
+    server = Server(state, extra=("--generator", f"openai:m@{upstream.url}",
+                                  "--max-inflight-total", "1"))  # fmt: skip
+    try:
+
+        def ask(key: str) -> int:
+            return httpx.post(f"{server.url}/v1/answer", json={"query": "asthma"},
+                              headers={"Authorization": f"Bearer {key}"},
+                              timeout=120).status_code  # fmt: skip
+
+        with ThreadPoolExecutor(3) as pool:
+            answers = [pool.submit(ask, k) for k in keys]
+            assert httpx.get(f"{server.url}/v1/audit/windows", timeout=120).status_code == 200
+            assert [f.result() for f in answers] == [200, 200, 200]
+        assert peak[0] == 1  # one private request at a time reached the generator
+    finally:
+        server.stop()
+        upstream.close()

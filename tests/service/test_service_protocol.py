@@ -55,7 +55,6 @@ from ragprivacy.service.protocol import (
     sse_events,
 )
 from ragprivacy.service.serving import ClientGoneError, NotFoundError, NotReadyError, Serving
-from ragprivacy.service.throttle import ServerBusyError
 
 assert ragprivacy.cli and ragprivacy.eval  # every layer's errors are defined
 
@@ -96,7 +95,6 @@ def test_every_ragprivacy_error_has_a_status_of_its_own_branch() -> None:
         AuthThrottledError: 429,
         AccountBusyError: 429,
         ClientGoneError: 499,
-        ServerBusyError: 503,
         ConfigError: 400,
         UnknownBackendError: 400,
         DataError: 400,

@@ -134,28 +134,3 @@ def test_an_account_cannot_hold_more_than_its_requests_at_once(tmp_path: Path) -
     assert serving.inflight.in_progress("alice") == 0
     assert len(serving.answer("alice", ask).documents) == 2
     assert serving.budget("alice").used == 3
-
-
-def test_all_accounts_together_leave_threads_for_the_public_endpoints(tmp_path: Path) -> None:
-    """With ``total`` = 1, bob's answer is refused (503, nothing spent) while alice's is in
-    progress; the public audit endpoints are served all the while."""
-    from ragprivacy.service import ServerBusyError
-
-    state = ServiceState(tmp_path / "state", create=True)
-    state.create_tenant("t", k=2)
-    state.add_documents("t", [Document(f"d{i}", f"note {i} about gout") for i in range(6)])
-    for name in ("alice", "bob"):
-        state.create_account("t", name, epsilon=4.0, delta=1e-6, rate_limit=10)
-    open_window(state)
-    serving = Serving(ServiceProvider(state), _Held(), inflight=InFlightLimit(2, total=1))
-    ask = AnswerRequest(query="gout")
-    with ThreadPoolExecutor(1) as pool, _released():
-        slow = pool.submit(serving.answer, "alice", ask)
-        assert _ENTERED.acquire(timeout=120)
-        with pytest.raises(ServerBusyError):
-            serving.answer("bob", ask)
-        assert serving.budget("bob").used == 0
-        assert [w.window_id for w in serving.windows()] == ["W1"]  # public: served
-        _GATE.set()
-        assert len(slow.result(timeout=120).documents) == 2
-    assert len(serving.answer("bob", ask).documents) == 2

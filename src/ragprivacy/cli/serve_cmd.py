@@ -73,9 +73,9 @@ def serve(
     max_inflight_total: int = typer.Option(
         32,
         "--max-inflight-total",
-        help="Requests of all accounts in progress at once, per worker; more are refused "
-        "with 503 (nothing spent). The worker keeps 8 threads more for the public audit "
-        "endpoints and health checks.",
+        help="Private requests of all accounts running at once, per worker; more wait "
+        "their turn in arrival order, holding no thread. The worker keeps 8 threads more "
+        "for the public audit endpoints and health checks.",
     ),
     api_docs: bool = typer.Option(
         False,

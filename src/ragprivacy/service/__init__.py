@@ -59,7 +59,6 @@ from ragprivacy.service.throttle import (
     AuthThrottledError,
     FailedAuthLimit,
     InFlightLimit,
-    ServerBusyError,
 )
 from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap
 
@@ -79,7 +78,6 @@ __all__ = [
     "PgvectorTenantVectors",
     "PostgresBackend",
     "ServedAnswer",
-    "ServerBusyError",
     "ServiceProvider",
     "ServiceState",
     "SqliteBackend",

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
 import anyio.from_thread
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -109,7 +110,6 @@ from ragprivacy.service.throttle import (
     AuthThrottledError,
     FailedAuthLimit,
     InFlightLimit,
-    ServerBusyError,
 )
 
 __all__ = [
@@ -145,7 +145,6 @@ ERROR_STATUS: tuple[ErrorStatus, ...] = (
     ErrorStatus(AuthError, 401, "Invalid API key.", (("WWW-Authenticate", "Bearer"),)),
     ErrorStatus(AuthThrottledError, 429),  # its Retry-After is the error's own
     ErrorStatus(AccountBusyError, 429, headers=(("Retry-After", "1"),)),
-    ErrorStatus(ServerBusyError, 503, headers=(("Retry-After", "1"),)),
     ErrorStatus(TenantAccessError, 403),
     ErrorStatus(ClientGoneError, 499),  # nginx's "client closed request": nobody reads it
     ErrorStatus(WindowClosedError, 409),
@@ -360,27 +359,50 @@ def _gone(request: Request) -> Callable[[], bool]:
 def _add_routes(app: FastAPI, serving: Serving) -> None:
     """The routes: each parses its request, calls one :class:`Serving` method and returns
     its response model."""
+    queue: list[anyio.Semaphore] = []
+
+    async def private_turn() -> AsyncIterator[None]:
+        # at most inflight.total private requests run at once; the others wait here, in
+        # arrival order, on the event loop — holding no thread, so the public routes and
+        # the health checks always find one (the pool keeps RESERVED_THREADS more)
+        if not queue:
+            queue.append(anyio.Semaphore(serving.inflight.total))
+        async with queue[0]:
+            yield
 
     def account(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
         return serving.authenticate(authorization, request.client.host if request.client else "")
 
     auth = Depends(account)
+    turn = Depends(private_turn)
 
     @app.post("/v1/retrieve", response_model=RetrieveResponse)
     def retrieve(
-        body: RetrieveRequest, request: Request, key: Key = None, who: str = auth
+        body: RetrieveRequest,
+        request: Request,
+        key: Key = None,
+        who: str = auth,
+        _turn: None = turn,
     ) -> RetrieveResponse:
         return serving.retrieve(who, body, key, _gone(request))
 
     @app.post("/v1/answer", response_model=AnswerResponse)
     def answer(
-        body: AnswerRequest, request: Request, key: Key = None, who: str = auth
+        body: AnswerRequest,
+        request: Request,
+        key: Key = None,
+        who: str = auth,
+        _turn: None = turn,
     ) -> AnswerResponse:
         return serving.answer(who, body, key, _gone(request))
 
     @app.post("/v1/chat/completions", response_model=ChatCompletion, responses=_STREAMED)
     def chat(
-        body: ChatRequest, request: Request, key: Key = None, who: str = auth
+        body: ChatRequest,
+        request: Request,
+        key: Key = None,
+        who: str = auth,
+        _turn: None = turn,
     ) -> ChatCompletion | StreamingResponse:
         out = serving.chat(who, body, key, _gone(request))
         if isinstance(out, ChatCompletion):

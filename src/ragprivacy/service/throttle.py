@@ -20,9 +20,11 @@ other account's requests and the public audit endpoints would wait behind them.
 :class:`InFlightLimit` admits at most ``limit`` requests of one account at a time per
 worker; one more is refused at once (429, before it reads anything, so it spends
 nothing) and the account may send it again when one of its own has finished. Several
-accounts together hold at most ``total`` (503 with ``Retry-After`` past that), and the
-worker's thread pool is sized ``total`` + :data:`RESERVED_THREADS`, so the public audit
-endpoints and the health checks always find a thread however many accounts are busy.
+accounts together have at most ``total`` private requests in progress; the others wait
+their turn in arrival order on the event loop, holding no thread (the app's queue), and
+the worker's thread pool is sized ``total`` + :data:`RESERVED_THREADS`, so the public
+audit endpoints and the health checks always find a thread however many accounts are
+busy.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ __all__ = [
     "AuthThrottledError",
     "FailedAuthLimit",
     "InFlightLimit",
-    "ServerBusyError",
 ]
 
 
@@ -61,19 +62,14 @@ class AccountBusyError(ServiceStateError):
     was refused before it read anything (nothing spent)."""
 
 
-class ServerBusyError(ServiceStateError):
-    """Every thread this worker keeps for private requests is busy; this one was refused
-    before it read anything (nothing spent). The worker's other threads stay free for
-    the public audit endpoints and the health checks."""
-
-
 #: worker threads kept free of private requests, for the public and operations routes
 RESERVED_THREADS = 8
 
 
 class InFlightLimit:
-    """At most ``limit`` requests of one account in progress at a time, and at most
-    ``total`` of all accounts together (thread-safe).
+    """At most ``limit`` requests of one account in progress at a time (thread-safe);
+    ``total``: how many private requests of all accounts the app lets run at once (its
+    queue, :func:`ragprivacy.service.app.create_app`).
 
     >>> limit = InFlightLimit(1)
     >>> with limit.slot("a"):
@@ -92,31 +88,22 @@ class InFlightLimit:
         self.total = check_positive_int("total", total)
         self._lock = threading.Lock()
         self._busy: dict[str, int] = {}
-        self._all = 0
 
     @contextmanager
     def slot(self, account: str) -> Iterator[None]:
         """Hold one of ``account``'s slots for the ``with`` block, or raise
-        :class:`AccountBusyError` when it has none free (429) and
-        :class:`ServerBusyError` when all accounts together hold ``total`` (503)."""
+        :class:`AccountBusyError` when it has none free."""
         with self._lock:
             if self._busy.get(account, 0) >= self.limit:
                 raise AccountBusyError(
                     f"This account has {self.limit} request(s) in progress (the most it "
                     "may); send this one when one has finished."
                 )
-            if self._all >= self.total:
-                raise ServerBusyError(
-                    "The service is answering as many requests as it takes at once; "
-                    "nothing was spent. Retry shortly."
-                )
             self._busy[account] = self._busy.get(account, 0) + 1
-            self._all += 1
         try:
             yield
         finally:
             with self._lock:
-                self._all -= 1
                 left = self._busy[account] - 1
                 if left:
                     self._busy[account] = left
