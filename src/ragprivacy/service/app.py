@@ -516,13 +516,15 @@ class _NoStore:
 _access = logging.getLogger("ragprivacy.access")
 
 
-class _AccessLog:
-    """One JSON line per request on the ``ragprivacy.access`` logger: method, path (no
-    query string), status, milliseconds and the client's address — never a header, a
-    body, an account or a query text."""
+class _Timed:
+    """An ASGI middleware that hands each HTTP request's status and time to
+    :meth:`finished` once it is answered (or failed: 500)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+
+    def finished(self, scope: Scope, status: int, seconds: float) -> None:
+        raise NotImplementedError
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -539,18 +541,24 @@ class _AccessLog:
         try:
             await self.app(scope, receive, noted)
         finally:
-            client = scope.get("client")
-            _access.info(
-                json.dumps(
-                    {
-                        "method": scope.get("method"),
-                        "path": scope.get("path"),
-                        "status": status,
-                        "ms": round((time.perf_counter() - start) * 1000, 1),
-                        "client": client[0] if client else None,
-                    }
-                )
-            )
+            self.finished(scope, status, time.perf_counter() - start)
+
+
+class _AccessLog(_Timed):
+    """One JSON line per request on the ``ragprivacy.access`` logger: method, path (no
+    query string), status, milliseconds and the client's address — never a header, a
+    body, an account or a query text."""
+
+    def finished(self, scope: Scope, status: int, seconds: float) -> None:
+        client = scope.get("client")
+        line = {
+            "method": scope.get("method"),
+            "path": scope.get("path"),
+            "status": status,
+            "ms": round(seconds * 1000, 1),
+            "client": client[0] if client else None,
+        }
+        _access.info(json.dumps(line))
 
 
 def _route_of(app: FastAPI, scope: Scope) -> str:
@@ -566,29 +574,15 @@ def _route_of(app: FastAPI, scope: Scope) -> str:
     return "unmatched"
 
 
-class _Metered:
+class _Metered(_Timed):
     """Counts and times every request for ``/metrics`` (:mod:`ragprivacy.service.metrics`)."""
 
     def __init__(self, app: ASGIApp, fastapi: FastAPI, metrics: ServiceMetrics) -> None:
-        self.app, self.fastapi, self.metrics = app, fastapi, metrics
+        super().__init__(app)
+        self.fastapi, self.metrics = fastapi, metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start, status = time.perf_counter(), 500
-
-        async def noted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, noted)
-        finally:
-            route = _route_of(self.fastapi, scope)
-            self.metrics.observe(route, status, time.perf_counter() - start)
+    def finished(self, scope: Scope, status: int, seconds: float) -> None:
+        self.metrics.observe(_route_of(self.fastapi, scope), status, seconds)
 
 
 def _count_refusal(request: Request, status: int, code: str | None) -> None:
