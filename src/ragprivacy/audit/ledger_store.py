@@ -31,7 +31,7 @@ from contextlib import AbstractContextManager, ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
-from ragprivacy._postgres import PgPool, PgTransaction, create_schema, redact_url
+from ragprivacy._postgres import PgPool, PgTransaction, create_schema, qmark, redact_url
 from ragprivacy._sqlite import connect_wal
 from ragprivacy._storage import map_backend_errors, read_retrying
 from ragprivacy.errors import ConfigError
@@ -197,12 +197,18 @@ class PostgresLedgerStorage(LedgerStorage):
             self._pool.retrying(
                 lambda conn: create_schema(conn, _PG_SCHEMA, "ragprivacy/ledger-schema")
             )
-            with self._pool.transaction() as tx:
-                tx.execute(
-                    "INSERT INTO ledger_heads (ledger, sealed) VALUES (?, NULL) "
-                    "ON CONFLICT (ledger) DO NOTHING",
+            # idempotent, so it runs again on a fresh connection if its first was ended:
+            # pg_terminate_backend takes effect when the backend next looks, so a pool's
+            # check just before can still hand out a connection that is about to end
+            self._pool.retrying(
+                lambda conn: conn.execute(
+                    qmark(
+                        "INSERT INTO ledger_heads (ledger, sealed) VALUES (?, NULL) "
+                        "ON CONFLICT (ledger) DO NOTHING"
+                    ),
                     (ledger,),
                 )
+            )
         except BaseException:
             self.close()
             raise
