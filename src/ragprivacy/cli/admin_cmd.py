@@ -294,7 +294,7 @@ def key_rotate(
     the new key is printed once, as the last line."""
     state = _state(ctx)
     key = state.create_key(account)
-    revoked = [k for k in state.revoke_keys_except(account, key.key_id)]
+    revoked = state.revoke_keys_except(account, key.key_id)
     typer.echo(
         f"key id {key.key_id} for account {account} (shown once; store it now); "
         f"{len(revoked)} earlier key(s) revoked:"

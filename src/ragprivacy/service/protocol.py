@@ -164,13 +164,15 @@ class ChatRequest(BaseModel):
 
 
 # ------------------------------------------------------------------ signed payloads
-#: fields a signed object carries only when set (a voted answer's receipt, a window with
-#: voting tenants), so that the others read and sign as before them
-_ONLY_WHEN_SET = frozenset({"answer", "voting"})
+def _sent_always(f: dataclasses.Field[Any]) -> bool:
+    """A field a signed object always carries: one without a default of None or an empty
+    collection (those — a voted answer's receipt text, a window's voting tenants — are
+    carried only when set, so that the others read and sign as before them)."""
+    return f.default is not None and f.default_factory is dataclasses.MISSING
 
 
 def _signed(cls: type[Any], what: str) -> ConfigDict:
-    keys: list[Any] = [f.name for f in dataclasses.fields(cls) if f.name not in _ONLY_WHEN_SET]
+    keys: list[Any] = [f.name for f in dataclasses.fields(cls) if _sent_always(f)]
     return ConfigDict(
         json_schema_extra={
             "description": f"{what}, exactly as signed (ragprivacy.audit.{cls.__name__}).",
