@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -13,7 +14,23 @@ from ragprivacy.corpus import Corpus
 from ragprivacy.generate import Prompt, Task, create_generator
 from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
 
-Reply = tuple[int, Any]  # (status, JSON object or raw bytes)
+Reply = tuple[int, Any]  # (status, JSON object, raw bytes or Streamed events)
+
+
+@dataclass
+class Streamed:
+    """A streamed answer: each event is sent (``data: JSON``) and flushed as the
+    iterable yields it, then ``[DONE]`` unless ``done`` is false; the body ends when
+    the connection closes (HTTP/1.0). ``broken``: set when the client hung up first."""
+
+    events: Iterable[dict[str, Any]]
+    done: bool = True
+    broken: bool = False
+
+
+def delta(text: str) -> dict[str, Any]:
+    """A chat stream's event carrying ``text``."""
+    return {"choices": [{"index": 0, "delta": {"content": text}}]}
 
 
 class Endpoint:
@@ -35,6 +52,9 @@ class Endpoint:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.calls += 1
                 status, payload = respond(body)
+                if isinstance(payload, Streamed):
+                    self._stream(status, payload)
+                    return
                 raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
@@ -46,6 +66,19 @@ class Endpoint:
                     self.wfile.write(raw)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and left (the slow endpoint)
+
+            def _stream(self, status: int, streamed: Streamed) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for event in streamed.events:
+                        self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                        self.wfile.flush()
+                    if streamed.done:
+                        self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    streamed.broken = True
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"

@@ -24,6 +24,7 @@ from ragprivacy.generate import (
     Task,
     create_generator,
     generator_names,
+    join_completions,
     smollm2_path,
 )
 from ragprivacy.rag import NonRAG, StandardRAG
@@ -89,6 +90,18 @@ def test_logprobs_agree_between_generate_score_and_distribution(smol: GGUFGenera
     for one, many in zip(outs, smol.generate_batch(prompts)):  # left-padded together
         assert many.tokens == one.tokens
         assert many.logprobs == pytest.approx(one.logprobs, abs=1e-4)
+
+
+@pytest.mark.realmodel
+def test_the_answer_streams_token_by_token(smol: GGUFGenerator) -> None:
+    """The real model's streamed pieces come one (or a few) tokens at a time and join
+    to generate's answer exactly."""
+    pieces = list(smol.stream(CAPITAL))
+    whole = smol.generate(CAPITAL)
+    assert len(pieces) > 2 and all(len(p.tokens) <= 3 for p in pieces)
+    joined = join_completions(pieces)
+    assert joined.text == whole.text and joined.tokens == whole.tokens
+    assert joined.logprobs == pytest.approx(whole.logprobs, abs=1e-4)
 
 
 @pytest.mark.realmodel

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ragprivacy.errors import BackendError, DataUnavailableError
-from ragprivacy.generate import HFGenerator, Prompt, Task, create_generator
+from ragprivacy.generate import HFGenerator, Prompt, Task, create_generator, join_completions
 
 SENTENCES = [
     "Marta Olsen was born in Velmora.",
@@ -134,6 +134,27 @@ def test_left_padded_batches_match_single_prompts(gen: HFGenerator) -> None:
     for one, many in zip(singles, batched):
         assert many.tokens == one.tokens
         assert many.logprobs == pytest.approx(one.logprobs, abs=1e-4)
+
+
+def test_stream_yields_the_answer_piece_by_piece(gen: HFGenerator, model_dir: Path) -> None:
+    """The streamed pieces join to generate's answer (text, tokens, log-probabilities),
+    a held-back character or space included; a long answer comes in several pieces, and
+    closing the stream early stops the decoding."""
+    long = HFGenerator(model_dir, max_tokens=24, threads=1)
+    for g in (gen, long):
+        for prompt in PROMPTS:
+            pieces = list(g.stream(prompt))
+            whole = g.generate(prompt)
+            joined = join_completions(pieces)
+            assert joined.text == whole.text and joined.tokens == whole.tokens
+            assert joined.logprobs == pytest.approx(whole.logprobs, abs=1e-4)
+            assert all(p.text for p in pieces[:-1])  # no empty piece but maybe the last
+    many = list(long.stream(PROMPTS[1]))
+    assert len(many) > 1, [p.text for p in many]
+    stream = long.stream(PROMPTS[1])
+    first = next(stream)
+    stream.close()
+    assert first.text and first.tokens == many[0].tokens
 
 
 def test_greedy_and_seeded_sampling_are_deterministic(gen: HFGenerator, model_dir: Path) -> None:

@@ -16,8 +16,14 @@ from typing import Any
 
 import pytest
 
-from ragprivacy.errors import BackendError, ConfigError
-from ragprivacy.generate import OpenAIGenerator, Prompt, Task, create_generator
+from ragprivacy.errors import BackendError, ConfigError, GeneratorUnavailableError
+from ragprivacy.generate import (
+    OpenAIGenerator,
+    Prompt,
+    Task,
+    create_generator,
+    join_completions,
+)
 
 KEY = "sk-test-0123456789abcdef"
 KEY_ENV = "RAGPRIVACY_TEST_OPENAI_KEY"
@@ -38,6 +44,8 @@ class _Server(ThreadingHTTPServer):
         self.retry_after: str | None = None  # set: failures are 429 with this Retry-After
         self.refuse_logprobs = False  # set: a request asking for them is a 400
         self.refuse_all = False  # set: every request is a 400 (a prompt too long, say)
+        self.stream_error = False  # set: a stream's second event is an error event
+        self.stream_cut = False  # set: a stream ends without its [DONE] event
         self.lock = threading.Lock()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -91,7 +99,9 @@ class _Handler(BaseHTTPRequestHandler):
             message = f"Incorrect API key provided: {auth.removeprefix('Bearer ')}"
             self._send(401, {"error": {"message": message}})
             return
-        if self.path == "/v1/chat/completions":
+        if body.get("stream"):
+            self._stream(body)
+        elif self.path == "/v1/chat/completions":
             self._send(200, self._chat(body))
         elif self.path == "/v1/completions":
             if body.get("echo") and not srv.echo_supported:
@@ -100,6 +110,35 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, self._completions(body))
         else:
             self._send(404, {"error": {"message": "no such route"}})
+
+    def _stream(self, body: dict[str, Any]) -> None:
+        """OpenAI's server-sent events: one event per token, then ``[DONE]`` (HTTP/1.0:
+        the body ends when the connection closes)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        chat = self.path == "/v1/chat/completions"
+        n = min(int(body["max_tokens"]), len(ANSWER))
+        for i, (t, lp) in enumerate(zip(ANSWER[:n], ANSWER_LP[:n])):
+            if i == 1 and self.server.stream_error:
+                self._event({"error": {"message": "the model crashed on this prompt"}})
+                return
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "delta": {"content": t}}
+                if body.get("logprobs"):
+                    choice["logprobs"] = {"content": [{"token": t, "logprob": lp}]}
+            else:
+                choice = {"index": 0, "text": t}
+                if body.get("logprobs"):
+                    choice["logprobs"] = {"tokens": [t], "token_logprobs": [lp]}
+            self._event({"choices": [choice]})
+        self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if not self.server.stream_cut:
+            self.wfile.write(b"data: [DONE]\n\n")
+
+    def _event(self, event: dict[str, Any]) -> None:
+        self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+        self.wfile.flush()
 
     @staticmethod
     def _top(k: int) -> list[dict[str, Any]]:
@@ -519,3 +558,51 @@ def test_a_refusal_for_another_reason_teaches_nothing_about_logprobs(
     server.refuse_all = False
     out = gen.generate(PROMPT)
     assert server.requests[-1][2]["logprobs"] is True and out.logprobs is not None
+
+
+# ------------------------------------------------------------------ streaming
+
+
+def test_stream_yields_the_servers_pieces_as_they_come(
+    gen: OpenAIGenerator, server: _Server, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pieces = list(gen.stream(PROMPT))
+    assert [p.text for p in pieces] == ANSWER
+    assert [p.logprobs for p in pieces] == [(lp,) for lp in ANSWER_LP]
+    assert join_completions(pieces) == gen.generate(PROMPT)
+    streamed = [body for _, _, body in server.requests if body.get("stream")]
+    assert len(streamed) == 1 and streamed[0]["logprobs"] is True
+    assert streamed[0]["messages"][0]["content"] == "Do not repeat the context."
+    assert [p.text for p in gen.stream(PROMPT, max_tokens=2)] == ANSWER[:2]
+    monkeypatch.setenv(KEY_ENV, KEY)
+    plain = OpenAIGenerator("m", base_url, api_key_env=KEY_ENV, mode="completions", logprobs=False)
+    pieces = list(plain.stream(PROMPT))
+    assert "".join(p.text for p in pieces) == "Velmora." and pieces[0].logprobs is None
+    assert "logprobs" not in server.requests[-1][2] and "prompt" in server.requests[-1][2]
+    plain.close()
+
+
+def test_a_stream_opens_with_retries_and_fails_clearly(
+    gen: OpenAIGenerator, server: _Server
+) -> None:
+    server.fail_next = 2  # two 500s, then the stream: opening it is retried
+    assert "".join(p.text for p in gen.stream(PROMPT)) == "Velmora."
+    server.stream_error = True
+    stream = gen.stream(PROMPT)
+    assert next(stream).text == "Vel"  # what came before the error was sent
+    with pytest.raises(BackendError, match=r"ended with an error: .*crashed"):
+        next(stream)
+    server.stream_error, server.stream_cut = False, True
+    with pytest.raises(BackendError, match=r"ended before its '\[DONE\]'"):
+        list(gen.stream(PROMPT))
+
+
+def test_a_stream_to_a_server_never_reached_is_unavailable() -> None:
+    with socket.socket() as s:  # bound, never listening: connections there are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        url = f"http://127.0.0.1:{port}/v1"
+        g = OpenAIGenerator("m", url, max_retries=1, logprobs=False, sleep=lambda s: None)
+        with pytest.raises(GeneratorUnavailableError, match="ConnectError"):
+            next(g.stream(PROMPT))
+        g.close()

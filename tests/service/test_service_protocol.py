@@ -42,6 +42,7 @@ from ragprivacy.service import (
 from ragprivacy.service.app import ERROR_STATUS, ErrorStatus, create_app, error_body
 from ragprivacy.service.protocol import (
     AnswerRequest,
+    ChatCompletion,
     ChatMessage,
     ChatRequest,
     CommitmentsResponse,
@@ -52,7 +53,7 @@ from ragprivacy.service.protocol import (
     TreeHeadResponse,
     VotedPrivacy,
     VotingBudget,
-    sse_events,
+    sse_event,
 )
 from ragprivacy.service.serving import ClientGoneError, NotFoundError, NotReadyError, Serving
 
@@ -238,12 +239,11 @@ def test_a_stream_sends_the_text_then_the_fields_then_done(state: Path) -> None:
             "alice",
             ChatRequest(messages=[ChatMessage(role="user", content="who has gout?")], stream=True),
         )
-        assert isinstance(chunks, list)
-        events = list(sse_events(chunks))
+        assert not isinstance(chunks, ChatCompletion)
+        events = [sse_event(c) for c in chunks]
     finally:
         serving.provider.close()
-    assert events[-1] == "data: [DONE]\n\n"
-    first, last = (json.loads(e.removeprefix("data: ")) for e in events[:-1])
+    first, last = (json.loads(e.removeprefix("data: ")) for e in events)
     assert list(first) == ["id", "created", "model", "object", "choices"]
     assert first["choices"] == [
         {"index": 0, "delta": {"role": "assistant", "content": first["choices"][0]["delta"][

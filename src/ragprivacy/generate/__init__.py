@@ -20,6 +20,7 @@ from ragprivacy.generate.base import (
     TokenDistribution,
     create_generator,
     generator_names,
+    join_completions,
     register_generator,
 )
 from ragprivacy.generate.budget import PromptBudget, fit_document
@@ -96,6 +97,7 @@ __all__ = [
     "generator_names",
     "get_template",
     "is_defense_instruction",
+    "join_completions",
     "load_template",
     "normalize",
     "normalize_all",

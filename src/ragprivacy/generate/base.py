@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ __all__ = [
     "TokenDistribution",
     "create_generator",
     "generator_names",
+    "join_completions",
     "register_generator",
 ]
 
@@ -74,6 +75,16 @@ class Generator(ABC):
     ) -> list[Completion]:
         """Answer several prompts (backends override this to batch)."""
         return [self.generate(p, max_tokens=max_tokens) for p in prompts]
+
+    def stream(self, prompt: Prompt, *, max_tokens: int | None = None) -> Iterator[Completion]:
+        """The answer to ``prompt`` as it is generated: each item a piece of it (its text,
+        tokens and their log-probabilities), which :func:`join_completions` puts back
+        together as :meth:`generate` answers. The default yields :meth:`generate`'s answer
+        as one piece; backends that decode token by token (``hf:``, ``smollm2``,
+        ``openai:``) override it. The first piece comes once the backend has begun to
+        answer, so a backend that cannot be reached fails at the first ``next``. Closing
+        the iterator early stops the generation."""
+        yield self.generate(prompt, max_tokens=max_tokens)
 
     @abstractmethod
     def next_token_distribution(
@@ -180,3 +191,23 @@ def generator_names() -> list[str]:
 
 def _freeze(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(options or {})
+
+
+def join_completions(pieces: Iterable[Completion]) -> Completion:
+    """One :class:`Completion` from the pieces :meth:`Generator.stream` yields: their
+    texts and tokens concatenated, log-probabilities kept only where every piece has them,
+    ``usage`` the last piece's that reports one (a server reports the whole call's once)."""
+    texts: list[str] = []
+    tokens: list[str] = []
+    logprobs: list[float] | None = []
+    usage: Mapping[str, int] | None = None
+    for piece in pieces:
+        texts.append(piece.text)
+        tokens.extend(piece.tokens)
+        if logprobs is not None and piece.logprobs is not None:
+            logprobs.extend(piece.logprobs)
+        else:
+            logprobs = None
+        usage = piece.usage if piece.usage is not None else usage
+    lps = None if logprobs is None else tuple(logprobs)
+    return Completion("".join(texts), tuple(tokens), lps, usage=usage)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -348,40 +348,39 @@ class HFGenerator(Generator):
         )
         return out.logits, mask, getattr(out, self._cache_kw)
 
-    def _generate_chunk(self, prompts: Sequence[Prompt], limit: int) -> list[Completion]:
+    def _decode(
+        self, prompts: Sequence[Prompt], limit: int
+    ) -> Iterator[list[tuple[int, float] | None]]:
+        """The batched decoding loop, one step at a time: each step yields, per prompt,
+        its new token id and log-probability (``None`` once the prompt has ended). Closing
+        the iterator stops decoding."""
         torch = self._torch
         batch = [self._prompt_ids(p, reserve=limit) for p in prompts]
         n = len(batch)
-        new_ids: list[list[int]] = [[] for _ in range(n)]
-        logprobs: list[list[float]] = [[] for _ in range(n)]
         done = [False] * n
-        with torch.no_grad():
+        with torch.no_grad():  # not across a yield: grad mode is per thread
             logits, mask, past = self._forward(batch, last_only=True)
-            last = logits[:, -1, :]
-            pos = mask.sum(-1, keepdim=True) - 1
-            for _ in range(limit):
-                logp = torch.log_softmax(last.double(), dim=-1)
-                if self.sampling:
-                    probs = torch.softmax(last.double() / self.temperature, dim=-1)
-                    nxt = torch.multinomial(probs.cpu(), 1, generator=self._generator)
-                    nxt = nxt.squeeze(-1).to(logp.device)
-                else:
-                    nxt = logp.argmax(dim=-1)
-                chosen = logp.gather(-1, nxt[:, None]).squeeze(-1).tolist()
-                for r, (t, lp) in enumerate(zip(nxt.tolist(), chosen)):
-                    if done[r]:
-                        continue
-                    if t in self._eos:
-                        done[r] = True
-                        continue
-                    new_ids[r].append(t)
-                    logprobs[r].append(float(lp))
-                if all(done):
-                    break
-                mask = torch.cat(
-                    [mask, torch.ones((n, 1), dtype=mask.dtype, device=mask.device)], 1
-                )
-                pos = pos + 1
+        last = logits[:, -1, :]
+        pos = mask.sum(-1, keepdim=True) - 1
+        for _ in range(limit):
+            logp = torch.log_softmax(last.double(), dim=-1)
+            if self.sampling:
+                probs = torch.softmax(last.double() / self.temperature, dim=-1)
+                nxt = torch.multinomial(probs.cpu(), 1, generator=self._generator)
+                nxt = nxt.squeeze(-1).to(logp.device)
+            else:
+                nxt = logp.argmax(dim=-1)
+            chosen = logp.gather(-1, nxt[:, None]).squeeze(-1).tolist()
+            step: list[tuple[int, float] | None] = []
+            for r, (t, lp) in enumerate(zip(nxt.tolist(), chosen)):
+                done[r] = done[r] or t in self._eos
+                step.append(None if done[r] else (t, float(lp)))
+            if all(done):
+                break
+            yield step
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=mask.device)], 1)
+            pos = pos + 1
+            with torch.no_grad():
                 out = self.model(
                     input_ids=nxt[:, None],
                     attention_mask=mask,
@@ -389,7 +388,16 @@ class HFGenerator(Generator):
                     use_cache=True,
                     **{self._cache_kw: past},
                 )
-                past, last = getattr(out, self._cache_kw), out.logits[:, -1, :]
+            past, last = getattr(out, self._cache_kw), out.logits[:, -1, :]
+
+    def _generate_chunk(self, prompts: Sequence[Prompt], limit: int) -> list[Completion]:
+        new_ids: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        for step in self._decode(prompts, limit):
+            for r, got in enumerate(step):
+                if got is not None:
+                    new_ids[r].append(got[0])
+                    logprobs[r].append(got[1])
         pieces = self._vocab_pieces()
         return [
             Completion(
@@ -405,6 +413,44 @@ class HFGenerator(Generator):
     def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
         return self.generate_batch([prompt], max_tokens=max_tokens)[0]
 
+    def _limit(self, prompt: Prompt, max_tokens: int | None) -> int:
+        value = max_tokens if max_tokens is not None else prompt.options.get("max_tokens")
+        return self.max_tokens if value is None else check_positive_int("max_tokens", value)
+
+    def stream(self, prompt: Prompt, *, max_tokens: int | None = None) -> Iterator[Completion]:
+        """The answer token by token, from the same decoding loop as :meth:`generate`.
+
+        Each piece's text is what the decoded answer so far adds to the text already
+        yielded. A piece is held back while the decoded text ends in an incomplete UTF-8
+        character (a byte-level token may carry half of one) or in whitespace (a
+        tokenizer's clean-up may still join it to the next token); so the pieces' texts
+        join to :meth:`generate`'s text, and a piece may carry several tokens."""
+        pieces = self._vocab_pieces()
+        ids: list[int] = []
+        sent = ""
+        tokens: list[str] = []
+        lps: list[float] = []
+        for step in self._decode([prompt], self._limit(prompt, max_tokens)):
+            got = step[0]
+            if got is None:
+                break
+            ids.append(got[0])
+            tokens.append(pieces[got[0]])
+            lps.append(got[1])
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            ready = text.rstrip()
+            if ready.endswith("\ufffd") or not ready.startswith(sent) or len(ready) == len(sent):
+                continue
+            yield Completion(ready[len(sent) :], tuple(tokens), tuple(lps))
+            sent, tokens, lps = ready, [], []
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        # the text not yet yielded: after ``sent``, unless a clean-up changed what was sent
+        common = next(
+            (i for i, (a, b) in enumerate(zip(text, sent)) if a != b), min(len(text), len(sent))
+        )
+        if common < len(text) or tokens:
+            yield Completion(text[common:], tuple(tokens), tuple(lps))
+
     def generate_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int | None = None
     ) -> list[Completion]:
@@ -413,9 +459,7 @@ class HFGenerator(Generator):
         out: list[Completion | None] = [None] * len(prompts)
         groups: dict[int, list[int]] = {}
         for i, p in enumerate(prompts):
-            value = max_tokens if max_tokens is not None else p.options.get("max_tokens")
-            limit = self.max_tokens if value is None else check_positive_int("max_tokens", value)
-            groups.setdefault(limit, []).append(i)
+            groups.setdefault(self._limit(p, max_tokens), []).append(i)
         for limit, members in groups.items():
             for s in range(0, len(members), self.batch_size):
                 chunk = members[s : s + self.batch_size]

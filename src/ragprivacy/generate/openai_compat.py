@@ -52,16 +52,17 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import logging
 import math
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import tenacity
@@ -103,6 +104,7 @@ def _is_loopback(base_url: str) -> bool:
 
 
 _MAX_SLEEP = 30.0
+_T = TypeVar("_T")
 _RETRY_STATUS = frozenset({408, 409, 429})
 
 
@@ -238,21 +240,52 @@ class OpenAIGenerator(Generator):
             text = text.replace(self._key, "***")
         return text
 
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        return headers
+
     def _post(self, endpoint: str, payload: dict[str, Any], *, note: bool = True) -> dict[str, Any]:
         """POST once, retrying 408/409/429/5xx answers and transport errors with
         tenacity (exponential backoff, the server's ``Retry-After`` when shorter).
         ``note``: the request may carry the prompt (``ragprivacy.generate.sent``)."""
         url = f"{self.base_url}/{endpoint}"
-        headers = {"Content-Type": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
 
+        def send() -> dict[str, Any]:
+            headers = self._headers()
+            resp = self._client.post(url, json=payload, headers=headers, timeout=self.timeout)
+            return self._answer(url, resp)
+
+        return self._attempts(url, send, note=note)
+
+    def _open(self, endpoint: str, payload: dict[str, Any]) -> httpx.Response:
+        """POST ``payload`` for a streamed answer, retried as :meth:`_post` until the
+        server accepts it: the open response, whose body the caller reads and closes."""
+        url = f"{self.base_url}/{endpoint}"
+
+        def send() -> httpx.Response:
+            request = self._client.build_request(
+                "POST", url, json=payload, headers=self._headers(), timeout=self.timeout
+            )
+            resp = self._client.send(request, stream=True)
+            if resp.status_code >= 300:
+                try:
+                    resp.read()
+                finally:
+                    resp.close()
+                self._answer(url, resp)  # raises: the refusal, or a retry
+            return resp
+
+        return self._attempts(url, send, note=True)
+
+    def _attempts(self, url: str, send: Callable[[], _T], *, note: bool) -> _T:
         reached = False  # whether any attempt may have sent the prompt
 
-        def attempt() -> dict[str, Any]:
+        def attempt() -> _T:
             nonlocal reached
             try:
-                resp = self._client.post(url, json=payload, headers=headers, timeout=self.timeout)
+                out = send()
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # no connection was made: no byte of the prompt left this process
                 raise _Retryable(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
@@ -261,10 +294,15 @@ class OpenAIGenerator(Generator):
                 if note:
                     note_prompt_used()
                 raise _Retryable(f"{type(exc).__name__}: {self._scrub(str(exc))}") from None
+            except BaseException:
+                reached = True  # the server answered, with a refusal or a retryable status
+                if note:
+                    note_prompt_used()
+                raise
             reached = True
             if note:
                 note_prompt_used()
-            return self._answer(url, resp)
+            return out
 
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.max_retries + 1),
@@ -501,9 +539,12 @@ class OpenAIGenerator(Generator):
 
     # ----------------------------------------------------------------- Generator API
 
-    def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
+    def _limit(self, prompt: Prompt, max_tokens: int | None) -> int:
         value = max_tokens if max_tokens is not None else prompt.options.get("max_tokens")
-        limit = self.max_tokens if value is None else check_positive_int("max_tokens", value)
+        return self.max_tokens if value is None else check_positive_int("max_tokens", value)
+
+    def generate(self, prompt: Prompt, *, max_tokens: int | None = None) -> Completion:
+        limit = self._limit(prompt, max_tokens)
         if self.mode == "completions":
             payload = self._base_payload(limit, prompt)
             payload["prompt"] = prompt.render()
@@ -529,6 +570,79 @@ class OpenAIGenerator(Generator):
                 usage=usage,
             )
         return Completion(text, tuple(tokenize(text)), None, usage=usage)
+
+    def stream(self, prompt: Prompt, *, max_tokens: int | None = None) -> Iterator[Completion]:
+        """The answer as the server streams it (``stream: true``; OpenAI's server-sent
+        events), one piece per event that carries text. Log-probabilities are asked where
+        the endpoint gives them (:attr:`exposes_logprobs`); the pieces' tokens are then
+        the server's, and otherwise the piece's text in word tokens. Opening the stream
+        is retried as :meth:`generate`'s request is, and a server never reached is a
+        :class:`~ragprivacy.errors.GeneratorUnavailableError` at the first ``next``; a
+        stream that breaks, carries an error event or ends without ``[DONE]`` is a
+        :class:`~ragprivacy.errors.BackendError`. Closing the iterator closes the
+        connection, which stops a server that notices (vLLM, llama.cpp)."""
+        payload = self._base_payload(self._limit(prompt, max_tokens), prompt)
+        chat = self.mode == "chat"
+        if chat:
+            endpoint = "chat/completions"
+            payload["messages"] = self._messages(prompt)
+        else:
+            endpoint = "completions"
+            payload["prompt"] = prompt.render()
+        if self.exposes_logprobs:
+            payload["logprobs"] = True if chat else 1
+        payload["stream"] = True
+        url = f"{self.base_url}/{endpoint}"
+        resp = self._open(endpoint, payload)
+        try:
+            for line in resp.iter_lines():
+                if not line.startswith("data:"):
+                    continue  # comments, event names, keep-alives
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    return
+                piece = self._piece(url, data, chat)
+                if piece is not None:
+                    yield piece
+        except httpx.HTTPError as exc:
+            raise BackendError(
+                f"The stream from {url} broke: {type(exc).__name__}: {self._scrub(str(exc))}"
+            ) from None
+        finally:
+            resp.close()
+        raise BackendError(f"The stream from {url} ended before its '[DONE]' event.")
+
+    def _piece(self, url: str, data: str, chat: bool) -> Completion | None:
+        """One streamed event's piece of the answer (``None``: it carries no text)."""
+        try:
+            event = json.loads(data)
+        except ValueError:
+            raise BackendError(f"The stream from {url} sent an event that is not JSON.") from None
+        if not isinstance(event, dict):
+            raise BackendError(f"The stream from {url} sent an event that is not an object.")
+        if "error" in event:
+            detail = self._scrub(str(event["error"])[:300])
+            raise BackendError(f"The stream from {url} ended with an error: {detail}")
+        choices = event.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(choice, dict):
+            return None  # a usage-only or empty event
+        if chat:
+            text = str((choice.get("delta") or {}).get("content") or "")
+            content = (choice.get("logprobs") or {}).get("content")
+            tokens = [c.get("token", "") for c in content] if content else None
+            logprobs = [c.get("logprob") for c in content] if content else None
+        else:
+            text = str(choice.get("text") or "")
+            lp = choice.get("logprobs") or {}
+            tokens, logprobs = lp.get("tokens"), lp.get("token_logprobs")
+        if not text and not tokens:
+            return None
+        if tokens and logprobs and len(tokens) == len(logprobs) and None not in logprobs:
+            return Completion(
+                text, tuple(str(t) for t in tokens), tuple(float(x) for x in logprobs)
+            )
+        return Completion(text, tuple(tokenize(text)), None)
 
     def generate_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int | None = None

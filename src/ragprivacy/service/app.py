@@ -9,7 +9,9 @@ nothing else):
   with the same fields;
 * ``POST /v1/chat/completions`` — OpenAI-compatible (the last user message is the query);
   the receipt, privacy and budget ride in the extra field ``ragprivacy``; ``stream=true``
-  sends the finished answer as server-sent chunks (the last one carries ``ragprivacy``);
+  sends the answer as server-sent chunks token by token as the generator streams it,
+  charged before the first (the last chunk carries ``ragprivacy``; a failure after the
+  first is an ``error`` event with the receipt);
   ``logprobs=true`` returns the chosen tokens' log-probabilities only where the tenant's
   policy allows them (a ``noisy_topk`` tenant created with ``--logprobs``), else 400;
 * voting tenants (``dp_vote``, ``murag``, ``murag_ada``) answer ``/v1/answer`` and the
@@ -45,7 +47,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -98,7 +100,7 @@ from ragprivacy.service.protocol import (
     RetrieveResponse,
     TreeHeadResponse,
     WindowSummary,
-    sse_events,
+    sse_event,
 )
 from ragprivacy.service.provider import ServiceProvider
 from ragprivacy.service.schedule import seconds_until_rotation
@@ -212,19 +214,24 @@ def _error(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-async def _on_error(request: Request, exc: Exception) -> JSONResponse:
+def _refusal(exc: Exception) -> tuple[ErrorStatus, str, str]:
+    """``exc``'s row of :data:`ERROR_STATUS`, its one-line detail and its code."""
     row = error_status(exc)
     if row.error is Exception:
         _log.error("internal error (%s)", type(exc).__name__)  # never the message
     lines = str(exc).splitlines()
     detail = row.detail or (lines[0] if lines else type(exc).__name__)
+    return row, detail, "internal_error" if row.error is Exception else _code(exc)
+
+
+async def _on_error(request: Request, exc: Exception) -> JSONResponse:
+    row, detail, code = _refusal(exc)
     headers = dict(row.headers)
     if isinstance(exc, AuthThrottledError):
         headers["Retry-After"] = str(exc.retry_after)
     renews = getattr(request.app.state, "renews_in", None)
     if isinstance(exc, BudgetExhaustedError) and renews is not None:
         headers["Retry-After"] = str(renews())  # the next window, on the schedule
-    code = "internal_error" if row.error is Exception else _code(exc)
     _count_refusal(request, row.status, code)
     if isinstance(exc, ChargedFailureError) and exc.receipt is not None:
         # the failed answer's record was appended: its receipt goes to the account, which
@@ -356,6 +363,47 @@ def _gone(request: Request) -> Callable[[], bool]:
     return gone
 
 
+async def _events(chunks: Iterator[ChatCompletionChunk]) -> AsyncIterator[str]:
+    """The chunks as OpenAI's server-sent events, each read on a worker thread as the
+    generator produces it, then ``[DONE]``. A failure while streaming (it is charged: the
+    stream began after the record was appended) ends the stream with an event holding
+    OpenAI's ``error`` object and the receipt, which OpenAI's clients raise. However the
+    stream ends — the client gone included — the iterator is closed, which stops the
+    generation and frees the account's slot."""
+    try:
+        while True:
+            try:
+                chunk = await anyio.to_thread.run_sync(next, chunks, None)
+            except Exception as exc:
+                yield _error_event(exc)
+                return
+            if chunk is None:
+                break
+            yield sse_event(chunk)
+        yield "data: [DONE]\n\n"
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_close_chunks, chunks)
+
+
+def _close_chunks(chunks: Iterator[ChatCompletionChunk]) -> None:
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()
+
+
+def _error_event(exc: Exception) -> str:
+    """The stream's last event for a failure after its first chunk: as the refusal's
+    body (:data:`ERROR_STATUS`), with the receipt of a charged failure."""
+    row, detail, code = _refusal(exc)
+    body = error_body(row.status, detail, code)
+    del body["detail"]
+    receipt = getattr(exc, "receipt", None)
+    if isinstance(exc, ChargedFailureError) and receipt is not None:
+        body["receipt"] = receipt
+    return f"data: {json.dumps(body)}\n\n"
+
+
 def _add_routes(app: FastAPI, serving: Serving) -> None:
     """The routes: each parses its request, calls one :class:`Serving` method and returns
     its response model."""
@@ -407,7 +455,7 @@ def _add_routes(app: FastAPI, serving: Serving) -> None:
         out = serving.chat(who, body, key, _gone(request))
         if isinstance(out, ChatCompletion):
             return out
-        return StreamingResponse(sse_events(out), media_type="text/event-stream")
+        return StreamingResponse(_events(out), media_type="text/event-stream")
 
     @app.get("/v1/models", response_model=ModelList)
     def models(who: str = auth) -> ModelList:

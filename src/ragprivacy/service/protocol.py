@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
@@ -75,7 +74,7 @@ __all__ = [
     "VotedPrivacy",
     "VotingBudget",
     "WindowSummary",
-    "sse_events",
+    "sse_event",
 ]
 
 _MODES = Literal["dp_vote", "murag", "murag_ada"]
@@ -438,17 +437,20 @@ class ChunkDelta(_Wire):
 
 
 class ChunkChoice(_Wire):
-    """The one choice of a stream chunk."""
+    """The one choice of a stream chunk; ``logprobs`` (the chunk's tokens') only when the
+    request asked for them."""
 
     index: int
     delta: ChunkDelta
     finish_reason: Literal["stop"] | None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(_Wire):
     """One server-sent event of ``POST /v1/chat/completions`` with ``stream=true``: the
-    first holds the whole text, the last the finish reason and ``ragprivacy`` (absent
-    from the others)."""
+    answer's text piece by piece as the generator produces it, then the finish reason
+    with ``ragprivacy`` (absent from the others). A failure after the stream began is
+    sent instead as an event holding OpenAI's ``error`` object and the ``receipt``."""
 
     id: str
     created: int
@@ -459,9 +461,7 @@ class ChatCompletionChunk(_Wire):
     usage: Usage | None = None  # the last chunk's, with stream_options.include_usage
 
 
-def sse_events(chunks: Iterable[ChatCompletionChunk]) -> Iterator[str]:
-    """OpenAI's server-sent events for ``chunks``, then ``[DONE]``. A key a chunk was not
-    built with (``ragprivacy`` but in the last, the empty delta's) is not sent."""
-    for chunk in chunks:
-        yield f"data: {json.dumps(chunk.model_dump(mode='json', exclude_unset=True))}\n\n"
-    yield "data: [DONE]\n\n"
+def sse_event(chunk: ChatCompletionChunk) -> str:
+    """``chunk`` as one of OpenAI's server-sent events. A key the chunk was not built
+    with (``ragprivacy`` but in the last, ``logprobs`` unless asked) is not sent."""
+    return f"data: {json.dumps(chunk.model_dump(mode='json', exclude_unset=True))}\n\n"

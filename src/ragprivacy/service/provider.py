@@ -46,7 +46,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,7 @@ from ragprivacy.audit import (
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
 from ragprivacy.errors import ConfigError, DataError, WindowClosedError
-from ragprivacy.generate import Generator, Prompt, PromptBudget, Task
+from ragprivacy.generate import Generator, Prompt, PromptBudget, Task, join_completions
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
 from ragprivacy.service.state import VOTING_MODES, ServiceState, Window, check_id
@@ -534,6 +534,41 @@ class ServiceProvider:
         :data:`~ragprivacy.service.state.FREE_FAILURES` such failures of the account in
         the window. A prompt that could overflow the generator's context is refused before
         retrieval, for nothing. Every failure after retrieval is counted and logged."""
+        served, pieces = self._answering(account, query, generator, k, max_tokens, nonce, False)
+        return served, join_completions(pieces)
+
+    def answer_stream(
+        self,
+        account: str,
+        query: str,
+        generator: Generator,
+        *,
+        k: int | None = None,
+        max_tokens: int | None = None,
+        nonce: str = "",
+    ) -> tuple[ServedAnswer, Iterator[Completion]]:
+        """:meth:`answer`, with the answer as the generator streams it
+        (:meth:`~ragprivacy.generate.Generator.stream`).
+
+        The generation starts before the record is appended and runs until its first
+        piece, so a generator that cannot be reached is the same (free or charged)
+        failure as in :meth:`answer`; then the record is appended — the query is paid for
+        before the caller sees a byte — and the rest of the answer comes as the iterator
+        is read. A failure after that is counted and logged as a charged failure and
+        raised from the iterator as :func:`~ragprivacy.rag.charged_failure`, with the
+        receipt; closing the iterator stops the generation."""
+        return self._answering(account, query, generator, k, max_tokens, nonce, True)
+
+    def _answering(
+        self,
+        account: str,
+        query: str,
+        generator: Generator,
+        k: int | None,
+        max_tokens: int | None,
+        nonce: str,
+        streaming: bool,
+    ) -> tuple[ServedAnswer, Iterator[Completion]]:
         if not isinstance(query, str) or not query.strip():
             raise ConfigError("The query must be a non-empty string.")
         window, provider = self._current()
@@ -546,12 +581,14 @@ class ServiceProvider:
             docs,
             max_tokens or int(getattr(generator, "max_tokens", 64)),
         )  # before anything private is read: a refusal costs nothing
-        done: list[Completion] = []
+        done: list[tuple[list[Completion], Iterator[Completion]]] = []
         failed: list[Exception] = []
 
         def generate(ids: tuple[str, ...]) -> None:
             # runs again when the query is derived again (another writer appended first):
             # only the attempt whose record is appended answers
+            for _, stream in done:
+                _close(stream)
             done.clear()
             failed.clear()
             texts = self._texts[tenant]
@@ -559,18 +596,49 @@ class ServiceProvider:
                 Task.ANSWER, query, budget.fit([texts[i] for i in ids[:docs]]), options=options
             )
             try:
-                done.append(generator.generate(prompt, max_tokens=max_tokens))
+                if streaming:
+                    stream = generator.stream(prompt, max_tokens=max_tokens)
+                    done.append(([next(stream)], stream))  # the generator answers: reached
+                else:
+                    done.append(([generator.generate(prompt, max_tokens=max_tokens)], iter(())))
+            except StopIteration:
+                done.append(([], iter(())))  # an empty answer
             except Exception as exc:
                 if not record_failure(self.state, window.window_id, account, exc):
                     raise  # nothing is appended: the record's noise is never released
                 failed.append(exc)  # the record is appended: the query is paid for
 
-        served = self._serve(account, query, k, generate, nonce)
+        try:
+            served = self._serve(account, query, k, generate, nonce)
+        except BaseException:
+            for _, stream in done:
+                _close(stream)
+            raise
         if failed:  # the record is appended: the account keeps its receipt, as for an answer
             error = charged_failure(failed[-1])
             error.receipt = served.receipt
             raise error
-        return served, done[-1]
+        first, rest = done[-1]
+        return served, self._rest(served, account, first, rest)
+
+    def _rest(
+        self,
+        served: ServedAnswer,
+        account: str,
+        first: list[Completion],
+        rest: Iterator[Completion],
+    ) -> Iterator[Completion]:
+        """The answer's pieces after the record was appended: a failure is charged."""
+        try:
+            yield from first
+            yield from rest
+        except Exception as exc:
+            error = charged_failure(exc)  # the record is appended: it is paid for
+            record_failure(self.state, served.window_id, account, error)
+            error.receipt = served.receipt
+            raise error from None
+        finally:
+            _close(rest)
 
     def _serve(
         self,
@@ -680,3 +748,10 @@ class ServiceProvider:
 
     def consistency_proof(self, window_id: str, old: int, new: int) -> list[str]:
         return [h.hex() for h in self._ledger(window_id).consistency_proof(old, new)]
+
+
+def _close(stream: Iterator[Completion]) -> None:
+    """Stop a generation whose answer will not be sent."""
+    close = getattr(stream, "close", None)
+    if close is not None:
+        close()

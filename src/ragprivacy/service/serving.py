@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -283,13 +284,21 @@ class Serving:
         request: ChatRequest,
         idempotency_key: str | None = None,
         gone: Callable[[], bool] | None = None,
-    ) -> ChatCompletion | list[ChatCompletionChunk]:
+    ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
         """``POST /v1/chat/completions``: the answer to the last user message, whole or
-        (``stream``) as the chunks to send. The whole answer exists (and is charged)
-        before the first chunk is sent, so a refusal is still an ordinary 4xx and a
-        stream never stops halfway for a reason the account pays for. Once per
-        ``idempotency_key``, as :meth:`retrieve` (a repeat streams the same chunks)."""
-        return self.idempotency.run(
+        (``stream``) as the chunks to send.
+
+        A stream is charged before its first chunk: the query's record is appended once
+        the generator has begun to answer (:meth:`ServiceProvider.answer_stream`), so a
+        refusal is still an ordinary 4xx, and the rest of the answer comes token by token
+        as the generator streams it. A failure after that is charged and ends the stream
+        (the route sends it as an error event). A dp_vote tenant's answer, and a stream
+        asked under an ``idempotency_key``, exist whole before the first chunk: the vote
+        releases the answer as a whole, and a repeat under the key must stream the same
+        chunks (:meth:`retrieve`'s rule)."""
+        if request.stream and idempotency_key is None and not self.provider.votes(account):
+            return self._chat_stream(account, request, gone)
+        out = self.idempotency.run(
             account,
             idempotency_key,
             "/v1/chat/completions",
@@ -298,10 +307,12 @@ class Serving:
             _dumped_chat,
             _loaded_chat,
         )
+        return out if isinstance(out, ChatCompletion) else iter(out)
 
-    def _chat(
-        self, account: str, request: ChatRequest, gone: Callable[[], bool] | None = None
-    ) -> ChatCompletion | list[ChatCompletionChunk]:
+    def _chat_query(
+        self, account: str, request: ChatRequest, gone: Callable[[], bool] | None
+    ) -> str:
+        """The chat's query (its last user message), once the request is checked."""
         _check_chat(request)
         _still_there(gone)
         users = [m.text for m in request.messages if m.role == "user" and m.text.strip()]
@@ -318,44 +329,24 @@ class Serving:
                     "'top_logprobs' is not supported: only the chosen tokens' log-"
                     "probabilities are returned (logprobs=true)."
                 )
+        return users[-1]
+
+    def _chat(
+        self, account: str, request: ChatRequest, gone: Callable[[], bool] | None = None
+    ) -> ChatCompletion | list[ChatCompletionChunk]:
+        query = self._chat_query(account, request, gone)
         with self.inflight.slot(account):
-            done = self._answered(account, users[-1], None, request.max_tokens, request.nonce)
+            done = self._answered(account, query, None, request.max_tokens, request.nonce)
         self._spent("/v1/chat/completions", getattr(done.privacy, "epsilon", None))
-        head: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "created": int(time.time()),
-            "model": request.model,
-        }
+        head = _chunk_head(request)
         text = done.completion.text
-        tokens = len(done.completion.tokens)
-        prompt = self.provider.prompt_tokens(account, users[-1], self.generator)
-        usage = Usage(prompt_tokens=prompt, completion_tokens=tokens, total_tokens=prompt + tokens)
+        usage = self._usage(account, query, len(done.completion.tokens))
         if request.stream:
-            wants = request.stream_options is not None and request.stream_options.include_usage
-            tail = [
-                ChatCompletionChunk(**head, object="chat.completion.chunk", choices=[], usage=usage)
-            ]
-            if not wants:  # OpenAI's last chunk, only when asked for
-                tail = []
+            delta = ChunkDelta(role="assistant", content=text)
+            lps = _logprobs(done.completion) if request.logprobs else None
             return [
-                ChatCompletionChunk(
-                    **head,
-                    object="chat.completion.chunk",
-                    choices=[
-                        ChunkChoice(
-                            index=0,
-                            delta=ChunkDelta(role="assistant", content=text),
-                            finish_reason=None,
-                        )
-                    ],
-                ),
-                ChatCompletionChunk(
-                    **head,
-                    object="chat.completion.chunk",
-                    choices=[ChunkChoice(index=0, delta=ChunkDelta(), finish_reason="stop")],
-                    ragprivacy=done.fields(),
-                ),
-                *tail,
+                _chunk(head, delta, lps),
+                *_chunk_tail(head, request, done.fields(), usage),
             ]
         return ChatCompletion(
             **head,
@@ -371,6 +362,69 @@ class Serving:
             usage=usage,
             ragprivacy=done.fields(),
         )
+
+    def _usage(self, account: str, query: str, tokens: int) -> Usage:
+        prompt = self.provider.prompt_tokens(account, query, self.generator)
+        return Usage(prompt_tokens=prompt, completion_tokens=tokens, total_tokens=prompt + tokens)
+
+    def _chat_stream(
+        self, account: str, request: ChatRequest, gone: Callable[[], bool] | None
+    ) -> Iterator[ChatCompletionChunk]:
+        """A noisy_topk answer streamed as the generator streams it: the query is
+        charged here, before the iterator is returned; the account's slot is held until
+        the iterator ends or is closed."""
+        query = self._chat_query(account, request, gone)
+        held = ExitStack()
+        held.enter_context(self.inflight.slot(account))
+        try:
+            served, pieces = self.provider.answer_stream(
+                account,
+                query,
+                self.generator,
+                max_tokens=request.max_tokens,
+                nonce=request.nonce,
+            )
+        except BaseException:
+            held.close()
+            raise
+        self._spent("/v1/chat/completions", served.privacy.get("epsilon"))
+        fields = RagprivacyFields(
+            window_id=served.window_id,
+            receipt=SignedReceipt(served.receipt),
+            privacy=NoisyTopKPrivacy.model_validate(served.privacy),
+            budget=NoisyTopKBudget.model_validate(served.budget),
+        )
+        return self._streamed(account, query, request, pieces, fields, held)
+
+    def _streamed(
+        self,
+        account: str,
+        query: str,
+        request: ChatRequest,
+        pieces: Iterator[Completion],
+        fields: RagprivacyFields,
+        held: ExitStack,
+    ) -> Iterator[ChatCompletionChunk]:
+        head = _chunk_head(request)
+        tokens = 0
+        first = True  # OpenAI names the role in the first chunk only
+        try:
+            for piece in pieces:
+                tokens += len(piece.tokens)
+                lps = _logprobs(piece) if request.logprobs else None
+                delta = ChunkDelta(content=piece.text)
+                if first:
+                    delta = ChunkDelta(role="assistant", content=piece.text)
+                yield _chunk(head, delta, lps)
+                first = False
+            if first:  # an empty answer
+                yield _chunk(head, ChunkDelta(role="assistant", content=""), None)
+            yield from _chunk_tail(head, request, fields, self._usage(account, query, tokens))
+        finally:
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()  # stops the generation when the client left
+            held.close()
 
     def models(self) -> ModelList:
         """``GET /v1/models``: the one model, whose answers each account's tenant shapes."""
@@ -500,6 +554,42 @@ def _logprobs(completion: Completion) -> ChoiceLogprobs | None:
 def _dumped(response: RetrieveResponse | AnswerResponse) -> Any:
     """A response as kept under its idempotency key (what was sent, as JSON)."""
     return response.model_dump(mode="json")
+
+
+def _chunk_head(request: ChatRequest) -> dict[str, Any]:
+    """The fields every chunk (and the whole completion) of one answer shares."""
+    stamp = int(time.time())
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": stamp, "model": request.model}
+
+
+def _chunk(
+    head: dict[str, Any], delta: ChunkDelta, logprobs: ChoiceLogprobs | None
+) -> ChatCompletionChunk:
+    """A chunk that carries text (and its tokens' log-probabilities when asked)."""
+    choice = ChunkChoice(index=0, delta=delta, finish_reason=None)
+    if logprobs is not None:  # the key is sent only when it was asked for
+        choice = ChunkChoice(index=0, delta=delta, finish_reason=None, logprobs=logprobs)
+    return ChatCompletionChunk(**head, object="chat.completion.chunk", choices=[choice])
+
+
+def _chunk_tail(
+    head: dict[str, Any], request: ChatRequest, fields: RagprivacyFields, usage: Usage
+) -> list[ChatCompletionChunk]:
+    """The stream's last chunks: the finish reason with ``ragprivacy``, then the usage
+    (OpenAI's last chunk, only with ``stream_options.include_usage``)."""
+    tail = [
+        ChatCompletionChunk(
+            **head,
+            object="chat.completion.chunk",
+            choices=[ChunkChoice(index=0, delta=ChunkDelta(), finish_reason="stop")],
+            ragprivacy=fields,
+        )
+    ]
+    if request.stream_options is not None and request.stream_options.include_usage:
+        tail.append(
+            ChatCompletionChunk(**head, object="chat.completion.chunk", choices=[], usage=usage)
+        )
+    return tail
 
 
 def _dumped_chat(out: ChatCompletion | list[ChatCompletionChunk]) -> Any:
