@@ -65,6 +65,21 @@ def test_the_service_page_runs_verbatim(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "PASS  epsilon_audit = 8" in run.stdout
     assert (cwd / "state" / "identity.key").stat().st_mode & 0o777 == 0o600
+    # the operating walk-through: HTTPS, the schedule's window, metrics, the access log
+    assert "window W2 open" in run.stdout and "ragprivacy_ledger_records 1.0" in run.stdout
+    assert '"path": "/v1/retrieve", "status": 200' in run.stdout
+    assert (cwd / "key.pem").stat().st_mode & 0o777 == 0o600
+    # the erased document is not in the next window; its export went to the packages
+    assert "window W3 open (clinic: 299, firm: 200" in run.stdout
+    assert (cwd / "packages" / "W2" / "auditor.json").stat().st_mode & 0o777 == 0o600
+    # the backup holds the state, every ledger and the filters, each 0600
+    backup = cwd / "backup-1"
+    copied = sorted(p.relative_to(backup).as_posix() for p in backup.rglob("*") if p.is_file())
+    assert copied == [
+        "filters/hotline.sqlite", "identity.key", "ledgers/W1.sqlite", "ledgers/W2.sqlite",
+        "ledgers/W3.sqlite", "state.sqlite",
+    ]  # fmt: skip
+    assert all((backup / name).stat().st_mode & 0o777 == 0o600 for name in copied)
     log = (cwd / "server.log").read_text()
     for secret in ("rpk_",):  # no key ever reaches the server's log
         assert secret not in log

@@ -84,6 +84,9 @@ def test_the_urls_password_is_never_printed(db: str, tmp_path) -> None:  # type:
     assert secret not in repr(state) and secret not in state.location
     assert secret not in repr(state.backend)
     assert "***" in redact_url(with_password)
+    with pytest.raises(ConfigError, match="pg_dump") as refused:  # a database backs itself up
+        state.backup(tmp_path / "copy")
+    assert secret not in str(refused.value) and not (tmp_path / "copy").exists()
     state.close()
     dead = f"postgresql://app:{secret}@127.0.0.1:1/nothing?connect_timeout=2"
     with pytest.raises(BackendError) as err:

@@ -392,3 +392,16 @@ def operator_key(ctx: typer.Context) -> None:
     key = _state(ctx).create_operator_key()
     typer.echo("operator key (shown once; send it as 'Authorization: Bearer KEY'):")
     typer.echo(key)
+
+
+@app.command("backup")
+def backup(
+    ctx: typer.Context,
+    dest: Path = typer.Argument(..., help="A new directory to copy the state into."),
+) -> None:
+    """Copy a state directory into DEST while the service runs (SQLite's online backup of
+    each database, the ledgers first; DEST appears only once complete). DEST holds the
+    seeds and the identity key: keep it as secret as the state. To restore, stop the
+    service and serve DEST (or move it into place)."""
+    copied = _state(ctx).backup(dest)
+    typer.echo(f"backed up {len(copied)} file(s) -> {dest} (secret: it holds the seeds and keys)")

@@ -61,6 +61,7 @@ Neither backend's repr or messages hold a secret: a URL is printed without its p
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
@@ -212,6 +213,15 @@ class StateBackend(ABC):
     def close(self) -> None:
         """Give back connections this process holds."""
 
+    def backup(self, dest: Path) -> list[str]:
+        """Copy the whole state into the new directory ``dest`` while it serves; the
+        names of the files copied. A database state is backed up by the database's own
+        tools, which say how."""
+        raise ConfigError(
+            f"The state {self.name} is a database: back it up with its own tools (pg_dump "
+            "for PostgreSQL), and copy its identity key file beside the dump."
+        )
+
 
 class SqliteBackend(StateBackend):
     """The state directory (see the module docstring)."""
@@ -287,6 +297,62 @@ class SqliteBackend(StateBackend):
         path = self.directory / "filters" / f"{tenant}.sqlite"
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         return SqliteBudgetStore(path, capacity=capacity)
+
+    def backup(self, dest: Path) -> list[str]:
+        """A copy of the directory in ``dest`` (created mode 0700, files 0600), taken
+        while the service runs: each SQLite file through SQLite's online backup (a
+        consistent snapshot of that file; a plain copy of a WAL database being written
+        is not one), the identity key as it is.
+
+        The ledgers are copied before ``state.sqlite``: a record's witness is stored
+        before its record is appended, so every record in the copied ledgers has its
+        witness in the copied state (a witness of a later record is harmless). The copy
+        is built beside ``dest`` and renamed into place once complete, so an interrupted
+        backup leaves no ``dest``."""
+        if dest.exists():
+            raise ConfigError(f"The backup directory {dest} exists; name a new one.")
+        names = [
+            *(f"ledgers/{p.name}" for p in sorted((self.directory / "ledgers").glob("*.sqlite"))),
+            *(f"filters/{p.name}" for p in sorted((self.directory / "filters").glob("*.sqlite"))),
+            "state.sqlite",
+        ]
+        work = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+        try:
+            for sub in ("", "ledgers", "filters"):
+                (work / sub).mkdir(parents=True, mode=0o700)
+            for name in names:
+                _copy_database(self.directory / name, work / name)
+            if self.identity_path.exists():
+                _write_secret(work / "identity.key", self.identity_path.read_bytes())
+                names.append("identity.key")
+            work.rename(dest)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        return names
+
+
+def _copy_database(source: Path, target: Path) -> None:
+    """``source``'s consistent snapshot into the new file ``target`` (mode 0600 from its
+    creation), through SQLite's online backup."""
+    os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    src = sqlite3.connect(source, timeout=_WAIT_S)
+    try:
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+
+
+def _write_secret(target: Path, data: bytes) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 class PostgresBackend(StateBackend):

@@ -217,6 +217,12 @@ class ServiceState:
             self._embedder = create_embedder(str(self.setting("embedder")))
         return self._embedder
 
+    def backup(self, dest: str | Path) -> list[str]:
+        """A copy of the whole state in the new directory ``dest``, taken while the
+        service runs (:meth:`ragprivacy.service.backend.StateBackend.backup`); the files
+        copied. It holds every secret the state holds: keep it as the state is kept."""
+        return self._db.backup(Path(dest))
+
     def identity(self) -> ProviderKey:
         """The provider's Ed25519 identity key, created with mode 0600 at first use."""
         if self._identity is None:
