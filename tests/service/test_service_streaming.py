@@ -187,3 +187,56 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(
     assert "".join(c.choices[0].delta.content or "" for c in answer if c.choices) == "".join(PIECES)
     client.close()
     assert _used(service, "leaving") == 2  # the left stream was charged, the refusal was not
+
+
+def test_a_stream_holds_its_turn_of_the_total_until_it_ends(
+    tmp_path,
+    admin,
+    corpus_file,
+    server_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """--max-inflight-total 1: while one account's answer streams, another account's
+    request waits its turn: it reaches the generator only once the stream has ended."""
+    state = tmp_path / "state"
+    admin(state, "tenant", "create", "clinic", "--k", "2")
+    admin(state, "docs", "add", "clinic", str(corpus_file(tmp_path / "c.jsonl", "clinic", 8)))
+    keys = {}
+    for account in ("first", "second"):
+        admin(state, "account", "create", "clinic", account, "--eps", "4", "--delta", "1e-6",
+              "--rate-limit", "5")  # fmt: skip
+        keys[account] = admin(state, "key", "create", account).split()[-1]
+    admin(state, "window", "open")
+    up = Upstream()
+    seen: list[bool] = []  # per non-streamed request: had every stream ended when it came?
+    respond = up._respond
+
+    def noting(body: dict[str, Any]) -> tuple[int, Any]:
+        if not body.get("stream") and "Reply with one word." not in json.dumps(body):
+            seen.append(up.go.is_set())
+        return respond(body)
+
+    up.endpoint.close()
+    up.endpoint = Endpoint(noting)
+    server = server_factory(
+        state,
+        extra=("--generator", f"openai:m@{up.endpoint.url}", "--max-inflight-total", "1"),
+    )
+    service = {"url": server.url, "keys": keys}
+    try:
+        client = _client(service, "first")
+        stream = client.chat.completions.create(**ASK, stream=True)
+        chunks = iter(stream)
+        assert next(chunks).choices[0].delta.content == PIECES[0]
+        waiting = threading.Thread(target=lambda: _client(service, "second").chat.completions
+                                   .create(**ASK))  # fmt: skip
+        waiting.start()
+        waiting.join(1.0)  # time for it to get past the turn, were the stream not holding it
+        up.go.set()
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "".join(
+            PIECES[1:]
+        )
+        waiting.join(60)
+        assert seen == [True]  # it reached the generator after the stream's end, not before
+    finally:
+        up.go.set()
+        up.endpoint.close()
