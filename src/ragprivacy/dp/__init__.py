@@ -54,7 +54,9 @@ from ragprivacy.dp.collusion import (
     collusion_report,
 )
 from ragprivacy.dp.empirical import (
+    ThresholdLoss,
     empirical_epsilon,
+    threshold_epsilon,
 )
 from ragprivacy.dp.events import (
     ApproxDpEvent,
@@ -176,6 +178,7 @@ __all__ = [
     "ScoreSensitivity",
     "SelfComposedEvent",
     "SqliteBudgetStore",
+    "ThresholdLoss",
     "TokenRelease",
     "VoteRecorder",
     "VoteStep",
@@ -236,6 +239,7 @@ __all__ = [
     "score_sensitivity",
     "simulation_rng",
     "stream",
+    "threshold_epsilon",
     "top_k_indices",
     "vote_histogram",
     "voter_slots",

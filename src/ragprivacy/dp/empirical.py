@@ -22,7 +22,9 @@ import numpy as np
 from ragprivacy._validation import check_in_range, check_probability
 from ragprivacy.errors import ConfigError
 
-__all__ = ["EmpiricalLoss", "empirical_epsilon"]
+__all__ = ["EmpiricalLoss", "ThresholdLoss", "empirical_epsilon", "threshold_epsilon"]
+
+_MAX_THRESHOLDS = 512  # thresholds tried on the half that chooses the decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +105,113 @@ def empirical_epsilon(
             point = math.log((pn - delta) / pd) if pd > 0 and pn > delta else math.inf
             best = EmpiricalLoss(float(bound[i]), point, int(labels[i]), name)
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdLoss:
+    """The lower confidence bound on ε from an attack score thresholded at ``threshold``.
+
+    ``tpr`` is P(decide "member") on the runs with the member (D), ``fpr`` on the runs
+    without it (D'), both as observed; ``tpr_lower``/``fpr_upper`` are their
+    Clopper–Pearson bounds that the bound uses. ``direction`` is ``"score >= t"`` or
+    ``"score < t"`` (the decision that attains the bound), ``"none"`` when no threshold
+    shows a loss."""
+
+    epsilon_lower: float
+    epsilon_point: float
+    threshold: float | None
+    direction: str
+    tpr: float
+    fpr: float
+    tpr_lower: float
+    fpr_upper: float
+    n_in: int
+    n_out: int
+
+
+def threshold_epsilon(
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    *,
+    delta: float = 0.0,
+    alpha: float = 0.05,
+) -> ThresholdLoss:
+    """Lower confidence bound on ε from an attack's scores on runs with and without the
+    member.
+
+    For an (ε, δ)-DP mechanism every decision S satisfies P_D(S) ≤ e^ε P_D'(S) + δ in
+    both directions, so ε ≥ log((TPR − δ) / FPR) for the decision "score ≥ t" (and for
+    "score < t", and with the roles of D and D' swapped). The runs are split in halves:
+    the first half chooses the decision (the threshold, its side and direction whose
+    Clopper–Pearson bound is highest there), the second half measures it — TPR bounded
+    below and FPR above by Clopper–Pearson at ``alpha``/2 each — so the one bound
+    reported is valid with probability ≥ 1 − ``alpha`` with no correction for the
+    thresholds tried: a correct mechanism's claimed ε is exceeded at most that often.
+    Thresholding a scalar score and choosing it on held-out runs is how DP training is
+    audited (Jagielski et al. 2020; Nasr et al. 2021); :func:`empirical_epsilon` bounds
+    single outcomes instead."""
+    a = np.asarray(scores_in, dtype=np.float64).ravel()
+    b = np.asarray(scores_out, dtype=np.float64).ravel()
+    if a.size < 2 or b.size < 2 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ConfigError(
+            f"Scores must be finite, at least 2 runs on each side; got {a.size} and {b.size}."
+        )
+    delta = check_probability("delta", delta)
+    alpha = check_in_range("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)
+    ha, hb = a.size // 2, b.size // 2
+    rule = _best_rule(a[:ha], b[:hb], delta, alpha / 2)
+    none = ThresholdLoss(0.0, 0.0, None, "none", 0.0, 0.0, 0.0, 1.0, a.size - ha, b.size - hb)
+    if rule is None:
+        return none
+    threshold, below, swapped = rule
+    test_a, test_b = a[ha:], b[hb:]
+    hit_a = int(np.sum((test_a < threshold) if below else (test_a >= threshold)))
+    hit_b = int(np.sum((test_b < threshold) if below else (test_b >= threshold)))
+    num, den = (hit_b, hit_a) if swapped else (hit_a, hit_b)
+    n_num, n_den = (test_b.size, test_a.size) if swapped else (test_a.size, test_b.size)
+    lo = float(_cp_lower(np.array([num]), n_num, alpha / 2)[0])
+    hi = float(_cp_upper(np.array([den]), n_den, alpha / 2)[0])
+    pn, pd = num / n_num, den / n_den
+    point = math.log((pn - delta) / pd) if pd > 0 and pn > delta else math.inf
+    bound = math.log((lo - delta) / hi) if lo > delta else 0.0
+    name = ("score < t" if below else "score >= t") + (" (D' as the member)" if swapped else "")
+    return ThresholdLoss(
+        epsilon_lower=max(bound, 0.0),
+        epsilon_point=point,
+        threshold=threshold,
+        direction=name,
+        tpr=pn,
+        fpr=pd,
+        tpr_lower=lo,
+        fpr_upper=hi,
+        n_in=n_num,
+        n_out=n_den,
+    )
+
+
+def _best_rule(
+    a: np.ndarray, b: np.ndarray, delta: float, per: float
+) -> tuple[float, bool, bool] | None:
+    """On the selection half: (threshold, decision is "score < t", D' is the member) of
+    the highest Clopper–Pearson bound, or ``None`` when no rule shows a loss."""
+    thresholds = np.unique(np.concatenate([a, b]))
+    if thresholds.size > _MAX_THRESHOLDS:  # quantiles suffice to choose; it is not the test
+        thresholds = np.unique(np.quantile(thresholds, np.linspace(0, 1, _MAX_THRESHOLDS)))
+    sa, sb = np.sort(a), np.sort(b)
+    ge_a = a.size - np.searchsorted(sa, thresholds, side="left")
+    ge_b = b.size - np.searchsorted(sb, thresholds, side="left")
+    best: tuple[float, tuple[float, bool, bool]] | None = None
+    for below, hit_a, hit_b in ((False, ge_a, ge_b), (True, a.size - ge_a, b.size - ge_b)):
+        for swapped, num, den, n_num, n_den in (
+            (False, hit_a, hit_b, a.size, b.size),
+            (True, hit_b, hit_a, b.size, a.size),
+        ):
+            lo = _cp_lower(num, n_num, per) - delta
+            hi = _cp_upper(den, n_den, per)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                gain = np.log(np.maximum(lo, 1e-300) / hi)
+            bound = np.where(lo > 0, gain, -np.inf)
+            i = int(np.argmax(bound))
+            if bound[i] > 0 and (best is None or bound[i] > best[0]):
+                best = (float(bound[i]), (float(thresholds[i]), below, swapped))
+    return None if best is None else best[1]

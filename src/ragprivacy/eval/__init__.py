@@ -34,6 +34,18 @@ from ragprivacy.eval.experiments import (
     trained_embedder_check,
 )
 from ragprivacy.eval.gate import GateResult, failed_lines, figures_of, run_gate
+from ragprivacy.eval.measured_epsilon import (
+    CHANNELS,
+    MEASURED_SYSTEMS,
+    Canary,
+    MeasuredEpsilon,
+    canary_neighbours,
+    make_canary,
+    measure_answers,
+    measure_epsilon,
+    measure_noisy_topk,
+    summary_rows,
+)
 from ragprivacy.eval.runner import RunResult, package_versions, run_config
 from ragprivacy.eval.schema import OptionDoc, OptionSection, option_sections, options_markdown
 from ragprivacy.eval.scorecard import (
@@ -47,8 +59,10 @@ from ragprivacy.eval.scorecard import (
 )
 
 __all__ = [
+    "CHANNELS",
     "CachedGenerator",
     "CallTally",
+    "Canary",
     "CorpusSpec",
     "DEFAULT_ATTACKS",
     "EXTRACTION_MODES",
@@ -57,6 +71,8 @@ __all__ = [
     "ExperimentSpec",
     "GateResult",
     "GenerationCache",
+    "MEASURED_SYSTEMS",
+    "MeasuredEpsilon",
     "ModelSpec",
     "OptionDoc",
     "OptionSection",
@@ -70,6 +86,7 @@ __all__ = [
     "Scorecard",
     "TopKCellResult",
     "TopKHarness",
+    "canary_neighbours",
     "create_experiment",
     "derive_seed",
     "describe_calls",
@@ -78,6 +95,10 @@ __all__ = [
     "figures_of",
     "from_mapping",
     "load_config",
+    "make_canary",
+    "measure_answers",
+    "measure_epsilon",
+    "measure_noisy_topk",
     "option_sections",
     "options_markdown",
     "package_versions",
@@ -92,6 +113,7 @@ __all__ = [
     "scalar_sweep",
     "scorecard_config",
     "summarize",
+    "summary_rows",
     "sweep_estimate",
     "topk_sweep",
     "trained_embedder_check",
