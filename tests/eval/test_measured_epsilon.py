@@ -181,7 +181,7 @@ def test_the_command_prints_each_claim_beside_its_measured_bound(
     assert code == 0
     assert record["settings"]["seed"] == 2 and record["settings"]["documents"] == 20
     rows = {(r["system"], r["release"]): r for r in record["results"]}
-    assert len(rows) == 4  # rag, noisy_topk on each channel, dp_vote
+    assert len(rows) == 5  # rag, noisy_topk on each channel, dp_vote, murag
     rag = rows[("rag (top-3, no guarantee)", "answers")]
     # every one of the 15 held-out accounts on each side decided right
     assert rag["claimed_epsilon"] == math.inf and rag["epsilon_lower"] > 1.0

@@ -253,11 +253,15 @@ def empirical(
     kind: str = typer.Option("medical", "--kind", help="Synthetic corpus kind without --corpus."),
     n: int = typer.Option(40, "--n", help="Synthetic documents without --corpus."),
     systems: str = typer.Option(
-        "rag,noisy_topk,dp_vote", "--systems", help="Comma-separated: rag, noisy_topk, dp_vote."
+        "rag,noisy_topk,dp_vote,murag",
+        "--systems",
+        help="Comma-separated: rag, noisy_topk, dp_vote, murag.",
     ),
     epsilon: float = typer.Option(1.0, "--epsilon", help="noisy_topk's claim: its ε_acc."),
     delta: float = typer.Option(1e-5, "--delta", help="noisy_topk's δ_acc."),
-    vote_epsilon: float = typer.Option(4.0, "--vote-epsilon", help="dp_vote's ε per answer."),
+    vote_epsilon: float = typer.Option(
+        4.0, "--vote-epsilon", help="dp_vote's ε per answer, murag's per query."
+    ),
     queries: int = typer.Option(2, "--queries", help="Queries (answers) each account makes."),
     k: int = typer.Option(3, "--k", help="Documents retrieved per query."),
     trials: int = typer.Option(

@@ -261,8 +261,8 @@ def _account_scores(
 
 
 def measure_answers(
-    system_in: RAGSystem,
-    system_out: RAGSystem,
+    system_in: RAGSystem | Callable[[int], RAGSystem],
+    system_out: RAGSystem | Callable[[int], RAGSystem],
     canary: Canary,
     *,
     trials: int = 100,
@@ -272,7 +272,9 @@ def measure_answers(
     progress: Callable[[int, int], None] | None = None,
 ) -> MeasuredEpsilon:
     """The measured ε of an answer release: ``trials`` fresh accounts on each of
-    ``system_in`` (over ``D``) and ``system_out`` (over ``D'``) ask for the canary up to
+    ``system_in`` (over ``D``) and ``system_out`` (over ``D'``) — or, where they are
+    factories (trial index → system), each account on a fresh system, for systems whose
+    state outlives an account (MURAG's per-document filters) — ask for the canary up to
     ``queries`` times each (fewer where the account's budget ends first), scored by the
     answers that hold the secret. The claim is the largest ε an account spent as the
     system reports it: its cumulative ε where the responses carry one, else the sum of
@@ -288,10 +290,11 @@ def measure_answers(
         got = np.zeros(trials)
         for t in range(trials):
             account = f"canary-auditor-{side}-{t}"
+            answering = system if isinstance(system, RAGSystem) else system(t)
             summed = (0.0, 0.0)  # the answers' (ε, δ) composed, where none says its total
             for q in range(queries):
                 try:
-                    resp = system.answer(canary.query, account=account)
+                    resp = answering.answer(canary.query, account=account)
                 except BudgetExhaustedError:
                     break
                 got[t] += secret in resp.text.lower()
@@ -310,7 +313,7 @@ def measure_answers(
         samples.append(got)
     bound = threshold_epsilon(samples[0], samples[1], delta=delta, alpha=alpha)
     return MeasuredEpsilon(
-        system=label or getattr(system_in, "name", "system"),
+        system=label or str(getattr(system_in, "name", "system")),
         release="answers",
         claimed_epsilon=claimed,
         claimed_delta=delta,
@@ -343,7 +346,7 @@ def summary_rows(results: Sequence[MeasuredEpsilon]) -> list[list[str]]:
 
 
 #: the systems :func:`measure_epsilon` knows how to attack
-MEASURED_SYSTEMS = ("rag", "noisy_topk", "dp_vote")
+MEASURED_SYSTEMS = ("rag", "noisy_topk", "dp_vote", "murag")
 
 
 def measure_epsilon(
@@ -370,11 +373,14 @@ def measure_epsilon(
       accounts a side, once per channel of ``channels``;
     * ``dp_vote``: ``vote_epsilon`` per answer, ``queries`` answers an account (the claim
       is their sum), ``answer_trials`` accounts a side;
+    * ``murag``: ``vote_epsilon`` per query, a document retrievable ``queries`` times
+      (its filter), τ = 0; each account on a fresh system (the filters outlive
+      accounts, so accounts on one system are not independent trials);
     * ``rag``: top-``k`` RAG without a guarantee, ``answer_trials`` accounts a side.
 
     The answer systems read with the reference reader. ``progress(system, done, total)``
     follows the answer systems' accounts."""
-    from ragprivacy.eval.experiments._systems import SystemEntry, build_entry
+    from ragprivacy.eval.experiments._systems import SystemEntry
     from ragprivacy.generate import create_generator
 
     unknown = sorted(set(systems) - set(MEASURED_SYSTEMS))
@@ -415,24 +421,29 @@ def measure_epsilon(
                 )
             continue
         reader = create_generator("reference")
-        entry = (
-            SystemEntry(name="rag", k=k)
-            if name == "rag"
-            else SystemEntry(name="dp_vote", options={"epsilon": vote_epsilon})
-        )
-        built = [
-            build_entry(
-                entry,
-                kb=kb,
-                generator=reader,
-                k=k,
-                queries=queries,
-                seed=seed + side,
-                vocabulary=lambda: words,
-            )
+        entry, label = {
+            "rag": (SystemEntry(name="rag", k=k), f"rag (top-{k}, no guarantee)"),
+            "dp_vote": (
+                SystemEntry(name="dp_vote", options={"epsilon": vote_epsilon}),
+                f"dp_vote (ε={vote_epsilon:g})",
+            ),
+            "murag": (
+                SystemEntry(
+                    name="murag",
+                    options={"epsilon_q": vote_epsilon, "max_retrievals": queries, "tau": 0.0},
+                ),
+                f"murag (ε_q={vote_epsilon:g}, M={queries})",
+            ),
+        }[name]
+
+        factories = [
+            _Systems(entry, kb, reader, k, queries, seed + side, words)
             for side, kb in enumerate((kb_in, kb_out))
         ]
-        label = f"rag (top-{k}, no guarantee)" if name == "rag" else f"dp_vote (ε={vote_epsilon:g})"
+        # MURAG's filters outlive an account: each account gets a fresh system
+        built: list[RAGSystem | Callable[[int], RAGSystem]] = (
+            list(factories) if name == "murag" else [f(0) for f in factories]
+        )
         out.append(
             measure_answers(
                 built[0],
@@ -459,3 +470,31 @@ def _named(
         report(name, done, total)
 
     return step
+
+
+@dataclass(frozen=True)
+class _Systems:
+    """Builds the system of ``entry`` over ``kb``: ``self(t)`` is a fresh one whose
+    simulation streams are seeded by ``seed`` and ``t``."""
+
+    entry: Any
+    kb: KnowledgeBase
+    reader: Any
+    k: int
+    queries: int
+    seed: int
+    words: tuple[str, ...]
+
+    def __call__(self, trial: int) -> RAGSystem:
+        from ragprivacy.eval.experiments._systems import build_entry
+
+        words = self.words
+        return build_entry(
+            self.entry,
+            kb=self.kb,
+            generator=self.reader,
+            k=self.k,
+            queries=self.queries,
+            seed=self.seed + 2 * trial,
+            vocabulary=lambda: words,
+        )
