@@ -66,7 +66,7 @@ def test_the_service_page_runs_verbatim(tmp_path: Path) -> None:
     assert "PASS  epsilon_audit = 8" in run.stdout
     assert (cwd / "state" / "identity.key").stat().st_mode & 0o777 == 0o600
     # the operating walk-through: HTTPS, the schedule's window, metrics, the access log
-    assert "window W2 open" in run.stdout and "ragprivacy_ledger_records 1.0" in run.stdout
+    assert '"window_id":"W2"' in run.stdout and "ragprivacy_ledger_records 1.0" in run.stdout
     assert '"path": "/v1/retrieve", "status": 200' in run.stdout
     assert (cwd / "key.pem").stat().st_mode & 0o777 == 0o600
     # the erased document is not in the next window; its export went to the packages
