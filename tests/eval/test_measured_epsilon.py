@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from ragprivacy.corpus import Corpus
+from ragprivacy.corpus import Corpus, make_canary
 from ragprivacy.dp import threshold_epsilon
 from ragprivacy.errors import ConfigError
 from ragprivacy.eval.experiments._systems import SystemEntry, build_entry
 from ragprivacy.eval.measured_epsilon import (
     canary_neighbours,
-    make_canary,
     measure_answers,
     measure_noisy_topk,
 )

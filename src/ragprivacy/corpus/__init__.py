@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from ragprivacy.corpus.canary import Canary, make_canary
 from ragprivacy.corpus.collection import Corpus, QAItem
 from ragprivacy.corpus.datasets import (
     DatasetSpec,
@@ -61,6 +62,7 @@ from ragprivacy.corpus.synthetic import (
 )
 
 __all__ = [
+    "Canary",
     "Corpus",
     "DatasetSpec",
     "PIIDetector",
@@ -75,6 +77,7 @@ __all__ = [
     "dataset_spec",
     "load_corpus",
     "load_dataset_corpus",
+    "make_canary",
     "mask_pii",
     "merge_spans",
     "pii_detector_names",

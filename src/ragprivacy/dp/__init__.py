@@ -54,6 +54,7 @@ from ragprivacy.dp.collusion import (
     collusion_report,
 )
 from ragprivacy.dp.empirical import (
+    MeasuredEpsilon,
     ThresholdLoss,
     empirical_epsilon,
     threshold_epsilon,
@@ -160,6 +161,7 @@ __all__ = [
     "GaussianNoisyTopK",
     "Grid",
     "LaplaceEvent",
+    "MeasuredEpsilon",
     "MemoryBudgetStore",
     "NoOpEvent",
     "NoisySelection",

@@ -16,13 +16,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ragprivacy._validation import check_in_range, check_probability
 from ragprivacy.errors import ConfigError
 
-__all__ = ["EmpiricalLoss", "ThresholdLoss", "empirical_epsilon", "threshold_epsilon"]
+__all__ = [
+    "EmpiricalLoss",
+    "MeasuredEpsilon",
+    "ThresholdLoss",
+    "empirical_epsilon",
+    "threshold_epsilon",
+]
 
 _MAX_THRESHOLDS = 512  # thresholds tried on the half that chooses the decision
 
@@ -215,3 +222,55 @@ def _best_rule(
             if bound[i] > 0 and (best is None or bound[i] > best[0]):
                 best = (float(bound[i]), (float(thresholds[i]), below, swapped))
     return None if best is None else best[1]
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredEpsilon:
+    """One system's measured ε beside its claim.
+
+    Attributes:
+        system: the system's label.
+        release: what the attack read.
+        claimed_epsilon: the account's ε as the system states it (∞: no guarantee).
+        claimed_delta: its δ.
+        bound: the lower confidence bound and the TPR/FPR it comes from.
+        trials: accounts that attacked on each of ``D`` and ``D'``.
+        queries: queries each account made.
+        alpha: the bound's false-alarm rate (1 − its confidence).
+    """
+
+    system: str
+    release: str
+    claimed_epsilon: float
+    claimed_delta: float
+    bound: ThresholdLoss
+    trials: int
+    queries: int
+    alpha: float
+
+    @property
+    def refuted(self) -> bool:
+        """Whether the measured bound exceeds the claim (a finite one)."""
+        return math.isfinite(self.claimed_epsilon) and (
+            self.bound.epsilon_lower > self.claimed_epsilon
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        b = self.bound
+        return {
+            "system": self.system,
+            "release": self.release,
+            "claimed_epsilon": self.claimed_epsilon,
+            "claimed_delta": self.claimed_delta,
+            "epsilon_lower": b.epsilon_lower,
+            "confidence": 1 - self.alpha,
+            "refuted": self.refuted,
+            "tpr": b.tpr,
+            "fpr": b.fpr,
+            "tpr_lower": b.tpr_lower,
+            "fpr_upper": b.fpr_upper,
+            "threshold": b.threshold,
+            "decision": b.direction,
+            "trials_per_side": self.trials,
+            "queries_per_account": self.queries,
+        }

@@ -54,8 +54,8 @@ import numpy as np
 
 from ragprivacy._random import make_rng
 from ragprivacy._validation import check_choice, check_positive_int
-from ragprivacy.corpus import Corpus
-from ragprivacy.dp import ThresholdLoss, threshold_epsilon
+from ragprivacy.corpus import Canary, Corpus, make_canary
+from ragprivacy.dp import MeasuredEpsilon, threshold_epsilon
 from ragprivacy.embed import create_embedder
 from ragprivacy.errors import BudgetExhaustedError, ConfigError
 from ragprivacy.rag import RAGSystem
@@ -64,11 +64,10 @@ from ragprivacy.types import Document
 
 __all__ = [
     "CHANNELS",
-    "Canary",
-    "MeasuredEpsilon",
+    "MEASURED_SYSTEMS",
     "canary_neighbours",
-    "make_canary",
     "measure_answers",
+    "measure_epsilon",
     "measure_noisy_topk",
     "summary_rows",
 ]
@@ -77,45 +76,6 @@ __all__ = [
 #: noisy scores (the library's retriever returns them; the service does not)
 CHANNELS = ("ids", "scores")
 _CHUNK_SCORES = 4_000_000  # scores noised at once: bounds the memory of the batched draws
-
-
-@dataclass(frozen=True, slots=True)
-class Canary:
-    """A canary document and its attack.
-
-    Attributes:
-        id: its id (the filler of ``D'`` has the same one).
-        text: the canary document, which holds ``secret``.
-        query: what the attacker asks.
-        secret: what an answer that read the canary can repeat.
-        filler: the document at the canary's slot in ``D'``.
-    """
-
-    id: str
-    text: str
-    query: str
-    secret: str
-    filler: str
-
-
-def make_canary(seed: int = 0) -> Canary:
-    """A canary whose name and secret are random letters (no corpus holds them), asked
-    for by name; its filler is an unremarkable record."""
-    rng = make_rng(seed)
-    letters = "bcdfghjklmnpqrstvwxz"
-
-    def word(n: int) -> str:
-        return "".join(str(letters[int(i)]) for i in rng.integers(0, len(letters), n))
-
-    name = f"{word(1).upper()}{word(6)}"
-    secret = f"{word(3).upper()}{int(rng.integers(1000, 9999))}"
-    return Canary(
-        id="canary-0",
-        text=f"The access code of patient {name} is {secret}.",
-        query=f"What is the access code of patient {name}?",
-        secret=secret,
-        filler="Linen deliveries arrive every Monday morning.",
-    )
 
 
 def canary_neighbours(
@@ -134,58 +94,6 @@ def canary_neighbours(
         corpus = Corpus([*base, Document(canary.id, text)], name=base.name)
         out.append(KnowledgeBase.build(corpus, embedder=emb, index=index))
     return out[0], out[1]
-
-
-@dataclass(frozen=True, slots=True)
-class MeasuredEpsilon:
-    """One system's measured ε beside its claim.
-
-    Attributes:
-        system: the system's label.
-        release: what the attack read.
-        claimed_epsilon: the account's ε as the system states it (∞: no guarantee).
-        claimed_delta: its δ.
-        bound: the lower confidence bound and the TPR/FPR it comes from.
-        trials: accounts that attacked on each of ``D`` and ``D'``.
-        queries: queries each account made.
-        alpha: the bound's false-alarm rate (1 − its confidence).
-    """
-
-    system: str
-    release: str
-    claimed_epsilon: float
-    claimed_delta: float
-    bound: ThresholdLoss
-    trials: int
-    queries: int
-    alpha: float
-
-    @property
-    def refuted(self) -> bool:
-        """Whether the measured bound exceeds the claim (a finite one)."""
-        return math.isfinite(self.claimed_epsilon) and (
-            self.bound.epsilon_lower > self.claimed_epsilon
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        b = self.bound
-        return {
-            "system": self.system,
-            "release": self.release,
-            "claimed_epsilon": self.claimed_epsilon,
-            "claimed_delta": self.claimed_delta,
-            "epsilon_lower": b.epsilon_lower,
-            "confidence": 1 - self.alpha,
-            "refuted": self.refuted,
-            "tpr": b.tpr,
-            "fpr": b.fpr,
-            "tpr_lower": b.tpr_lower,
-            "fpr_upper": b.fpr_upper,
-            "threshold": b.threshold,
-            "decision": b.direction,
-            "trials_per_side": self.trials,
-            "queries_per_account": self.queries,
-        }
 
 
 def measure_noisy_topk(
