@@ -405,3 +405,28 @@ def backup(
     service and serve DEST (or move it into place)."""
     copied = _state(ctx).backup(dest)
     typer.echo(f"backed up {len(copied)} file(s) -> {dest} (secret: it holds the seeds and keys)")
+
+
+@app.command("canary")
+def canary(
+    ctx: typer.Context,
+    tenant: str = typer.Argument(..., help="The noisy_topk tenant whose neighbours to build."),
+    out: Path = typer.Option(..., "--out", help="The plan file to write (it holds keys)."),
+    accounts: int = typer.Option(30, "--accounts", help="Attacking accounts on each side."),
+    epsilon: float = typer.Option(1.0, "--eps", help="Each account's ε_acc (the claim)."),
+    delta: float = typer.Option(1e-6, "--delta", help="Each account's δ_acc."),
+    rate_limit: int = typer.Option(2, "--rate-limit", help="Each account's r."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the canary's name and code."),
+) -> None:
+    """Set up a measured-ε audit of TENANT over HTTP: two neighbouring copies of it (a
+    canary in one, a filler in the other) with fresh accounts, and the plan 'ragprivacy
+    audit empirical --url URL --plan FILE' plays once a window has opened."""
+    from ragprivacy.service import setup_canary_audit
+
+    plan = setup_canary_audit(
+        _state(ctx), tenant, out, accounts=accounts, epsilon=epsilon, delta=delta,
+        rate_limit=rate_limit, seed=seed,
+    )  # fmt: skip
+    sides = ", ".join(v["tenant"] for v in plan["sides"].values())
+    typer.echo(f"tenants {sides}: {accounts} accounts each; plan -> {out} (holds keys: 0600)")
+    typer.echo("open a window ('window open' or 'window rotate'), then run the plan")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -275,20 +276,27 @@ def empirical(
     ),
     alpha: float = typer.Option(0.05, "--alpha", help="1 − the bound's confidence."),
     seed: int = typer.Option(0, "--seed", help="Seed of the canary, the corpus and the noise."),
+    url: str | None = typer.Option(
+        None, "--url", help="A running service: play the plan of 'admin canary' against it."
+    ),
+    plan: Path | None = typer.Option(None, "--plan", help="With --url: the plan file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
 ) -> None:
     """A measured lower bound on ε beside each system's claimed ε: a canary document is
     in D and not in its neighbour D′, fresh accounts attack both, and the best threshold
     of their scores gives ε ≥ log((TPR − δ)/FPR) at 1 − alpha confidence (docs/audit.md,
     "Measured ε"). A bound above the claim refutes it (exit 1)."""
-    from rich.console import Console
     from rich.progress import Progress
-    from rich.table import Table
 
     from ragprivacy._validation import check_choice, check_positive_int
     from ragprivacy.corpus import load_corpus, synthesize
-    from ragprivacy.eval import CHANNELS, measure_epsilon, summary_rows
+    from ragprivacy.eval import CHANNELS, measure_epsilon
 
+    if (url is None) != (plan is None):
+        raise typer.BadParameter("--url and --plan go together (the plan of 'admin canary').")
+    if url is not None and plan is not None:
+        _empirical_service(url, plan, alpha, as_json)
+        return
     names = [s.strip() for s in systems.split(",") if s.strip()]
     channels = CHANNELS if channel == "both" else (check_choice("channel", channel, CHANNELS),)
     base = (
@@ -328,19 +336,47 @@ def empirical(
     if as_json:
         typer.echo(json.dumps(record, indent=1))
     else:
-        table = Table(title=f"Measured ε ({1 - alpha:.0%} lower bounds) beside the claim")
-        for col in (
-            "system",
-            "release",
-            "claimed ε",
-            "measured ε ≥",
-            "TPR at FPR",
-            "accounts × q",
-            "",
-        ):
-            table.add_column(col)
-        for row in summary_rows(results):
-            table.add_row(*row)
-        Console().print(table)
+        _print_measured(results, alpha)
     if any(m.refuted for m in results):
         raise typer.Exit(1)
+
+
+def _empirical_service(url: str, plan_file: Path, alpha: float, as_json: bool) -> None:
+    """``audit empirical --url --plan``: the canary game played over HTTP."""
+    from rich.progress import Progress
+
+    from ragprivacy.errors import ConfigError
+    from ragprivacy.service import run_canary_audit
+
+    try:
+        plan = json.loads(plan_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"Cannot read the plan {plan_file}: {exc}.") from None
+    with Progress(transient=True, disable=as_json) as bar:
+        task = bar.add_task("accounts", total=None)
+        result = run_canary_audit(
+            url, plan, alpha=alpha,
+            progress=lambda d, t: bar.update(task, completed=d, total=t),
+        )  # fmt: skip
+    if as_json:
+        record = {"settings": {"url": url, "alpha": alpha}, "results": [result.to_dict()]}
+        typer.echo(json.dumps(record, indent=1))
+    else:
+        _print_measured([result], alpha)
+    if result.refuted:
+        raise typer.Exit(1)
+
+
+def _print_measured(results: list[Any], alpha: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ragprivacy.eval import summary_rows
+
+    table = Table(title=f"Measured ε ({1 - alpha:.0%} lower bounds) beside the claim")
+    for col in ("system", "release", "claimed ε", "measured ε ≥", "TPR at FPR", "accounts × q"):
+        table.add_column(col)
+    table.add_column("")
+    for row in summary_rows(results):
+        table.add_row(*row)
+    Console().print(table)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ragprivacy._validation import check_in_range, check_probability
 from ragprivacy.errors import ConfigError
@@ -137,8 +138,8 @@ class ThresholdLoss:
 
 
 def threshold_epsilon(
-    scores_in: np.ndarray,
-    scores_out: np.ndarray,
+    scores_in: npt.ArrayLike,
+    scores_out: npt.ArrayLike,
     *,
     delta: float = 0.0,
     alpha: float = 0.05,

@@ -25,6 +25,7 @@ from ragprivacy.service.backend import (
     SqliteBackend,
     StateBackend,
 )
+from ragprivacy.service.canary import run_canary_audit, setup_canary_audit
 from ragprivacy.service.client import Client, load_receipts, load_unanswered
 from ragprivacy.service.demo import run_service_demo
 from ragprivacy.service.idempotency import (
@@ -101,8 +102,10 @@ __all__ = [
     "parse_key",
     "parse_period",
     "rotate_window",
+    "run_canary_audit",
     "run_service_demo",
     "seconds_until_rotation",
+    "setup_canary_audit",
     "window_status",
 ]
 
