@@ -71,8 +71,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.sparse import coo_matrix, csr_matrix
-from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 from threadpoolctl import threadpool_limits
 
 from ragprivacy._random import RngLike, make_rng
@@ -146,6 +144,9 @@ class _Forest:
 
     def labels(self, theta: float) -> np.ndarray:
         """Component of each query in the graph {cos ≥ θ} (θ ≥ the searched θ)."""
+        from scipy.sparse import coo_matrix  # here: every service process imports this module
+        from scipy.sparse.csgraph import connected_components
+
         keep = self.w >= theta - TIE
         graph = coo_matrix(
             (np.ones(int(keep.sum())), (self.a[keep], self.b[keep])), shape=(self.n, self.n)
@@ -239,6 +240,9 @@ def _dense_forest(
 def _compress(n: int, a: np.ndarray, b: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
     """The maximum spanning forest of the edges (weights 2 − w > 0 for scipy's minimum
     spanning tree, which drops zero weights)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
     if a.size == 0:
         return a, b, w
     tree = minimum_spanning_tree(coo_matrix((2.0 - w, (a, b)), shape=(n, n))).tocoo()
@@ -389,6 +393,8 @@ def _kmeans(x32: np.ndarray, nlist: int) -> np.ndarray:
     """Spherical k-means (unit centroids, cosine assignment) on a seeded sample of at most
     _KMEANS_SAMPLE queries per cell; an emptied cell restarts at a sampled query. The
     centroids are returned as float64 unit vectors."""
+    from scipy.sparse import csr_matrix
+
     n = x32.shape[0]
     gen = np.random.default_rng(0)
     sample = x32[np.sort(gen.choice(n, size=min(n, _KMEANS_SAMPLE * nlist), replace=False))]

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import math
 
-from scipy.special import log_ndtr
-
 from ragprivacy._validation import check_positive, check_positive_int, check_probability
 from ragprivacy.errors import ConfigError
 
@@ -42,6 +40,8 @@ def gaussian_delta(mu: float, epsilon: float) -> float:
     >>> round(gaussian_delta(1.0, 0.0), 6)  # 2Φ(1/2) − 1
     0.382925
     """
+    from scipy.special import log_ndtr  # on first use: it costs every process
+
     mu = check_positive("mu", mu)
     epsilon = check_positive("epsilon", epsilon, allow_zero=True)
     la = float(log_ndtr(-epsilon / mu + mu / 2))

@@ -17,8 +17,6 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scipy.special import ndtr
-
 from ragprivacy._validation import check_positive, check_positive_int
 from ragprivacy.dp.calibration import check_delta, collusion_sigma
 from ragprivacy.dp.collusion import collusion_epsilon_leading
@@ -39,6 +37,8 @@ __all__ = [
 
 
 def _phi(x: float) -> float:
+    from scipy.special import ndtr  # on first use: it costs every process
+
     return float(ndtr(x))
 
 

@@ -98,7 +98,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
 from ragprivacy._random import RngLike, make_rng
 from ragprivacy._typing import FloatArray, IntArray
@@ -291,6 +290,8 @@ def truncated_normal_above(t: float, size: int, *, rng: RngLike = None) -> Float
 
     Uses Φ̄(x) = Φ(−x) and Φ̄⁻¹(p) = −Φ⁻¹(p), which stays accurate in the far tail.
     """
+    from scipy.special import ndtr, ndtri  # on first use: it costs every process
+
     gen = make_rng(rng)
     tail = float(ndtr(-t))
     if tail <= 0.0:
@@ -306,6 +307,8 @@ def _truncated_between(a: np.ndarray, b: np.ndarray, v: np.ndarray) -> np.ndarra
     Inverts the upper tail where a ≥ 0 and the lower tail elsewhere, so the far tails stay
     accurate; values are clipped to ±60 only to stay finite (a probability-zero event).
     """
+    from scipy.special import ndtr, ndtri
+
     z = np.empty_like(a)
     up = a >= 0
     if up.any():
@@ -320,6 +323,8 @@ def _truncated_between(a: np.ndarray, b: np.ndarray, v: np.ndarray) -> np.ndarra
 
 def _prob_above(a: np.ndarray, h: np.ndarray) -> np.ndarray:
     """P(Z > a | Z ≤ h) for Z ~ N(0, 1) (0 where a ≥ h)."""
+    from scipy.special import ndtr
+
     below_h = np.maximum(ndtr(h), 1e-300)
     num = np.where(a >= 0, ndtr(-a) - ndtr(-h), ndtr(h) - ndtr(a))
     p = np.clip(num / below_h, 0.0, 1.0)

@@ -53,7 +53,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
 
 from ragprivacy._random import RngLike, make_rng
 from ragprivacy._typing import FloatArray
@@ -453,6 +452,8 @@ def top1_flip_bound(delta: float, rho1: float, k: int, eta_max: float = 0.0) -> 
         k: projection dimension (> 3).
         eta_max: bound on the correlation of the Fisher-transformed similarities.
     """
+    from scipy.special import ndtr  # on first use: it costs every process
+
     if k <= 3:
         raise ConfigError(f"The flip bound needs k > 3; got {k!r}.")
     if not -1 < rho1 < 1:
