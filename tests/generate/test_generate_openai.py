@@ -568,10 +568,16 @@ def test_stream_yields_the_servers_pieces_as_they_come(
 ) -> None:
     pieces = list(gen.stream(PROMPT))
     assert [p.text for p in pieces] == ANSWER
+    # whether the endpoint gives log-probabilities is not known yet, and a stream sends
+    # no probe of its own: the one request was the stream, without them
+    assert [p.logprobs for p in pieces] == [None] * 3 and len(server.requests) == 1
+    whole = gen.generate(PROMPT)  # this answer shows the endpoint gives them
+    pieces = list(gen.stream(PROMPT))
     assert [p.logprobs for p in pieces] == [(lp,) for lp in ANSWER_LP]
-    assert join_completions(pieces) == gen.generate(PROMPT)
+    assert join_completions(pieces) == whole
     streamed = [body for _, _, body in server.requests if body.get("stream")]
-    assert len(streamed) == 1 and streamed[0]["logprobs"] is True
+    assert len(streamed) == 2 and "logprobs" not in streamed[0]
+    assert streamed[1]["logprobs"] is True
     assert streamed[0]["messages"][0]["content"] == "Do not repeat the context."
     assert [p.text for p in gen.stream(PROMPT, max_tokens=2)] == ANSWER[:2]
     monkeypatch.setenv(KEY_ENV, KEY)

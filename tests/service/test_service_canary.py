@@ -48,3 +48,27 @@ def test_the_canary_game_over_http_measures_the_tenant_s_release(
     # the plan is spent: every account used its whole budget, so a second run is refused
     assert main(["audit", "empirical", "--url", server.url, "--plan", str(plan)]) == 2
     assert "played once per window" in capsys.readouterr().err
+
+
+def test_a_canary_setup_that_cannot_finish_leaves_nothing(
+    tmp_path: Path,
+    admin,
+    corpus_file,  # type: ignore[no-untyped-def]
+) -> None:
+    from ragprivacy.errors import ConfigError
+    from ragprivacy.service import ServiceState, setup_canary_audit
+
+    state_dir = tmp_path / "state"
+    admin(state_dir, "tenant", "create", "clinic", "--k", "2")
+    admin(state_dir, "docs", "add", "clinic", str(corpus_file(tmp_path / "c.jsonl", "clinic", 5)))
+    state = ServiceState(state_dir, create=False)
+    try:
+        with pytest.raises(ConfigError, match="at least 2 accounts"):
+            setup_canary_audit(state, "clinic", tmp_path / "p.json", accounts=1)
+        with pytest.raises(ConfigError, match="Cannot write the plan file"):
+            setup_canary_audit(state, "clinic", tmp_path / "missing" / "p.json")
+        with pytest.raises(ConfigError, match="more than a window can draw"):  # half made
+            setup_canary_audit(state, "clinic", tmp_path / "p.json", epsilon=1e-9)
+        assert sorted(state.tenants()) == ["clinic"] and not (tmp_path / "p.json").exists()
+    finally:
+        state.close()

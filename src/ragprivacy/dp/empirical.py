@@ -123,7 +123,8 @@ class ThresholdLoss:
     without it (D'), both as observed; ``tpr_lower``/``fpr_upper`` are their
     Clopper–Pearson bounds that the bound uses. ``direction`` is ``"score >= t"`` or
     ``"score < t"`` (the decision that attains the bound), ``"none"`` when no threshold
-    shows a loss."""
+    shows a loss. Where the direction says "(D' as the member)" the roles are swapped:
+    ``tpr`` and ``n_in`` are then of the runs on D', ``fpr`` and ``n_out`` of those on D."""
 
     epsilon_lower: float
     epsilon_point: float
@@ -180,7 +181,7 @@ def threshold_epsilon(
     lo = float(_cp_lower(np.array([num]), n_num, alpha / 2)[0])
     hi = float(_cp_upper(np.array([den]), n_den, alpha / 2)[0])
     pn, pd = num / n_num, den / n_den
-    point = math.log((pn - delta) / pd) if pd > 0 and pn > delta else math.inf
+    point = 0.0 if pn <= delta else (math.log((pn - delta) / pd) if pd > 0 else math.inf)
     bound = math.log((lo - delta) / hi) if lo > delta else 0.0
     name = ("score < t" if below else "score >= t") + (" (D' as the member)" if swapped else "")
     return ThresholdLoss(

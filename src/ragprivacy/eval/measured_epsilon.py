@@ -113,7 +113,7 @@ def measure_noisy_topk(
     (module docstring). ``channel``: ``"ids"`` (the selected slots: what the service
     releases) or ``"scores"`` (also their noisy scores: what the library's retriever
     returns). The claim is the retriever's (ε_acc, δ_acc)."""
-    trials = check_positive_int("trials", trials)
+    trials = _check_trials(trials)
     channel = check_choice("channel", channel, CHANNELS)
     r = retriever_in.queries_per_account
     mechanism = retriever_in.policy.mechanism(retriever_in.k, simulation=True)
@@ -188,7 +188,7 @@ def measure_answers(
     system reports it: its cumulative ε where the responses carry one, else the sum of
     its answers' (ε, δ) (basic composition); ∞ where the system gives no guarantee.
     ``progress(done, total)`` is called after each account."""
-    trials = check_positive_int("trials", trials)
+    trials = _check_trials(trials)
     queries = check_positive_int("queries", queries)
     secret = canary.secret.lower()
     claimed, delta, asked = 0.0, 0.0, 0
@@ -406,3 +406,14 @@ class _Systems:
             seed=self.seed + 2 * trial,
             vocabulary=lambda: words,
         )
+
+
+def _check_trials(trials: int) -> int:
+    """At least 2 accounts a side: half choose the threshold, half measure it."""
+    trials = check_positive_int("trials", trials)
+    if trials < 2:
+        raise ConfigError(
+            f"The audit needs at least 2 attacking accounts a side; got {trials} (hundreds "
+            "give a bound worth reading)."
+        )
+    return trials

@@ -574,8 +574,10 @@ class OpenAIGenerator(Generator):
     def stream(self, prompt: Prompt, *, max_tokens: int | None = None) -> Iterator[Completion]:
         """The answer as the server streams it (``stream: true``; OpenAI's server-sent
         events), one piece per event that carries text. Log-probabilities are asked where
-        the endpoint gives them (:attr:`exposes_logprobs`); the pieces' tokens are then
-        the server's, and otherwise the piece's text in word tokens. Opening the stream
+        the endpoint is known to give them (``logprobs=True``, or an earlier answer showed
+        them): a stream sends no probe of its own, so it makes no request that could fail
+        apart from the answer. The pieces' tokens are then the server's, and otherwise the
+        piece's text in word tokens. Opening the stream
         is retried as :meth:`generate`'s request is, and a server never reached is a
         :class:`~ragprivacy.errors.GeneratorUnavailableError` at the first ``next``; a
         stream that breaks, carries an error event or ends without ``[DONE]`` is a
@@ -589,7 +591,7 @@ class OpenAIGenerator(Generator):
         else:
             endpoint = "completions"
             payload["prompt"] = prompt.render()
-        if self.exposes_logprobs:
+        if self._probed is True:  # known to give them; a stream never probes (generate does)
             payload["logprobs"] = True if chat else 1
         payload["stream"] = True
         url = f"{self.base_url}/{endpoint}"

@@ -336,7 +336,9 @@ def _copy_database(source: Path, target: Path) -> None:
     """``source``'s consistent snapshot into the new file ``target`` (mode 0600 from its
     creation), through SQLite's online backup."""
     os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    src = sqlite3.connect(source, timeout=_WAIT_S)
+    # read-only: a file removed since it was listed (a deleted tenant's filters) is an
+    # error, not a new empty database in the live directory
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=_WAIT_S)
     try:
         dst = sqlite3.connect(target)
         try:

@@ -9,7 +9,9 @@ outside attacker would play it:
   documents and a filler under the canary's id — replace-one neighbours, embedded by the
   state's one embedder. Each gets ``accounts`` fresh accounts with the policy given and a
   key each. The plan (the canary, the tenants and the keys) is written with mode 0600:
-  it holds keys.
+  it holds keys. The two tenants copy the tenant's documents and their accounts are in
+  every window's commitments (their δ in its δ_policy): delete both tenants
+  (``tenant delete NAME --yes``) once the plan has been played.
 * Once a window committed them, :func:`run_canary_audit` has every account spend its
   whole rate limit on ``POST /v1/retrieve`` of the canary's question, and scores it by how
   many of its retrievals returned the canary's id; the claim is the account's
@@ -57,8 +59,11 @@ def setup_canary_audit(
     """Create the two neighbouring tenants of ``tenant`` with ``accounts`` accounts each
     (module docstring), and write the plan to the new file ``out`` (mode 0600)."""
     accounts = check_positive_int("accounts", accounts)
-    if out.exists():
-        raise ConfigError(f"The plan file {out} exists; name a new one.")
+    if accounts < 2:
+        raise ConfigError(
+            "The audit needs at least 2 accounts a side (half choose the threshold, half "
+            "measure it); give --accounts 10 or more for a bound worth reading."
+        )
     known = state.tenants()
     if tenant not in known:
         raise ConfigError(f"Unknown tenant {tenant!r}; name one 'tenant list' shows.")
@@ -77,20 +82,37 @@ def setup_canary_audit(
         "source": tenant,
         "sides": {},
     }
-    for side, text in zip(_SIDES, (canary.text, canary.filler)):
-        name = f"{tenant}-canary-{side}"
-        state.create_tenant(name, mode="noisy_topk", k=int(info["k"]))
-        docs = [Document(i, t) for i, t in zip(ids, texts)]
-        state.add_documents(name, [*docs, Document(canary.id, text)])
-        keys = []
-        for a in range(accounts):
-            account = f"{name}-{a}"
-            state.create_account(name, account, epsilon=epsilon, delta=delta, rate_limit=rate_limit)
-            keys.append(state.create_key(account).token)
-        plan["sides"][side] = {"tenant": name, "keys": keys}
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds keys
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(plan, f, indent=1)
+    # the plan file first (it holds the keys, shown nowhere else): a path that cannot be
+    # written refuses the setup before anything is created
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise ConfigError(f"The plan file {out} exists; name a new one.") from None
+    except OSError as exc:
+        raise ConfigError(f"Cannot write the plan file {out}: {exc.strerror}.") from None
+    created: list[str] = []
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for side, text in zip(_SIDES, (canary.text, canary.filler)):
+                name = f"{tenant}-canary-{side}"
+                state.create_tenant(name, mode="noisy_topk", k=int(info["k"]))
+                created.append(name)
+                docs = [Document(i, t) for i, t in zip(ids, texts)]
+                state.add_documents(name, [*docs, Document(canary.id, text)])
+                keys = []
+                for a in range(accounts):
+                    account = f"{name}-{a}"
+                    state.create_account(
+                        name, account, epsilon=epsilon, delta=delta, rate_limit=rate_limit
+                    )
+                    keys.append(state.create_key(account).token)
+                plan["sides"][side] = {"tenant": name, "keys": keys}
+            json.dump(plan, f, indent=1)
+    except BaseException:
+        out.unlink(missing_ok=True)
+        for name in created:  # nothing of a half-made audit stays
+            state.delete_tenant(name)
+        raise
     return plan
 
 

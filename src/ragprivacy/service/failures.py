@@ -27,12 +27,20 @@ __all__ = ["record_failure"]
 _log = logging.getLogger("ragprivacy.service")
 
 
-def record_failure(state: ServiceState, window_id: str, account: str, exc: BaseException) -> bool:
+def record_failure(
+    state: ServiceState,
+    window_id: str,
+    account: str,
+    exc: BaseException,
+    *,
+    appended: bool = False,
+) -> bool:
     """Count and log one failure of ``account`` after retrieval; return whether it is
     charged (always, unless the generator was never reached and the account has free
-    failures left in the window). The log line names the window, the account and the
+    failures left in the window; always once the record is ``appended``: a stream that
+    broke after its first piece). The log line names the window, the account and the
     error's type — never its message, which may quote the documents."""
-    free = isinstance(exc, GeneratorUnavailableError)
+    free = isinstance(exc, GeneratorUnavailableError) and not appended
     charged = state.count_failure(window_id, account, charged=not free)
     _log.warning(
         "request failed after retrieval: window=%s account=%s error=%s %s",

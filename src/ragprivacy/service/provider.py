@@ -62,7 +62,7 @@ from ragprivacy.audit import (
     VoteSettings,
 )
 from ragprivacy.dp import composed_gaussian_mu, gaussian_epsilon
-from ragprivacy.errors import ConfigError, DataError, WindowClosedError
+from ragprivacy.errors import ChargedFailureError, ConfigError, DataError, WindowClosedError
 from ragprivacy.generate import Generator, Prompt, PromptBudget, Task, join_completions
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
@@ -633,12 +633,22 @@ class ServiceProvider:
             yield from first
             yield from rest
         except Exception as exc:
-            error = charged_failure(exc)  # the record is appended: it is paid for
-            record_failure(self.state, served.window_id, account, error)
-            error.receipt = served.receipt
-            raise error from None
+            raise self.charged_after_append(served, account, exc) from None
         finally:
             _close(rest)
+
+    def charged_after_append(
+        self, served: ServedAnswer, account: str, exc: BaseException
+    ) -> ChargedFailureError:
+        """The error for a failure after ``served``'s record was appended: counted and
+        logged as a charged failure (under its own type), with the receipt; the
+        backend's message withheld (:func:`~ragprivacy.rag.charged_failure`)."""
+        if isinstance(exc, ChargedFailureError):
+            return exc  # counted where it was made
+        record_failure(self.state, served.window_id, account, exc, appended=True)
+        error = charged_failure(exc)
+        error.receipt = served.receipt
+        return error
 
     def _serve(
         self,

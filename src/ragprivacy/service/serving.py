@@ -387,22 +387,29 @@ class Serving:
         except BaseException:
             held.close()
             raise
-        self._spent("/v1/chat/completions", served.privacy.get("epsilon"))
-        fields = RagprivacyFields(
-            window_id=served.window_id,
-            receipt=SignedReceipt(served.receipt),
-            privacy=NoisyTopKPrivacy.model_validate(served.privacy),
-            budget=NoisyTopKBudget.model_validate(served.budget),
-        )
-        return self._streamed(account, query, request, pieces, fields, held)
+        try:  # the query is paid for from here: a failure is a charged one
+            self._spent("/v1/chat/completions", served.privacy.get("epsilon"))
+            fields = RagprivacyFields(
+                window_id=served.window_id,
+                receipt=SignedReceipt(served.receipt),
+                privacy=NoisyTopKPrivacy.model_validate(served.privacy),
+                budget=NoisyTopKBudget.model_validate(served.budget),
+            )
+            prompt = self.provider.prompt_tokens(account, query, self.generator)
+        except Exception as exc:
+            _close_pieces(pieces)
+            held.close()
+            raise self.provider.charged_after_append(served, account, exc) from None
+        return self._streamed(served, account, request, pieces, fields, prompt, held)
 
     def _streamed(
         self,
+        served: ServedAnswer,
         account: str,
-        query: str,
         request: ChatRequest,
         pieces: Iterator[Completion],
         fields: RagprivacyFields,
+        prompt: int,
         held: ExitStack,
     ) -> Iterator[ChatCompletionChunk]:
         head = _chunk_head(request)
@@ -419,11 +426,14 @@ class Serving:
                 first = False
             if first:  # an empty answer
                 yield _chunk(head, ChunkDelta(role="assistant", content=""), None)
-            yield from _chunk_tail(head, request, fields, self._usage(account, query, tokens))
+            usage = Usage(
+                prompt_tokens=prompt, completion_tokens=tokens, total_tokens=prompt + tokens
+            )
+            yield from _chunk_tail(head, request, fields, usage)
+        except Exception as exc:  # the record is appended: whatever failed is charged
+            raise self.provider.charged_after_append(served, account, exc) from None
         finally:
-            close = getattr(pieces, "close", None)
-            if close is not None:
-                close()  # stops the generation when the client left
+            _close_pieces(pieces)  # stops the generation when the client left
             held.close()
 
     def models(self) -> ModelList:
@@ -554,6 +564,12 @@ def _logprobs(completion: Completion) -> ChoiceLogprobs | None:
 def _dumped(response: RetrieveResponse | AnswerResponse) -> Any:
     """A response as kept under its idempotency key (what was sent, as JSON)."""
     return response.model_dump(mode="json")
+
+
+def _close_pieces(pieces: Iterator[Completion]) -> None:
+    close = getattr(pieces, "close", None)
+    if close is not None:
+        close()
 
 
 def _chunk_head(request: ChatRequest) -> dict[str, Any]:
