@@ -104,6 +104,8 @@ SPLIT_MODULES = frozenset(
         "tests/cli/test_run_interrupt.py",
         "tests/eval/test_runner.py",
         "tests/test_bench_fastpaths.py",
+        "tests/service/test_service_canary.py",
+        "tests/service/test_service_backup.py",
     }
 )
 
@@ -133,6 +135,16 @@ LONG_FIRST = (
     "tests/cli/test_cli.py",
     "tests/cli/test_attack_target.py",
     "tests/eval/test_runner.py",
+    "tests/cli/test_gate_workflow.py",
+    "tests/service/test_service_operations.py",
+    "tests/service/test_service_canary.py",
+    "tests/service/test_service_streaming.py",
+    "tests/service/test_service_idempotency.py",
+    "tests/service/test_service_backup.py",
+    "tests/service/test_service_erasure.py",
+    "tests/service/test_operator_page.py",
+    "tests/cli/test_attack_template.py",
+    "tests/service/test_service_attacked.py",
 )
 
 
