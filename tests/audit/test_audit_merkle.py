@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -252,3 +253,37 @@ def test_a_sealed_log_refuses_appends_from_every_writer(tmp_path) -> None:  # ty
             reopened.append_many([b"r2", b"r3"])
     with pytest.raises(ConfigError, match="durable"):
         MerkleLog().seal()
+
+
+def test_a_log_opened_while_another_process_appends_stores_only_true_nodes(
+    tmp_path: Path,
+) -> None:
+    """A log reads its leaves, then its nodes, in two statements: another process's
+    append in between left nodes above the leaves read, in the wrong places, and the next
+    append stored a node that does not match its children (seen with 3 PostgreSQL
+    replicas × 20 threads). The other process is played here by a second log on the same
+    file, appending between the two reads."""
+    from ragprivacy.audit import SqliteLedgerStorage
+
+    path = tmp_path / "ledger.sqlite"
+    writer = MerkleLog(path)
+    for i in range(32):
+        writer.append(f"a{i}".encode())
+    storage = SqliteLedgerStorage(path)
+    read_nodes = storage.nodes
+
+    def nodes_after_another_append() -> list[tuple[int, int, bytes]]:
+        storage.nodes = read_nodes  # type: ignore[method-assign]  # once, when opened
+        for i in range(4):
+            writer.append(f"b{i}".encode())
+        return read_nodes()
+
+    storage.nodes = nodes_after_another_append  # type: ignore[method-assign]
+    reader = MerkleLog(storage=storage)
+    assert reader.size == 32
+    for i in range(8):  # catches up with b0..b3, then appends at 36..43
+        reader.append(f"c{i}".encode())
+    reader.verify_storage()
+    assert reader.size == 44 and reader.root() == MerkleLog(path).root()
+    writer.close()
+    reader.close()

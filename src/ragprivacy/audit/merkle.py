@@ -255,6 +255,10 @@ class MerkleLog:
                     "store is damaged — restore it from a backup."
                 )
             self._levels[level].append(h)
+        # The nodes were read after the leaves, in another statement: another process may
+        # have appended in between, and its nodes above the leaves read here must not be
+        # kept (the next catch-up recomputes them from their leaves, in their places).
+        self._rollback(len(self._data))
         self._durable = len(self._data)
 
     def close(self) -> None:
@@ -568,6 +572,8 @@ class MerkleLog:
                     while len(levels) <= level:
                         levels.append([])
                     levels[level].append(h)
+                for level, nodes in enumerate(levels):  # nodes of leaves appended since
+                    del nodes[len(data) >> level :]
             for i, d in enumerate(data):
                 if leaf_hash(d) != levels[0][i]:
                     raise VerificationError(
