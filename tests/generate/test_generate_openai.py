@@ -42,6 +42,7 @@ class _Server(ThreadingHTTPServer):
         self.echo_supported = True
         self.delay = 0.0
         self.retry_after: str | None = None  # set: failures are 429 with this Retry-After
+        self.error_code: str | None = None  # the 429's error code
         self.refuse_logprobs = False  # set: a request asking for them is a 400
         self.refuse_all = False  # set: every request is a 400 (a prompt too long, say)
         self.stream_error = False  # set: a stream's second event is an error event
@@ -80,7 +81,8 @@ class _Handler(BaseHTTPRequestHandler):
             if failing:
                 srv.fail_next -= 1
         if failing and srv.retry_after is not None:
-            self._send(429, {"error": {"message": "slow down"}}, {"Retry-After": srv.retry_after})
+            error = {"message": "slow down", "code": srv.error_code}
+            self._send(429, {"error": error}, {"Retry-After": srv.retry_after})
             return
         if failing:
             self._send(500, {"error": {"message": "temporarily overloaded"}})
@@ -309,6 +311,24 @@ def test_retry_after_is_honoured_when_shorter_than_the_cap(
     server.retry_after, server.fail_next = "soon", 1  # unparsable: own backoff
     assert g.generate(PROMPT).text == "Velmora."
     assert sleeps == [0.75, 30.0, 4.0]
+    g.close()
+
+
+def test_a_spent_quota_or_budget_is_not_retried(
+    base_url: str, server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 429 saying a quota (OpenAI) or a window's budget (a ragprivacy service) is spent
+    fails at once: a retry within the call cannot succeed, it would only wait."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    sleeps: list[float] = []
+    g = OpenAIGenerator("m", base_url, api_key_env=KEY_ENV, max_retries=3, sleep=sleeps.append)
+    for code in ("insufficient_quota", "budget_exhausted"):
+        server.retry_after, server.error_code, server.fail_next = "3600", code, 1
+        with pytest.raises(BackendError, match=f"HTTP 429 \\({code}\\).*cannot help"):
+            g.generate(PROMPT)
+    assert sleeps == [] and len(server.requests) == 2
+    server.error_code, server.fail_next = "rate_limit_exceeded", 1  # a rate: retried
+    assert g.generate(PROMPT).text == "Velmora." and sleeps == [30.0]
     g.close()
 
 

@@ -40,7 +40,9 @@ the prompt left, so it says nothing about the retrieved documents; every other f
 a :class:`~ragprivacy.errors.BackendError`, which a RAG system charges like an answer.
 
 Requests time out after ``timeout`` seconds (default 30); HTTP 408/409/429 and 5xx answers
-and transport errors are retried ``max_retries`` times (default 2) by ``tenacity``, with
+and transport errors are retried ``max_retries`` times (default 2) by ``tenacity`` — except
+a 429 whose error code says a quota or budget is spent (``insufficient_quota``,
+``budget_exhausted``), which a retry cannot cure — with
 exponential backoff (``backoff · 2**attempt`` seconds, at most 30, or the server's
 ``Retry-After`` when shorter than 30). With the defaults a dead endpoint costs at most
 ~92 s per call; :meth:`~OpenAIGenerator.retry_policy` states the bound, and
@@ -106,6 +108,9 @@ def _is_loopback(base_url: str) -> bool:
 _MAX_SLEEP = 30.0
 _T = TypeVar("_T")
 _RETRY_STATUS = frozenset({408, 409, 429})
+#: 429 error codes that a retry cannot cure: OpenAI's spent quota, a ragprivacy
+#: service's spent window budget
+_EXHAUSTED = frozenset({"insufficient_quota", "budget_exhausted"})
 
 
 class _Refused(BackendError):
@@ -355,6 +360,14 @@ class OpenAIGenerator(Generator):
             )
         if status not in _RETRY_STATUS and status < 500:
             raise _Refused(f"The server at {url} answered HTTP {status}: {detail}", status)
+        if status == 429 and _error_code(resp) in _EXHAUSTED:
+            # a spent quota or budget does not come back within a call: retrying it only
+            # waits (a ragprivacy service's budget renews with its next window)
+            raise _Refused(
+                f"The server at {url} answered HTTP 429 ({_error_code(resp)}): {detail} "
+                "Retrying cannot help until the quota or budget is renewed.",
+                status,
+            )
         retry_after = None
         with contextlib.suppress(ValueError, TypeError):
             retry_after = float(resp.headers.get("retry-after"))
@@ -749,3 +762,14 @@ def _create(spec: str = "", **kwargs: Any) -> OpenAIGenerator:
 
 
 register_generator("openai", _create)
+
+
+def _error_code(resp: httpx.Response) -> str | None:
+    """The ``error.code`` of an OpenAI-style error body (``None`` without one)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
