@@ -232,6 +232,29 @@ def test_the_wire_models_carry_the_providers_payloads_unchanged(state: Path) -> 
         provider.close()
 
 
+def test_a_stream_never_read_still_frees_the_account_s_slot(state: Path) -> None:
+    """A response that never starts reading its stream (the client gone before the first
+    byte) must not keep the account's slot: closing the stream, or dropping it, frees it.
+    The query stays charged (its record was appended before the stream was returned)."""
+    import gc
+
+    serving = Serving(ServiceProvider(state=ServiceState(state, create=False)), ReferenceReader())
+    ask = ChatRequest(messages=[ChatMessage(role="user", content="who has gout?")], stream=True)
+    try:
+        used = serving.provider.budget("alice")["used"]
+        chunks = serving.chat("alice", ask)
+        assert serving.inflight.in_progress("alice") == 1
+        chunks.close()  # type: ignore[union-attr]  # closed before its first chunk
+        assert serving.inflight.in_progress("alice") == 0
+        chunks = serving.chat("alice", ask)
+        del chunks
+        gc.collect()
+        assert serving.inflight.in_progress("alice") == 0
+        assert serving.provider.budget("alice")["used"] == used + 2
+    finally:
+        serving.provider.close()
+
+
 def test_a_stream_sends_the_text_then_the_fields_then_done(state: Path) -> None:
     serving = Serving(ServiceProvider(state=ServiceState(state, create=False)), ReferenceReader())
     try:

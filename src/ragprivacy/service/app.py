@@ -102,7 +102,7 @@ from ragprivacy.service.protocol import (
     WindowSummary,
     sse_event,
 )
-from ragprivacy.service.provider import ServiceProvider
+from ragprivacy.service.provider import ServiceProvider, close_iterator
 from ragprivacy.service.schedule import seconds_until_rotation
 from ragprivacy.service.serving import ClientGoneError, NotFoundError, NotReadyError, Serving
 from ragprivacy.service.state import ServiceState
@@ -383,13 +383,7 @@ async def _events(chunks: Iterator[ChatCompletionChunk]) -> AsyncIterator[str]:
         yield "data: [DONE]\n\n"
     finally:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_close_chunks, chunks)
-
-
-def _close_chunks(chunks: Iterator[ChatCompletionChunk]) -> None:
-    close = getattr(chunks, "close", None)
-    if close is not None:
-        close()
+            await anyio.to_thread.run_sync(close_iterator, chunks)
 
 
 def _error_event(exc: Exception) -> str:

@@ -588,7 +588,7 @@ class ServiceProvider:
             # runs again when the query is derived again (another writer appended first):
             # only the attempt whose record is appended answers
             for _, stream in done:
-                _close(stream)
+                close_iterator(stream)
             done.clear()
             failed.clear()
             texts = self._texts[tenant]
@@ -612,7 +612,7 @@ class ServiceProvider:
             served = self._serve(account, query, k, generate, nonce)
         except BaseException:
             for _, stream in done:
-                _close(stream)
+                close_iterator(stream)
             raise
         if failed:  # the record is appended: the account keeps its receipt, as for an answer
             error = charged_failure(failed[-1])
@@ -635,7 +635,7 @@ class ServiceProvider:
         except Exception as exc:
             raise self.charged_after_append(served, account, exc) from None
         finally:
-            _close(rest)
+            close_iterator(rest)
 
     def charged_after_append(
         self, served: ServedAnswer, account: str, exc: BaseException
@@ -760,8 +760,8 @@ class ServiceProvider:
         return [h.hex() for h in self._ledger(window_id).consistency_proof(old, new)]
 
 
-def _close(stream: Iterator[Completion]) -> None:
-    """Stop a generation whose answer will not be sent."""
+def close_iterator(stream: Iterator[Any]) -> None:
+    """Close ``stream`` where it can be closed (a generator: its generation stops)."""
     close = getattr(stream, "close", None)
     if close is not None:
         close()

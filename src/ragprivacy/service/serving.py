@@ -65,7 +65,7 @@ from ragprivacy.service.protocol import (
     VotingBudget,
     WindowSummary,
 )
-from ragprivacy.service.provider import ServedAnswer, ServiceProvider
+from ragprivacy.service.provider import ServedAnswer, ServiceProvider, close_iterator
 from ragprivacy.service.state import Window
 from ragprivacy.service.throttle import FailedAuthLimit, InFlightLimit
 from ragprivacy.types import Completion
@@ -397,7 +397,7 @@ class Serving:
             )
             prompt = self.provider.prompt_tokens(account, query, self.generator)
         except Exception as exc:
-            _close_pieces(pieces)
+            close_iterator(pieces)
             held.close()
             raise self.provider.charged_after_append(served, account, exc) from None
         return self._streamed(served, account, request, pieces, fields, prompt, held)
@@ -412,6 +412,10 @@ class Serving:
         prompt: int,
         held: ExitStack,
     ) -> Iterator[ChatCompletionChunk]:
+        """The chunks; however they end, the generation stops and the slot is freed (a
+        stream closed or dropped before its first chunk never runs this ``finally``: the
+        slot's and the generation's own generators are then finalized as they are
+        dropped, which frees and stops them all the same)."""
         head = _chunk_head(request)
         tokens = 0
         first = True  # OpenAI names the role in the first chunk only
@@ -433,7 +437,7 @@ class Serving:
         except Exception as exc:  # the record is appended: whatever failed is charged
             raise self.provider.charged_after_append(served, account, exc) from None
         finally:
-            _close_pieces(pieces)  # stops the generation when the client left
+            close_iterator(pieces)  # stops the generation when the client left
             held.close()
 
     def models(self) -> ModelList:
@@ -564,12 +568,6 @@ def _logprobs(completion: Completion) -> ChoiceLogprobs | None:
 def _dumped(response: RetrieveResponse | AnswerResponse) -> Any:
     """A response as kept under its idempotency key (what was sent, as JSON)."""
     return response.model_dump(mode="json")
-
-
-def _close_pieces(pieces: Iterator[Completion]) -> None:
-    close = getattr(pieces, "close", None)
-    if close is not None:
-        close()
 
 
 def _chunk_head(request: ChatRequest) -> dict[str, Any]:
