@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -361,23 +362,10 @@ def measure_epsilon(
                 queries=queries,
                 alpha=alpha,
                 label=label,
-                progress=_named(progress, name),
+                progress=None if progress is None else partial(progress, name),
             )
         )
     return out
-
-
-def _named(
-    progress: Callable[[str, int, int], None] | None, name: str
-) -> Callable[[int, int], None] | None:
-    if progress is None:
-        return None
-    report = progress
-
-    def step(done: int, total: int) -> None:
-        report(name, done, total)
-
-    return step
 
 
 @dataclass(frozen=True)
