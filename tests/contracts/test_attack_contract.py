@@ -61,6 +61,7 @@ ATTACKS: dict[str, dict[str, Any]] = {
     "s2mia-s": {},
     "s2mia-sp": {},
     "min-k": {},
+    "dcmi": {},
 }
 
 

@@ -24,6 +24,14 @@ from ragprivacy.attacks.collusion import (
     bayes_llr,
     bayes_llr_samples,
 )
+from ragprivacy.attacks.dcmi import (
+    ANTONYMS,
+    DCMIAttack,
+    PerturbedText,
+    perturb_text,
+    replacements_wanted,
+    yes_probability,
+)
 from ragprivacy.attacks.extraction import (
     ADVERSARIAL_SUFFIX,
     PII_PREFIXES,
@@ -48,8 +56,10 @@ from ragprivacy.attacks.srag import Segment, SRAGAttack, histogram_features, seg
 
 __all__ = [
     "ADVERSARIAL_SUFFIX",
+    "ANTONYMS",
     "AttackScores",
     "BlackBox",
+    "DCMIAttack",
     "DiversifiedSplit",
     "HFProxy",
     "InterrogationAttack",
@@ -61,6 +71,7 @@ __all__ = [
     "NGramProxy",
     "NoCorrector",
     "PII_PREFIXES",
+    "PerturbedText",
     "PooledMeanAttack",
     "ProxyLM",
     "PySpellCorrector",
@@ -86,10 +97,13 @@ __all__ = [
     "histogram_features",
     "make_questions",
     "parse_mask_answers",
+    "perturb_text",
     "register_attack",
+    "replacements_wanted",
     "score_targets",
     "segment_sample",
     "split_membership",
     "targeted_queries",
     "untargeted_query",
+    "yes_probability",
 ]

@@ -72,7 +72,16 @@ from ragprivacy.retrieval import KnowledgeBase
 
 __all__ = ["MembershipExperiment", "MembershipOptions"]
 
-DEFAULT_ATTACKS = ("mba", "srag", "rag-mia", "s2mia-s", "s2mia-sp", "min-k", "interrogation")
+DEFAULT_ATTACKS = (
+    "mba",
+    "srag",
+    "rag-mia",
+    "s2mia-s",
+    "s2mia-sp",
+    "min-k",
+    "interrogation",
+    "dcmi",
+)
 _STUDY_KEYS = ("k", "shadow_kind", "shadow_embedder")
 
 
