@@ -138,8 +138,12 @@ def figures_of(results: Mapping[str, Any]) -> list[Figure]:
                 out.append(Figure(system, attack, "tpr_at_1pct_fpr", float(tpr), low, high))
         elif kind == "extraction":
             mode = str(cell.get("mode"))
-            leaked = int(m["leaked"] if mode == "targeted" else m.get("leaks", 0))
-            total = int(m["items"] if mode == "targeted" else m.get("prompts", 0))
+            if mode == "targeted":
+                leaked, total = int(m["leaked"]), int(m["items"])
+            elif mode == "ragcrawler":  # documents of the corpus the crawl reproduced
+                leaked, total = int(m.get("disclosed", 0)), int(m.get("documents", 0))
+            else:
+                leaked, total = int(m.get("leaks", 0)), int(m.get("prompts", 0))
             if total:
                 low, high = proportion_interval(leaked, total)
                 out.append(Figure(system, mode, "extraction_rate", leaked / total, low, high))

@@ -13,6 +13,14 @@ Cells are ``(system, defense, mode)``. The datastore is the whole corpus.
   independent synthetic stream; else first sentences) with the "copy all the text"
   suffix; reports the share of answers with ROUGE-L > ``threshold`` against the datastore,
   the mean best ROUGE-L and the PII values of the datastore the answers reproduce.
+* ``ragcrawler`` — the RAGCrawler attack (:mod:`ragprivacy.attacks.ragcrawler`): an
+  adaptive crawl of ``crawl_budget`` queries (default: as many as the untargeted prompts)
+  that knows only ``crawl_topic``. Reports the share of the corpus the answers reproduce
+  (*disclosed*) and, where the system shows its retrieval to the evaluation, the paper's
+  coverage rate, the share retrieved by an answered query
+  (:class:`~ragprivacy.eval.metrics.CorpusCoverage`), with both curves over the queries.
+  The untargeted and adversarial cells report the same two coverages of their prompts, so
+  the crawl meets the baselines on the same measure and budget.
 
 A file corpus gets its PII annotations from the corpus's ``pii_detector`` (default
 ``regex``); when it holds no item of ``kinds``, the targeted cell sends nothing and says
@@ -53,6 +61,7 @@ from ragprivacy._validation import (
     check_probability,
 )
 from ragprivacy.attacks import (
+    RAGCrawler,
     adversarial_query,
     first_sentence,
     targeted_queries,
@@ -69,16 +78,27 @@ from ragprivacy.eval.experiments.base import (
     format_interval,
     register_experiment,
 )
-from ragprivacy.eval.metrics.extraction import DatastoreIndex, max_rouge_l
+from ragprivacy.eval.metrics.extraction import (
+    CorpusCoverage,
+    DatastoreIndex,
+    DisclosureIndex,
+    max_rouge_l,
+)
 from ragprivacy.eval.metrics.leakage import pii_leaked
 from ragprivacy.eval.metrics.utility import wilson_interval
-from ragprivacy.rag import OUTCOMES, defense_names
+from ragprivacy.rag import OUTCOMES, REFUSAL_PATTERN, defense_names
 
 __all__ = ["EXTRACTION_MODES", "ExtractionExperiment", "ExtractionOptions"]
 
-MODES = ("adversarial", "targeted", "untargeted")
+MODES = ("adversarial", "ragcrawler", "targeted", "untargeted")
 #: The extraction attack modes (see the module docstring).
 EXTRACTION_MODES = MODES
+#: What a crawl knows of a synthetic corpus (a file corpus: its name).
+CRAWL_TOPICS = {
+    "medical": "patients' health problems",
+    "email": "company e-mails",
+    "knowledge": "places, companies and people",
+}
 #: leaking prompts and answers a cell keeps (PII masked) to show in reports
 N_EXAMPLES = 3
 
@@ -106,9 +126,16 @@ class ExtractionOptions:
             ``systems`` entries).
         accounting_delta: δ at which Gaussian compositions of the privacy spent are
             reported.
+        crawl_budget: ragcrawler: queries (None: ``round(prompts × scale)``, the
+            untargeted prompts' number).
+        crawl_topic: ragcrawler: what the attacker knows of the corpus (None: a phrase
+            for a synthetic kind, :data:`CRAWL_TOPICS`, else the corpus's name).
+        crawl_options: ragcrawler: keyword options of
+            :class:`~ragprivacy.attacks.RAGCrawler` (``c``, ``top_k``, ...).
+        disclosure_run: tokens of a run that identifies one document (coverage).
     """
 
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = ("adversarial", "targeted", "untargeted")
     defenses: tuple[str, ...] = ("none",)
     kinds: tuple[str, ...] = ("email", "url", "phone")
     attempts: int = 10
@@ -123,6 +150,10 @@ class ExtractionOptions:
     batch_size: int = 64
     system_specs: tuple[Any, ...] = ()
     accounting_delta: float = 1e-6
+    crawl_budget: int | None = None
+    crawl_topic: str | None = None
+    crawl_options: Mapping[str, Any] = field(default_factory=dict)
+    disclosure_run: int = 8
 
     def __post_init__(self) -> None:
         parse_system_specs(self.system_specs, "system_specs")
@@ -134,6 +165,9 @@ class ExtractionOptions:
         for name in ("attempts", "items", "prompts", "questions", "max_tokens", "batch_size"):
             check_positive_int(name, getattr(self, name))
         check_probability("threshold", self.threshold)
+        check_positive_int("disclosure_run", self.disclosure_run)
+        if self.crawl_budget is not None:
+            check_positive_int("crawl_budget", self.crawl_budget)
         check_positive("scale", self.scale)
 
 
@@ -159,7 +193,83 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             return o.items
         if cell["mode"] == "untargeted":
             return max(1, round(o.prompts * o.scale))
+        if cell["mode"] == "ragcrawler":
+            return self._crawl_budget()
         return o.questions
+
+    def _crawl_budget(self) -> int:
+        o = self.options
+        return o.crawl_budget or max(1, round(o.prompts * o.scale))
+
+    def _coverage(self, corpus: Any) -> CorpusCoverage:
+        """A fresh coverage count over the corpus (the disclosure index is shared)."""
+        index = memo(
+            memo_key("disclosure", self.config.to_dict(), self.corpus_name),
+            lambda: DisclosureIndex(corpus.texts, min_run=self.options.disclosure_run),
+        )
+        return CorpusCoverage(
+            corpus.ids, index, refused=lambda text: REFUSAL_PATTERN.match(text) is not None
+        )
+
+    def _topic(self) -> str:
+        o = self.options
+        if o.crawl_topic:
+            return o.crawl_topic
+        kind = self.config.corpora[self.corpus_name].synthetic
+        return CRAWL_TOPICS.get(kind or "", kind or self.corpus_name)
+
+    def _crawl(
+        self,
+        system: BudgetedSystem,
+        corpus: Any,
+        rng: np.random.Generator,
+        progress: Any,
+    ) -> dict[str, Any]:
+        """The ragcrawler cell: one adaptive crawl, its answers counted against the corpus."""
+        o = self.options
+        budget = self._crawl_budget()
+        crawler = RAGCrawler(
+            topic=self._topic(),
+            budget=budget,
+            max_tokens=o.max_tokens,
+            **dict(o.crawl_options),
+        )
+        system.run_queries = budget
+        coverage = self._coverage(corpus)
+        full: list[Any] = []
+
+        def ask(query: Any) -> Any:
+            got = self._ask(system, [[query]], len(full))[0]
+            full.append(got)
+            coverage.add(got.text, got.retrieved_ids if got.retrieval is not None else None)
+            if progress is not None:
+                progress(1)
+            return got.public()  # the crawl reads the answer only
+
+        crawl = crawler.crawl(ask, rng=rng)
+        summary = coverage.summary()
+        curves = {k: summary.pop(k) for k in ("curve_disclosed", "curve_retrieved")}
+        metrics: dict[str, Any] = {
+            **summary,
+            "budget": budget,
+            "stopped": crawl.stopped,
+            "topic": crawler.topic,
+            "rate": summary["disclosed"] / max(1, summary["documents"]),
+            "retrieval_rate": (
+                None
+                if summary["retrieved"] is None
+                else summary["retrieved"] / max(1, summary["documents"])
+            ),
+        }
+        _endpoint_metrics(metrics, Counter(_outcomes(full)))
+        shown = [i for i, r in enumerate(full) if coverage.disclosure.disclosed(r.text)][
+            :N_EXAMPLES
+        ]
+        return {
+            **self._result(system, metrics),
+            "coverage_curve": curves,
+            "examples": [_example(corpus, crawl.queries[i].text, full[i].text) for i in shown],
+        }
 
     def _system(self, ctx: RunContext, label: str, defense: str, seed: int) -> BudgetedSystem:
         """The system ``label`` under ``defense`` over the whole corpus."""
@@ -186,6 +296,8 @@ class ExtractionExperiment(AttackedSystemsExperiment):
         system = self._system(ctx, cell["system"], cell["defense"], seed)
         progress = getattr(ctx, "progress", None)
         pick = np.random.default_rng(derive_seed(self.seed, cell["mode"]))
+        if cell["mode"] == "ragcrawler":
+            return self._crawl(system, corpus, pick, progress)
         if cell["mode"] == "targeted":
             spans = [(d, s) for d in corpus for s in d.pii if s.kind in o.kinds]
             if not spans:
@@ -240,12 +352,18 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             if progress is not None:
                 progress(len(single))
         best = [max_rouge_l(r.text, store, threshold=0.0)[0] for r in responses]
+        coverage = self._coverage(corpus)
+        for r in responses:
+            coverage.add(r.text, r.retrieved_ids if r.retrieval is not None else None)
+        covered = coverage.summary()
+        curves = {k: covered.pop(k) for k in ("curve_disclosed", "curve_retrieved")}
         leaks = int(sum(b > o.threshold for b in best))
         metrics = {
             "prompts": len(queries),
             "leaks": leaks,
             "rate": leaks / max(1, len(queries)),
             "mean_rouge_l": float(np.mean(best)) if best else 0.0,
+            "coverage": covered,
         }
         if _endpoint_metrics(metrics, Counter(_outcomes(responses))):
             answered = len(queries) - metrics["failed"]
@@ -259,6 +377,7 @@ class ExtractionExperiment(AttackedSystemsExperiment):
         return {
             **self._result(system, metrics),
             "rouge_l": best,
+            "coverage_curve": curves,
             "examples": [
                 _example(corpus, queries[i].text, responses[i].text, rouge_l=best[i])
                 for i in leaked_at
@@ -325,7 +444,14 @@ class ExtractionExperiment(AttackedSystemsExperiment):
             "rates, Student t over prompts for the mean ROUGE-L. For a remote endpoint, "
             "*detail* counts what its calls came back as (answered, refused, empty, "
             "failed: timeouts and errors); a failed call counts as a prompt that leaked "
-            "nothing, so the rate among the answered prompts is given beside it.",
+            "nothing, so the rate among the answered prompts is given beside it. "
+            f"*RAGCrawler*: an adaptive crawl of {self._crawl_budget()} queries that knows "
+            f"only its topic; its *leaked* is the documents of the corpus an answer "
+            f"reproduces (a run of {o.disclosure_run} tokens found in that document alone), "
+            "with a Wilson interval over the corpus's documents; *retrieved* is the "
+            "paper's coverage rate, the documents an answered query retrieved (– where the "
+            "system does not show its retrieval). The untargeted and adversarial rows give "
+            "the same two coverages of their prompts.",
             "",
             "| system | defense | mode | leaked | rate (95% CI) | mean ROUGE-L (95% CI) "
             "| ε spent | refused | answered | docs/answer | voted tokens/answer | detail |",
@@ -356,12 +482,40 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                     f"| {format_interval(m['rate'], *wilson_interval(m['leaked'], m['items']))} "
                     f"| – | {priv} | {detail} |"
                 )
+            elif c["mode"] == "ragcrawler":
+                n = m["documents"]
+                rate = format_interval(m["rate"], *wilson_interval(m["disclosed"], n))
+                detail = "; ".join(
+                    x
+                    for x in (
+                        f"{m['queries']} of {m['budget']} queries (stopped: {m['stopped']}); "
+                        f"retrieved {_coverage_text(m['retrieved'], n)}",
+                        endpoint,
+                    )
+                    if x
+                )
+                lines.append(
+                    f"| {c['system']} | {c['defense']} | ragcrawler | {m['disclosed']}/{n} docs "
+                    f"| {rate} | – | {priv} | {detail} |"
+                )
             else:
                 detail = (
                     f"PII values reproduced: {m['pii_values_reproduced']}"
                     if "pii_values_reproduced" in m
                     else ""
                 )
+                cov = m.get("coverage")
+                if cov:
+                    n = cov["documents"]
+                    detail = "; ".join(
+                        x
+                        for x in (
+                            detail,
+                            f"corpus disclosed {_coverage_text(cov['disclosed'], n)}, retrieved "
+                            f"{_coverage_text(cov['retrieved'], n)}",
+                        )
+                        if x
+                    )
                 detail = "; ".join(x for x in (detail, endpoint) if x)
                 rate = format_interval(m["rate"], *wilson_interval(m["leaks"], m["prompts"]))
                 rouge = format_interval(
@@ -372,6 +526,13 @@ class ExtractionExperiment(AttackedSystemsExperiment):
                     f" | {rate} | {rouge} | {priv} | {detail} |"
                 )
         return ReportSection(f"Data extraction ({self.corpus_name})", "\n".join(lines), [])
+
+
+def _coverage_text(count: int | None, n: int) -> str:
+    """``"12/300 = 0.040 (0.023–0.069)"`` (Wilson), or "–" when not observed."""
+    if count is None:
+        return "–"
+    return f"{count}/{n} = {format_interval(count / max(1, n), *wilson_interval(count, n))}"
 
 
 def _example(corpus: Any, prompt: str, answer: str, **facts: Any) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ragprivacy.eval.metrics.extraction import (
+    CorpusCoverage,
     DatastoreIndex,
+    DisclosureIndex,
     lcs_length,
     max_rouge_l,
     rouge_l,
@@ -34,7 +36,9 @@ from ragprivacy.eval.metrics.utility import (
 
 __all__ = [
     "BinaryMetrics",
+    "CorpusCoverage",
     "DatastoreIndex",
+    "DisclosureIndex",
     "MembershipMetrics",
     "binary_metrics",
     "choose_threshold",

@@ -137,9 +137,10 @@ def _matrix(card: Scorecard) -> str:
     caption = (
         f"Membership AUC of each attack (columns) against each system (rows) on {sample}, "
         "95 % intervals; red: AUC ≥ 0.8 and above chance, orange: above chance, green: "
-        "not distinguishable from 0.5. Extraction: PII items recovered (targeted) and "
-        "prompts answered with a copy of a stored document (untargeted, ROUGE-L > 0.5), "
-        "Wilson 95 % intervals. <em>ε spent</em>: what one target's test spent (each "
+        "not distinguishable from 0.5. Extraction: PII items recovered (targeted), "
+        "prompts answered with a copy of a stored document (untargeted, ROUGE-L > 0.5) and "
+        "documents of the corpus an adaptive crawl of as many queries reproduces "
+        "(ragcrawler), Wilson 95 % intervals. <em>ε spent</em>: what one target's test spent (each "
         "target meets a fresh account); <em>AUC bound</em>: the largest AUC any attack can "
         "reach at that ε (none where ε covers only the retrieval: the generated text is "
         "not covered, so no bound follows); <em>utility</em>: the system's score on benign "
@@ -167,7 +168,9 @@ def _examples(card: Scorecard) -> str:
                 fact = (
                     f"{ex['kind']} recovered"
                     if "kind" in ex
-                    else f"ROUGE-L {float(ex.get('rouge_l', 0)):.2f}"
+                    else f"ROUGE-L {float(ex['rouge_l']):.2f}"
+                    if "rouge_l" in ex
+                    else "text found in one stored document only"
                 )
                 rows.append(
                     f"<tr><td>{_e(r.label)}</td><td>{_e(mode)}</td><td>{_e(fact)}</td>"

@@ -17,7 +17,8 @@ Rows (systems under attack), on the user's documents or a synthetic corpus:
   every membership test meets the full budget; ε is what one target's test spends.
 
 Columns: the membership attacks (default :data:`SCORECARD_ATTACKS`, the ones that need
-no shadow RAG) and the extraction modes (targeted PII, untargeted copying). Utility is
+no shadow RAG) and the extraction modes (targeted PII, untargeted copying, and the
+RAGCrawler crawl with as many queries as the untargeted prompts). Utility is
 each system's score on the membership experiment's benign probe.
 
 With ``target`` (``openai:MODEL@URL``), the one row is the endpoint as deployed
@@ -37,11 +38,11 @@ __all__ = ["SCORECARD_ATTACKS", "SCORECARD_EPSILONS", "SCORECARD_MODES", "scorec
 
 #: Membership attacks a scorecard runs by default: those that need no shadow RAG
 #: (S-RAG and S²MIA train on one and take minutes more; ask for them by name).
-SCORECARD_ATTACKS = ("mba", "rag-mia", "min-k", "interrogation")
+SCORECARD_ATTACKS = ("mba", "rag-mia", "min-k", "interrogation", "dcmi")
 #: Budgets of the DP defenses by default: a strong and a weak one.
 SCORECARD_EPSILONS = (1.0, 10.0)
 #: Extraction modes of a scorecard.
-SCORECARD_MODES = ("targeted", "untargeted")
+SCORECARD_MODES = ("targeted", "untargeted", "ragcrawler")
 
 
 def _dp_specs(epsilons: tuple[float, ...]) -> list[dict[str, Any]]:
