@@ -90,7 +90,7 @@ def test_an_endpoint_of_its_own_shape_is_attacked_and_its_key_never_written(endp
         "--target", f"http:{template}",
         "--corpus", str(root / "candidates.jsonl"),
         "--members", str(root / "members.txt"),
-        "--attack", "s2mia-s,min-k",
+        "--attack", "s2mia-s,min-k,dcmi",
         "--targets", "30", "--calibration", "10", "--workers", "1", "--no-progress",
         "--out", str(root / "out"),
     ]  # fmt: skip
@@ -109,6 +109,7 @@ def test_an_endpoint_of_its_own_shape_is_attacked_and_its_key_never_written(endp
     assert scored["system"]["endpoint"]["headers"] == ["X-Api-Key"]  # its name only
     assert scored["metrics"]["auc"] >= 0.85  # the members leak through this API too
     assert "no log-probabilities" in cells["min-k"]["skipped"]
+    assert "no log-probabilities" in cells["dcmi"]["skipped"]  # it reads P(Yes)
     kept = (".json", ".md", ".jsonl", ".yaml")
     files = [p for p in (root / "out").rglob("*") if p.is_file() and p.suffix in kept]
     written = "".join(p.read_text(errors="replace") for p in files)

@@ -107,7 +107,9 @@ def register(app: typer.Typer) -> None:
         ),
         n: int = typer.Option(1000, "--n", help="Synthetic corpus size."),
         attack: list[str] = typer.Option(
-            [], "--attack", help="Membership attacks (default: mba, rag-mia, min-k, interrogation)."
+            [],
+            "--attack",
+            help="Membership attacks (default: mba, rag-mia, min-k, interrogation, dcmi).",
         ),
         epsilon: list[str] = typer.Option(
             [], "--epsilon", help="Budgets of the DP defenses (default: 1,10)."
