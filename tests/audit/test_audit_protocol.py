@@ -174,7 +174,9 @@ def test_provider_reexecution_and_verifier_agree_on_scores_outside_the_range() -
         rec = QueryRecord.from_bytes(provider.transcript().records[i]).rec(
             "w", pkg.witnesses[i].query_hash()
         )
-        s = integer_scores(pkg.tenant_fixed["t"], pkg.witnesses[i].query_vector(), 20)
+        s = integer_scores(
+            pkg.tenant_fixed[provider.tenant_id("t")], pkg.witnesses[i].query_vector(), 20
+        )
         z = derived_noise(pkg.seed, rec, mech, s.size)
         assert tuple(mech.select_units(s, z)) == a.positions
     v = Verifier().verify(

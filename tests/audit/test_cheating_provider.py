@@ -229,7 +229,7 @@ def test_over_rate_is_refused_by_an_honest_provider() -> None:
     w = demo_window(seed=2)
     p = w.provider
     assert type(p) is AuditWindow  # an honest demo runs the honest window, no cheat class
-    a = next(iter(p.accounts))
+    a = next(iter(p.account_names))
     from ragprivacy.errors import BudgetExhaustedError
 
     with pytest.raises(BudgetExhaustedError):

@@ -115,7 +115,7 @@ def test_every_id_list_of_the_tenant_matches_nothing_published(served) -> None: 
     digests = set(re.findall(r"[0-9a-f]{64}", public))
     texts = [hashlib.sha256(d.encode()).hexdigest() for d in DOCS]
     candidates = {
-        topk_hash("clinic", pos, [IDS[p] for p in pos], [texts[p] for p in pos])
+        topk_hash(window.tenant_id("clinic"), pos, [IDS[p] for p in pos], [texts[p] for p in pos])
         for pos in itertools.permutations(range(len(IDS)), K)
     }
     served_lists = {a.receipt.topk_hash for a in answers}
@@ -151,7 +151,8 @@ def test_a_regenerated_corpus_does_not_match_the_index_root(served) -> None:  # 
     root it builds (the paper's leaves H(Emb(d)), or the salted leaves under any key it
     can name) is not the published C_D; the auditor, holding s_W, rebuilds it."""
     window, _, _ = served
-    published = window.transcript().commitments.c_idx["clinic"][0]
+    clinic = window.tenant_id("clinic")
+    published = window.transcript().commitments.c_idx[clinic]
     rows = fixed_point(create_embedder("hashing").encode(DOCS))
     plain = MerkleLog()
     plain.append_many(hashlib.sha256(r.tobytes()).digest() for r in rows)
@@ -162,7 +163,7 @@ def test_a_regenerated_corpus_does_not_match_the_index_root(served) -> None:  # 
     }
     assert published not in guesses
     auditor = TenantCommitment(
-        "clinic",
+        clinic,
         rows / (1 << 15),
         IDS,
         salt_key=index_salt_key(window.auditor_package().seed),
@@ -179,7 +180,7 @@ def test_a_window_resumed_over_changed_texts_refuses_to_serve() -> None:
     texts = [hashlib.sha256(d.encode()).hexdigest() for d in DOCS]
     common = dict(
         policy=window.policy,
-        accounts=window.accounts,
+        accounts=window.account_names,
         embedder=emb,
         seed=window.seed,
         key=window.key,

@@ -62,7 +62,9 @@ def test_account_policies_lower_the_window_budget_and_are_checked() -> None:
         p.query("a", vector=_q(9), ts=50)
     p.query("b", vector=_q(3), ts=60)
     t = p.transcript()
-    assert t.commitments.account_policies["a"]["sigma"] == p.policy_of("a").noise_sigma
+    assert (
+        t.commitments.account_policies[p.account_id("a")]["sigma"] == p.policy_of("a").noise_sigma
+    )
     v = Verifier().verify(t, [x.receipt for x in answers], p.auditor_package())
     assert v.passed and v.epsilon_audit == pytest.approx(np.sqrt(2))  # from the window's ε
     with pytest.raises(ConfigError, match="may not exceed"):

@@ -165,7 +165,9 @@ def test_an_honest_window_with_a_voting_tenant_passes_with_the_same_epsilon(hone
     assert plain.passed and v.epsilon_audit == pytest.approx(plain.epsilon_audit)
     voted = honest.receipts[4]
     assert voted.documents == () and voted.answer == honest.answers[0]
-    assert voted.opened_topk("v") == voted.topk_hash  # H(answer), checked by the account
+    assert (
+        voted.opened_topk(honest.window.tenant_id("v")) == voted.topk_hash
+    )  # H(answer), checked by the account
 
 
 def test_the_exported_window_verifies_through_the_cli(honest: Ran, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -176,7 +178,7 @@ def test_the_exported_window_verifies_through_the_cli(honest: Ran, tmp_path, cap
     code = main(["audit", "verify", "--dir", str(tmp_path), "--embedder", EMBEDDER])
     assert code == 0, capsys.readouterr()
     com = json.loads((tmp_path / "commitments.json").read_text())
-    assert com["voting"]["v"]["epsilon_q"] == 8.0
+    assert com["voting"][honest.window.tenant_id("v")]["epsilon_q"] == 8.0
 
 
 def test_a_voting_account_gets_what_its_epsilon_buys_and_no_retrieval(honest: Ran) -> None:
@@ -212,7 +214,7 @@ class _SecretsFirst(AuditWindow):
 class _MoreAnswers(AuditWindow):
     """Lets a voting account have more answers than its ε_acc buys."""
 
-    def limit(self, account: str) -> int:
+    def _limit(self, account: str) -> int:
         return 6
 
 

@@ -246,7 +246,7 @@ def test_a_record_whose_answer_was_lost_is_excused_by_the_client_s_log(tmp_path:
         with pytest.raises(httpx.ConnectError):
             alice.retrieve("who has gout?")
     unanswered = load_unanswered(tmp_path)
-    assert unanswered == [("alice", query_hash("who has gout?"))]
+    assert unanswered == [(window.account_id("alice"), query_hash("who has gout?"))]
     receipts = [Receipt.from_dict(r) for r in _kept(tmp_path)]
     transcript, package = window.transcript(), window.auditor_package()
     assert Verifier().verify(transcript, receipts, package, unanswered=unanswered).passed
@@ -317,7 +317,7 @@ def test_a_server_error_without_a_receipt_is_logged_as_unanswered(
         alice.retrieve("first")
         with pytest.raises(BackendError, match=str(status)):
             alice.retrieve("second")
-    assert load_unanswered(tmp_path, "W1") == [("alice", query_hash("second"))]
+    assert load_unanswered(tmp_path, "W1") == [(window.account_id("alice"), query_hash("second"))]
     assert load_unanswered(tmp_path, "W2") == []  # another window's verification: none
     receipts = [Receipt.from_dict(r) for r in _kept(tmp_path)]
     transcript, package = window.transcript(), window.auditor_package()
@@ -395,3 +395,27 @@ def test_noise_derived_without_the_client_s_nonce_is_refused_and_fails_the_windo
     receipts = [Receipt.from_dict(r) for r in _kept(tmp_path / "b")]
     v = Verifier().verify(window.transcript(), receipts, window.auditor_package())
     assert v.failed_check == "receipt_consistency", v.failures[:3]
+
+
+def test_a_receipt_in_another_account_s_name_or_pseudonym_is_refused(tmp_path: Path) -> None:
+    """The provider answers alice's request as bob (charging bob, recording bob's
+    pseudonym), or signs a receipt whose pseudonym its holder's name does not open: the
+    client refuses both (kept apart as evidence)."""
+    window = _window()
+
+    def as_bob(w: AuditWindow, query: str, nonce: str) -> dict[str, Any]:
+        return w.query("bob", query, nonce=nonce).receipt.to_dict()
+
+    def unopened(w: AuditWindow, query: str, nonce: str) -> dict[str, Any]:
+        r = w.query("alice", query, nonce=nonce).receipt
+        forged = replace(r, holder_salt="00" * 32)
+        return replace(forged, signature=w.key.sign(forged.message())).to_dict()
+
+    answers: list[Answer] = [_honest, as_bob, unopened]
+    with _client(_provider(window, lambda w, q, n: answers.pop(0)(w, q, n)), tmp_path) as alice:
+        alice.retrieve("who has asthma?")
+        for words in ("another account", "committed pseudonym"):
+            with pytest.raises(VerificationError, match=words):
+                alice.retrieve("who has gout?")
+    assert len(_kept(tmp_path)) == 1
+    assert len(load_receipts(tmp_path / "rejected")) == 2

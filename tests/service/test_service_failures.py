@@ -191,7 +191,7 @@ def test_a_generator_never_reached_is_free_only_a_few_times(
             ]  # fmt: skip
             assert [r.status_code for r in answers] == [503] * FREE_FAILURES + [502] * 3
             # a charged failure's record was appended: the account keeps its receipt
-            assert all(r.json()["receipt"]["account"] == account for r in answers[-3:])
+            assert all(r.json()["receipt"]["holder"] == account for r in answers[-3:])
             budget = httpx.get(f"{server.url}/v1/budget", headers=headers).json()
             assert budget["used"] == 3
             assert budget["failures"] == {"charged": 3, "free": FREE_FAILURES}

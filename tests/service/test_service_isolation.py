@@ -207,8 +207,8 @@ def test_no_account_ever_sees_another_tenant_s_documents(http, service) -> None:
             text = answer if isinstance(answer, str) else answer.get("content", "")
             if any(c in text for c in foreign_canaries):
                 leaks.append(f"{where}: the answer quotes the other tenant")
-            if extra["receipt"]["account"] != account:
-                leaks.append(f"{where}: receipt of {extra['receipt']['account']}")
+            if extra["receipt"]["holder"] != account:
+                leaks.append(f"{where}: receipt of {extra['receipt']['holder']}")
             if extra["budget"]["used"] != start[account] + served[account]:
                 leaks.append(f"{where}: budget {extra['budget']} after {served[account]} answers")
             receipts[account].append(extra["receipt"])
@@ -217,10 +217,17 @@ def test_no_account_ever_sees_another_tenant_s_documents(http, service) -> None:
     # Each account's budget is its own answers alone, and so are its ledger records.
     assert budgets(http, service) == {a: start[a] + served[a] for a in served}
     records = [json.loads(r) for r in http.get("/v1/audit/windows/W1/records").json()]
+    tenants: dict[str, set[str]] = {}  # a tenant's name → the pseudonyms its records carry
     for account, mine in receipts.items():
+        alias = {r["account"] for r in mine}  # one pseudonym an account in a window
+        assert len(alias) == 1 and {r["holder"] for r in mine} == {account}
         positions = {r["position"] for r in mine}
-        assert {i for i, rec in enumerate(records) if rec["account"] == account} == positions
-        assert all(records[r["position"]]["tenant"] == service.tenant_of[account] for r in mine)
+        assert {i for i, rec in enumerate(records) if rec["account"] in alias} == positions
+        tenants.setdefault(service.tenant_of[account], set()).update(
+            records[r["position"]]["tenant"] for r in mine
+        )
+    assert all(len(v) == 1 for v in tenants.values())  # one pseudonym a tenant
+    assert len(set.union(*tenants.values())) == len(tenants)  # and two tenants two
 
 
 def test_the_public_audit_carries_no_document(http, service) -> None:  # type: ignore[no-untyped-def]

@@ -65,7 +65,7 @@ def test_the_official_client_gets_the_answer_and_the_receipt_in_the_extra_field(
     assert set(extra) == {"window_id", "receipt", "privacy", "budget"}  # no documents
     receipt = extra["receipt"]
     assert receipt["window_id"] == extra["window_id"] == "W1"
-    assert receipt["account"] == "bob" and receipt["nonce"] == nonce
+    assert receipt["holder"] == "bob" and receipt["nonce"] == nonce
     assert receipt["query_hash"] == hashlib.sha256(question.encode()).hexdigest()
     assert 0 <= receipt["position"] < receipt["tree_size"]
     commitments = httpx.get(f"{service.url}/v1/audit/windows/W1/commitments", timeout=60).json()
@@ -142,7 +142,7 @@ def test_over_the_rate_limit_raises_rate_limit_error(service) -> None:  # type: 
     # Another account of the same tenant is not limited by dave's spending.
     with client(service, service.keys["carol"]) as c:
         resp = c.chat.completions.create(model="ragprivacy", messages=messages)  # type: ignore[arg-type]
-    assert (resp.model_extra or {})["ragprivacy"]["receipt"]["account"] == "carol"
+    assert (resp.model_extra or {})["ragprivacy"]["receipt"]["holder"] == "carol"
 
 
 def test_a_streamed_request_gets_the_answer_or_a_refusal_that_spends_nothing(service) -> None:  # type: ignore[no-untyped-def]

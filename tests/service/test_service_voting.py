@@ -84,7 +84,9 @@ def test_a_voting_account_gets_answers_never_documents_and_its_cap(service) -> N
         # an audited dp_vote answer: its receipt names the answer, never the documents
         receipt = Receipt.from_dict(body["receipt"])
         assert receipt.answer == body["answer"] and receipt.documents == ()
-        assert receipt.seq == n and receipt.opened_topk("vote") == receipt.topk_hash
+        com = httpx.get(f"{service['url']}/v1/audit/windows/W1/commitments", timeout=60).json()
+        tenant = com["accounts"][receipt.account]  # the tenant's pseudonym
+        assert receipt.seq == n and receipt.opened_topk(tenant) == receipt.topk_hash
         assert body["privacy"]["epsilon"] == 4.0 and body["privacy"]["mechanism"] == "dp_vote"
         assert 0 < body["privacy"]["epsilon_vote"] <= 4.0
         assert body["budget"] == {
@@ -149,9 +151,13 @@ def test_the_audited_window_verifies_beside_voting_tenants(service, tmp_path, ad
     voted = _post(service, "v2", "/v1/answer", {"query": "who has gout?"})
     assert voted.status_code == 200, voted.text
     commitments = httpx.get(f"{service['url']}/v1/audit/windows/W1/commitments", timeout=60)
-    # dp_vote accounts are audited with their tenant's vote; MURAG ones not yet
-    assert set(commitments.json()["accounts"]) == {"alice", "v1", "v2"}
-    assert commitments.json()["voting"]["vote"]["slots"] == 2
+    # dp_vote accounts are audited with their tenant's vote (alice, v1, v2); MURAG ones not
+    # yet; all named by pseudonyms
+    accounts = commitments.json()["accounts"]
+    assert len(accounts) == 3 and not {"alice", "v1", "v2"} & set(accounts)
+    assert {got.json()["receipt"]["account"], voted.json()["receipt"]["account"]} <= set(accounts)
+    [settings] = commitments.json()["voting"].values()
+    assert settings["slots"] == 2
     admin(service["state"], "window", "close", "--export-auditor", str(tmp_path / "aud"))
     # alice's other answers (earlier tests of this module) went without kept receipts, so
     # this one receipt is checked alone: the unasked-record rule holds an account that

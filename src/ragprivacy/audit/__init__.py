@@ -22,11 +22,13 @@ from ragprivacy.audit.coalition import (
 )
 from ragprivacy.audit.commitments import (
     POLICY_OVERRIDES,
+    PSEUDONYM,
     SOURCE_CHUNK,
     AuditPolicy,
     EmbeddingSource,
     TenantCommitment,
     fixed_point,
+    pseudonym,
 )
 from ragprivacy.audit.counter import LedgerCounter
 from ragprivacy.audit.epsilon import AuditEpsilon, epsilon_audit, epsilon_audit_table
@@ -91,6 +93,7 @@ __all__ = [
     "MerkleLog",
     "OUTCOMES",
     "POLICY_OVERRIDES",
+    "PSEUDONYM",
     "PostgresLedgerStorage",
     "ProofSystem",
     "ProviderKey",
@@ -119,6 +122,7 @@ __all__ = [
     "exact_selection",
     "fixed_point",
     "load_window",
+    "pseudonym",
     "query_hash",
     "render_report",
     "sample_size",

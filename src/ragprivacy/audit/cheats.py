@@ -99,21 +99,26 @@ class CheatingWindow(AuditWindow):
         super().__init__(**kwargs)
         self.misbehaviour = misbehaviour or Misbehaviour()
 
+    # The hooks get an account's pseudonym; the misbehaviour names accounts and tenants.
     def _route(self, account: str) -> tuple[str, str]:
-        bad = self.misbehaviour
-        tenant = bad.record_tenant.get(account, self.accounts[account])
-        return tenant, bad.cross_tenant.get(account, tenant)
+        bad, name = self.misbehaviour, self.names[account]
+        own = self.accounts[account]
+        tenant = self.tenant_id(bad.record_tenant[name]) if name in bad.record_tenant else own
+        scored = self.tenant_id(bad.cross_tenant[name]) if name in bad.cross_tenant else tenant
+        return tenant, scored
 
     def _query_number(self, account: str, used: int) -> int:
-        return super()._query_number(account, used) + self.misbehaviour.seq_shift.get(account, 0)
+        shift = self.misbehaviour.seq_shift.get(self.names[account], 0)
+        return super()._query_number(account, used) + shift
 
     def _noise_seed(self) -> bytes:
         return self.misbehaviour.noise_seed or super()._noise_seed()
 
     def _query_vector(self, account: str, text: str | None, q: np.ndarray) -> np.ndarray:
         decoys = self.misbehaviour.decoy_vectors
-        if text is not None and account in decoys:
-            decoy: np.ndarray = fixed_point(np.asarray(decoys[account], dtype=np.float64))[0]
+        name = self.names[account]
+        if text is not None and name in decoys:
+            decoy: np.ndarray = fixed_point(np.asarray(decoys[name], dtype=np.float64))[0]
             return decoy
         return q
 

@@ -26,6 +26,15 @@ recomputes every leaf; nobody else can test one. The leaf also commits the docum
 and the SHA-256 of its text (when the provider gives it), so a document served under an
 id or text that was never committed is caught (the account checks the text against its
 receipt, the auditor the receipt against the leaf).
+
+**Pseudonyms (deviation from §5.2–5.3, which name accounts and tenants):** account and
+tenant names are as testable as query texts ("clinic", a person's e-mail address) and
+link one account's records across windows. Everything public names them by a per-window
+pseudonym (:func:`pseudonym`) keyed by K_names, derived from s_W: an account's is
+H(k_a ‖ a) with k_a = HMAC(K_names, a), and its receipt carries (a, k_a), so the account
+checks its own pseudonym without the seed; the auditor, who receives s_W and the names,
+checks every pseudonym of the window. Pseudonyms change with every window, so records
+of two windows cannot be linked by name.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import hashlib
 import hmac
 import json
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -57,6 +67,7 @@ from ragprivacy.errors import ConfigError, DataError
 
 __all__ = [
     "FIXED_BITS",
+    "PSEUDONYM",
     "POLICY_OVERRIDES",
     "SOURCE_CHUNK",
     "AuditPolicy",
@@ -70,6 +81,9 @@ __all__ = [
     "index_leaf",
     "index_salt_key",
     "leaf_salt",
+    "name_salt",
+    "names_key",
+    "pseudonym",
     "seed_commitment",
     "verify_opening",
 ]
@@ -112,6 +126,32 @@ def index_leaf(salt: bytes, row: bytes, doc_id: str, content: str) -> bytes:
     """Leaf data of C_{D_t}: H(salt ‖ fixed-point Emb(d) ‖ id ‖ H(text)) (``content``: the
     hex SHA-256 of the document's text, or "" when the provider commits no text)."""
     return commit_hash("index-leaf", salt, row, doc_id, content)
+
+
+#: a public pseudonym: ``a-`` (an account) or ``t-`` (a tenant) and 128 bits in hex
+PSEUDONYM = re.compile(r"[at]-[0-9a-f]{32}")
+
+_PREFIX = {"account": "a-", "tenant": "t-"}
+
+
+def names_key(seed: bytes) -> bytes:
+    """K_names: the key of the window's pseudonyms, derived from the window seed s_W."""
+    return commit_hash("K_names", seed)
+
+
+def name_salt(key: bytes, kind: str, name: str) -> bytes:
+    """k = HMAC-SHA256(K_names, (kind, name)): the opening of one name's pseudonym
+    (``kind``: "account" or "tenant")."""
+    return hmac.new(key, encode_record("name-salt", kind, name), "sha256").digest()
+
+
+def pseudonym(kind: str, salt: bytes, name: str) -> str:
+    """The public name of account or tenant ``name`` in a window: its kind's prefix and
+    the first 128 bits of H(kind ‖ k ‖ name), ``salt`` = k (:func:`name_salt`). Without k
+    nobody can test a guessed name against it; with k the holder of ``name`` checks it."""
+    if kind not in _PREFIX:
+        raise ConfigError(f"A pseudonym names an account or a tenant; got {kind!r}.")
+    return _PREFIX[kind] + commit_hash("pseudonym", kind, salt, name).hex()[:32]
 
 
 def embedding_commitment(
@@ -360,6 +400,11 @@ class AuditPolicy:
         sigma: σ on the scores (default: eq. 3.4 from the budget and r).
         theta: cosine threshold of the coalition estimator (§5.4).
         tau: its sliding window (same units as timestamps; None = the whole window).
+        stamp_unit: records are stamped ``window_start`` plus a whole multiple of it
+            (same units as timestamps): what anyone learns of when an account asked. The
+            audit needs only that a record lies in W and that stamps do not decrease
+            along the ledger (τ covers the whole window), so a deployment sets it as
+            coarse as its operators can bear (the service: an hour).
         grid_bits: resolution 2^-grid_bits of the integer scores the noise is added to.
         score_range: the public interval every score is clipped to before noise (the
             retrieval rule of :meth:`mechanism`). Neighbouring
@@ -383,6 +428,7 @@ class AuditPolicy:
     sigma: float | None = None
     theta: float = 0.8
     tau: int | None = None
+    stamp_unit: int = 1
     grid_bits: int = 20
     score_range: tuple[float, float] = DEFAULT_SCORE_RANGE
 
@@ -416,6 +462,7 @@ class AuditPolicy:
             raise ConfigError(f"The 'theta' parameter must be in (0, 1]; got {self.theta!r}.")
         if self.tau is not None:
             check_positive_int("tau", self.tau)
+        check_positive_int("stamp_unit", self.stamp_unit)
         if not 8 <= int(self.grid_bits) <= 30:
             raise ConfigError(f"The 'grid_bits' must be in [8, 30]; got {self.grid_bits!r}.")
         object.__setattr__(self, "score_range", check_score_range(self.score_range))
@@ -445,6 +492,11 @@ class AuditPolicy:
     def noise_sigma(self) -> float:
         """σ on every score (eq. 3.4 with Δ = :attr:`sensitivity` unless set explicitly)."""
         return self.mechanism().sigma
+
+    def stamp(self, ts: int) -> int:
+        """``ts`` rounded down to the committed :attr:`stamp_unit` from the window's start."""
+        start = int(self.window_start)
+        return start + (int(ts) - start) // int(self.stamp_unit) * int(self.stamp_unit)
 
     def mechanism(self) -> GaussianNoisyTopK:
         """The account's noise-then-select this policy commits to: σ, K, the score range

@@ -198,8 +198,9 @@ def _withhold(
     """Withhold the witnesses of the coalition's records and certify ĉ over the rest."""
     keep: dict[int, RecordWitness] = {}
     records = [QueryRecord.from_bytes(r) for r in transcript.records]
+    hidden = {provider.account_id(a) for a in hidden_accounts}  # as the records name them
     for pos, w in package.witnesses.items():
-        if records[pos].account not in hidden_accounts:
+        if records[pos].account not in hidden:
             keep[pos] = w
     positions = sorted(keep)
     estimate = estimate_coalition(

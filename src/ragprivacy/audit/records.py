@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from ragprivacy.audit.commitments import canonical_json
+from ragprivacy.audit.commitments import canonical_json, pseudonym
 from ragprivacy.audit.votes import answer_hash
 from ragprivacy.dp import query_input
 from ragprivacy.errors import DataError
@@ -211,6 +211,11 @@ def _unbound(kind: str, d: Mapping[str, Any], *, salted: bool = False) -> DataEr
             "ragprivacy, before records held salted commitments and receipts named the "
             "committed documents, and cannot be verified by this version."
         )
+    if salted and ("holder" not in d or "holder_salt" not in d):
+        return DataError(
+            f"This {kind} has no 'holder': it was exported by an earlier ragprivacy, before "
+            "public names were pseudonyms, and cannot be verified by this version."
+        )
     return DataError(f"This is not a {kind}: its fields are {', '.join(sorted(d))}.")
 
 
@@ -230,10 +235,17 @@ class Receipt:
     ``published_at`` — contradict every receipt issued before, and a record in the
     account's name that none of its receipts names is one it
     never asked for. A voting tenant's receipt carries the ``answer`` text instead of
-    documents (they never leave the service); its ``topk_hash`` is H(answer)."""
+    documents (they never leave the service); its ``topk_hash`` is H(answer).
+
+    ``account`` is the account's pseudonym in the window, what its records carry;
+    ``holder`` its name and ``holder_salt`` k_a, which open the pseudonym
+    (:meth:`opens_holder`): the account checks that its receipts name it, under a new
+    pseudonym in every window."""
 
     window_id: str
     account: str
+    holder: str
+    holder_salt: str
     query_hash: str
     topk_hash: str
     documents: tuple[tuple[int, str, str], ...]
@@ -257,6 +269,14 @@ class Receipt:
         if self.answer is None:  # a retrieval's receipt reads as before voting answers
             d.pop("answer")
         return d
+
+    def opens_holder(self) -> bool:
+        """Whether (``holder``, ``holder_salt``) opens the pseudonym ``account``."""
+        try:
+            salt = bytes.fromhex(self.holder_salt)
+        except ValueError:
+            return False
+        return len(salt) == 32 and pseudonym("account", salt, self.holder) == self.account
 
     def opened_topk(self, tenant: str) -> str:
         """H(top-K) of the receipted documents (position, id, content hash) of ``tenant``

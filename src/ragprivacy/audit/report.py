@@ -94,8 +94,8 @@ def render_report(
         f"- C_policy: `{commitments['c_policy']}`",
         f"- C_ledger,0: `{commitments['c_ledger0']}`",
     ]
-    for t, (root, size) in sorted(commitments["c_idx"].items()):
-        lines.append(f"- C_D[{t}] ({size} documents): `{root}`")
+    for t, root in sorted(commitments["c_idx"].items()):
+        lines.append(f"- C_D[{t}]: `{root}`")
     lines += [
         "",
         "Per-record attestation: auditor re-execution (a trusted auditor holding s_W "

@@ -21,7 +21,7 @@ import numpy as np
 
 from ragprivacy._files import write_private
 from ragprivacy.audit.coalition import CoalitionEstimate
-from ragprivacy.audit.commitments import canonical_json
+from ragprivacy.audit.commitments import PSEUDONYM, canonical_json
 from ragprivacy.audit.proofs import RecordWitness
 from ragprivacy.audit.records import Receipt, SignedTreeHead, verify_signature
 from ragprivacy.errors import ConfigError, DataError
@@ -50,10 +50,15 @@ class Commitments:
     hash with the schema; a verifier re-embeds a witnessed query text with an embedder of
     that fingerprint, claim A1). ``voting`` holds each voting tenant's committed vote
     settings (:class:`ragprivacy.audit.VoteSettings`; absent from windows without one).
+
+    Accounts and tenants are named by their pseudonyms of the window
+    (:func:`ragprivacy.audit.pseudonym`), and ``c_idx`` holds each tenant's Merkle root
+    only: its size is bound by the root (an RFC 9162 root is over a given number of
+    leaves) and told only to the auditor, who gets the rows.
     """
 
     c_emb: str
-    c_idx: dict[str, tuple[str, int]]
+    c_idx: dict[str, str]
     c_seed: str
     c_ledger0: str
     c_policy: str
@@ -83,7 +88,6 @@ class Commitments:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["c_idx"] = {t: list(v) for t, v in d["c_idx"].items()}
         if not self.voting:  # a window without voting tenants reads and signs as before
             d.pop("voting")
         return d
@@ -91,7 +95,15 @@ class Commitments:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Commitments:
         d = dict(d)
-        d["c_idx"] = {t: (str(v[0]), int(v[1])) for t, v in d["c_idx"].items()}
+        names = [*dict(d.get("accounts") or {}), *dict(d.get("c_idx") or {})]
+        if any(not isinstance(v, str) for v in dict(d.get("c_idx") or {}).values()) or any(
+            not PSEUDONYM.fullmatch(str(n)) for n in names
+        ):
+            raise DataError(
+                "These commitments name accounts and tenants in the clear and publish tenant "
+                "sizes: they were written by an earlier ragprivacy, before public names were "
+                "pseudonyms, and cannot be verified by this version."
+            )
         try:
             return cls(**d)
         except TypeError as exc:
@@ -172,6 +184,8 @@ class AuditorPackage:
     tenant_fixed: dict[str, np.ndarray]
     tenant_ids: dict[str, list[str]]
     tenant_contents: dict[str, list[str]]
+    #: pseudonym → the account's or tenant's name (the auditor checks each pseudonym)
+    names: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -183,15 +197,16 @@ class AuditorPackage:
             },
             "tenant_ids": self.tenant_ids,
             "tenant_contents": self.tenant_contents,
+            "names": self.names,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> AuditorPackage:
-        if "tenant_contents" not in d:
+        if "tenant_contents" not in d or "names" not in d:
             raise DataError(
-                "This auditor package has no 'tenant_contents': it was exported by an "
-                "earlier ragprivacy, before index leaves were salted and committed ids and "
-                "texts, and cannot be verified by this version."
+                "This auditor package has no 'tenant_contents' or no 'names': it was "
+                "exported by an earlier ragprivacy, before index leaves were salted and "
+                "public names were pseudonyms, and cannot be verified by this version."
             )
         return cls(
             seed=bytes.fromhex(d["seed"]),
@@ -202,6 +217,7 @@ class AuditorPackage:
             },
             tenant_ids={t: list(v) for t, v in d["tenant_ids"].items()},
             tenant_contents={t: list(v) for t, v in d["tenant_contents"].items()},
+            names={str(k): str(v) for k, v in d["names"].items()},
         )
 
 

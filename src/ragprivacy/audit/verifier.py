@@ -70,6 +70,9 @@ from ragprivacy.audit.commitments import (
     TenantCommitment,
     embedding_commitment,
     index_salt_key,
+    name_salt,
+    names_key,
+    pseudonym,
     scoring_matrix,
     seed_commitment,
 )
@@ -77,7 +80,12 @@ from ragprivacy.audit.epsilon import epsilon_audit
 from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclusion
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
 from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
-from ragprivacy.audit.transcript import AuditorPackage, CoalitionClaim, PublicTranscript
+from ragprivacy.audit.transcript import (
+    AuditorPackage,
+    CoalitionClaim,
+    Commitments,
+    PublicTranscript,
+)
 from ragprivacy.audit.votes import VoteSettings
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import ConfigError, RagPrivacyError
@@ -301,7 +309,8 @@ class Verifier:
             if seed_commitment(package.seed).hex() != com.c_seed:
                 failures.append(CheckFailure("commitment_integrity", "C_seed ≠ H(s_W)"))
             salt_key = index_salt_key(package.seed)
-            for t, (root, _size) in com.c_idx.items():
+            failures.extend(_pseudonyms(com, package))
+            for t, root in com.c_idx.items():
                 if _opened_root(package, t, salt_key) != root:
                     failures.append(
                         CheckFailure(
@@ -345,6 +354,14 @@ class Verifier:
                 and not (policy.window_start <= rec.ts <= policy.window_end)
             ):
                 failures.append(CheckFailure("ledger_integrity", f"record {i} lies outside W"))
+            elif rec is not None and policy is not None and policy.stamp(rec.ts) != rec.ts:
+                failures.append(
+                    CheckFailure(
+                        "ledger_integrity",
+                        f"record {i}: stamped finer than the committed stamp unit (it tells "
+                        "when the account asked)",
+                    )
+                )
             previous = next((r for r in reversed(records) if r is not None), None)
             if rec is not None and previous is not None and rec.ts < previous.ts:
                 failures.append(
@@ -370,6 +387,17 @@ class Verifier:
             if policy is not None and r.window_id != policy.window_id:
                 continue  # signed for another window: its record is in that window's ledger
             mine = held.setdefault(r.account, set())  # it submits this window's receipts: all
+            if not r.opens_holder() or (
+                package is not None
+                and r.holder_salt != name_salt(names_key(package.seed), "account", r.holder).hex()
+            ):
+                failures.append(
+                    CheckFailure(
+                        "receipt_consistency",
+                        f"{where}: its account pseudonym is not its holder's in this window",
+                    )
+                )
+                continue
             if r.commitments != com.digest():
                 failures.append(
                     CheckFailure(
@@ -455,7 +483,11 @@ class Verifier:
         if policy is not None:
             ctx = VerificationContext(
                 policy=policy,
-                index_roots={t: (bytes.fromhex(v[0]), int(v[1])) for t, v in com.c_idx.items()},
+                # a size is bound by its root; the auditor counts it in the package's rows
+                index_roots={
+                    t: (bytes.fromhex(root), len(package.tenant_ids.get(t, ())) if package else 0)
+                    for t, root in com.c_idx.items()
+                },
                 seed=package.seed if package else None,
                 # float64 once per tenant, not once per re-executed record
                 tenant_fixed={t: scoring_matrix(f) for t, f in package.tenant_fixed.items()}
@@ -616,6 +648,27 @@ def _sigma_floor(policy: AuditPolicy, account: str | None = None) -> list[CheckF
             "per-account guarantee ε_audit rests on does not hold",
         )
     ]
+
+
+def _pseudonyms(com: Commitments, package: AuditorPackage) -> list[CheckFailure]:
+    """Every account and tenant the commitments name is the pseudonym of one name of the
+    package under the window's K_names (so the names of two windows cannot be linked,
+    and none was chosen by the provider), and no two names share one."""
+    key = names_key(package.seed)
+    named = {a: "account" for a in com.accounts}
+    named.update((t, "tenant") for t in [*com.accounts.values(), *com.c_idx, *com.voting])
+    out = []
+    for alias, kind in sorted(named.items()):
+        name = package.names.get(alias)
+        if name is None or pseudonym(kind, name_salt(key, kind, name), name) != alias:
+            out.append(
+                CheckFailure(
+                    "commitment_integrity",
+                    f"{kind} {alias} is not the pseudonym of a name of the auditor package "
+                    "under the window's seed",
+                )
+            )
+    return out
 
 
 def _opened_root(package: AuditorPackage, tenant: str, key: bytes) -> str | None:

@@ -52,6 +52,9 @@ from ragprivacy.audit.commitments import (
     embedding_commitment,
     fixed_point,
     index_salt_key,
+    name_salt,
+    names_key,
+    pseudonym,
     seed_commitment,
 )
 from ragprivacy.audit.counter import LedgerCounter, StaleCount
@@ -84,10 +87,11 @@ from ragprivacy.errors import BudgetExhaustedError, BusyError, ConfigError, Data
 
 __all__ = ["TIMESTAMP_UNIT_NS", "AuditWindow", "WitnessStore"]
 
-#: a record's timestamp is stamped to the whole second: the audit needs only that a record
-#: lies in its window and that stamps do not decrease along the ledger (the coalition
-#: estimator's τ covers the whole window, or the window FAILs ``policy_cap``), and a finer
-#: stamp would tell an outsider when each account asked
+#: the provider's clock is read to the whole second, then rounded down to the policy's
+#: ``stamp_unit``: the audit needs only that a record lies in its window and that stamps
+#: do not decrease along the ledger (the coalition estimator's τ covers the whole window,
+#: or the window FAILs ``policy_cap``), and a finer stamp would tell an outsider when each
+#: account asked
 TIMESTAMP_UNIT_NS = 1_000_000_000
 
 
@@ -135,12 +139,22 @@ class AuditWindow:
             committed with the window.
         witness_store: where witnesses are kept (default: in memory).
         commitments: phase-A commitments already published (a second process serving
-            the same window resumes them instead of committing again).
+            the same window resumes them instead of committing again); the account
+            policies and vote settings then come from them unless given.
+        voting: tenant id → its committed :class:`~ragprivacy.audit.VoteSettings` (a
+            ``dp_vote`` tenant).
         embedder_spec: the registry spec of ``embedder`` (e.g. ``"hashing:384"``),
             published so a verifier can rebuild it; default: its name.
         contents: tenant id → the hex SHA-256 of each document's text, in index order,
             committed in the index leaves (a tenant left out commits no text: only its
             ids and embeddings).
+
+    Accounts and tenants are given and asked for by name; what the window publishes
+    (commitments, records, receipts' ``account``, ĉ) names them by their pseudonyms of
+    the window (:func:`~ragprivacy.audit.pseudonym`, keyed by s_W), and so does rec_q, the
+    noise's input, which the verifier re-executes from the public record. ``accounts``,
+    ``voting`` and the witnesses' tenants are keyed by pseudonym; :attr:`names` maps a
+    pseudonym back to its name, :meth:`account_id` a name to its pseudonym.
     """
 
     def __init__(
@@ -174,6 +188,10 @@ class AuditWindow:
         self.proof_system = proof_system or AuditorReexecution()
         if not tenants:
             raise ConfigError("An audit window needs at least one tenant.")
+        self._names_key = self._pseudonym_key()
+        #: pseudonym → the account's or tenant's name
+        self.names: dict[str, str] = {}
+        self._aliases: dict[tuple[str, str], str] = {}
         self._ids: dict[str, list[str]] = {}
         self._index: dict[str, TenantCommitment] = {}
         texts = dict(contents or {})
@@ -188,24 +206,35 @@ class AuditWindow:
             )
             if len(ids) != rows:
                 raise ConfigError(f"Tenant {t!r}: give one id per embedding.")
-            self._ids[t] = list(ids)
-            self._index[t] = TenantCommitment(
-                t, vectors, ids, salt_key=index_salt_key(self.seed), contents=texts.get(t)
+            pt = self._alias("tenant", t)
+            self._ids[pt] = list(ids)
+            self._index[pt] = TenantCommitment(
+                pt, vectors, ids, salt_key=index_salt_key(self.seed), contents=texts.get(t)
             )
         for a, t in accounts.items():
-            if t not in self._index:
+            if t not in tenants:
                 raise ConfigError(f"Account {a!r} names unknown tenant {t!r}.")
-        self.voting = dict(sorted((voting or {}).items()))
-        unknown_voting = sorted(set(self.voting) - set(tenants))
+        unknown_voting = sorted(set(voting or {}) - set(tenants))
         if unknown_voting:
             raise ConfigError(f"Vote settings given for unknown tenants: {unknown_voting}.")
-        self.accounts = dict(accounts)
-        self.account_policies = {
-            a: dict(o) for a, o in sorted((account_policies or {}).items()) if o
+        self.voting = dict(sorted((self._alias("tenant", t), v) for t, v in (voting or {}).items()))
+        if voting is None and commitments is not None:  # resumed: the committed settings
+            self.voting = {
+                t: VoteSettings.from_dict(v) for t, v in sorted(commitments.voting.items())
+            }
+        self.accounts = {
+            self._alias("account", a): self._aliases[("tenant", t)] for a, t in accounts.items()
         }
-        unknown = sorted(set(self.account_policies) - set(self.accounts))
+        unknown = sorted(set(account_policies or {}) - set(accounts))
         if unknown:
             raise ConfigError(f"Policies given for unknown accounts: {', '.join(unknown)}.")
+        self.account_policies = {
+            self._aliases[("account", a)]: dict(o) for a, o in (account_policies or {}).items() if o
+        }
+        if account_policies is None and commitments is not None:
+            # resumed: each account's committed policy (with its σ), keyed by pseudonym
+            self.account_policies = {a: dict(o) for a, o in commitments.account_policies.items()}
+        self.account_policies = dict(sorted(self.account_policies.items()))
         self._policies = {
             a: policy.for_account(self.account_policies.get(a)) for a in self.accounts
         }
@@ -224,18 +253,61 @@ class AuditWindow:
         self.tokenizer = tokenizer
         self._commitments: Commitments | None = commitments
         if commitments is not None:  # resumed: serve only the documents it committed
+            if commitments.accounts != self.accounts:
+                raise DataError(
+                    "The accounts are not those the window's published commitments name "
+                    "(another seed, or accounts added or moved since it opened); close the "
+                    "window and open a new one."
+                )
             if commitments.voting != {t: v.to_dict() for t, v in self.voting.items()}:
                 raise DataError(
                     "The voting tenants' settings are not those the window's published "
                     "commitments name; close the window and open a new one."
                 )
             for t, c in self._index.items():
-                if commitments.c_idx.get(t) != (c.root.hex(), c.size):
+                if commitments.c_idx.get(t) != c.root.hex():
                     raise DataError(
-                        f"Tenant {t!r}: its documents (embeddings, ids or texts) are not "
-                        "those the window's published commitments name; they changed since "
-                        "the window opened. Close the window and open a new one."
+                        f"Tenant {self.names[t]!r}: its documents (embeddings, ids or texts) "
+                        "are not those the window's published commitments name; they changed "
+                        "since the window opened. Close the window and open a new one."
                     )
+
+    def _alias(self, kind: str, name: str) -> str:
+        """The pseudonym of ``name`` (an account or a tenant) in this window, registered."""
+        got = self._aliases.get((kind, name))
+        if got is None:
+            got = pseudonym(kind, name_salt(self._names_key, kind, name), name)
+            self._aliases[(kind, name)] = got
+            self.names[got] = name
+        return got
+
+    def account_id(self, account: str) -> str:
+        """The pseudonym account ``account`` has in this window (what its records carry);
+        :class:`ConfigError` for an account the window does not hold."""
+        got = self._aliases.get(("account", account))
+        if got is None:
+            raise ConfigError(f"Unknown account {account!r}.")
+        return got
+
+    def tenant_id(self, tenant: str) -> str:
+        """The pseudonym tenant ``tenant`` has in this window."""
+        got = self._aliases.get(("tenant", tenant))
+        if got is None:
+            raise ConfigError(f"Unknown tenant {tenant!r}.")
+        return got
+
+    def tenant_of(self, account: str) -> str:
+        """The name of account ``account``'s committed tenant t(a)."""
+        return self.names[self.accounts[self.account_id(account)]]
+
+    def vote_settings(self, account: str) -> VoteSettings | None:
+        """The committed vote settings of ``account``'s tenant (None: a retrieval tenant)."""
+        return self.voting.get(self.accounts[self.account_id(account)])
+
+    @property
+    def account_names(self) -> dict[str, str]:
+        """Account name → its tenant's name, as given."""
+        return {self.names[a]: self.names[t] for a, t in sorted(self.accounts.items())}
 
     def close(self) -> None:
         """Close the window's ledger (its file or its connection); the window is not
@@ -256,7 +328,8 @@ class AuditWindow:
     # ------------------------------------------------------------------ phase A
     def schema(self) -> dict[str, Any]:
         dims = {c.dim for c in self._index.values()}
-        return {"tenants": {t: c.size for t, c in sorted(self._index.items())}, "dim": sorted(dims)}
+        # the tenants' pseudonyms, not their sizes: a size is told only to the auditor
+        return {"tenants": sorted(self._index), "dim": sorted(dims)}
 
     def commit(self, published_at: int) -> Commitments:
         """Publish the signed phase-A commitments (before the window opens)."""
@@ -265,7 +338,7 @@ class AuditWindow:
             c_emb=embedding_commitment(
                 fp, self.prompt_template, self.tokenizer, self.schema()
             ).hex(),
-            c_idx={t: (c.root.hex(), c.size) for t, c in sorted(self._index.items())},
+            c_idx={t: c.root.hex() for t, c in sorted(self._index.items())},
             c_seed=seed_commitment(self.seed).hex(),
             c_ledger0=EMPTY_LEDGER.hex(),
             c_policy=self.policy.commitment().hex(),
@@ -335,14 +408,15 @@ class AuditWindow:
         ``nonce`` is the client's n of rec_q (up to 64 lowercase hex digits; the shipped
         client sends 128 random bits and checks it on the receipt).
         """
-        self._check_request(account, nonce)
+        account = self._check_request(account, nonce)
         if self.accounts[account] in self.voting:
             raise ConfigError(
-                f"Account {account!r} belongs to a voting tenant: its documents never leave "
-                "the service; ask for a voted answer (vote)."
+                f"Account {self.names[account]!r} belongs to a voting tenant: its documents "
+                "never leave the service; ask for a voted answer (vote)."
             )
         if ts is not None:
             self._check_in_window(int(ts))
+            ts = self.policy.stamp(int(ts))
         q, hq = self._embed(text, vector)
         q = self._query_vector(account, text, q)
         # No scores yet: the selection reads them inside the account's lock, for the few
@@ -363,17 +437,21 @@ class AuditWindow:
                     continue
         raise BusyError("The ledger is too busy for this account; retry the query.")
 
-    def _check_request(self, account: str, nonce: str) -> None:
+    def _check_request(self, account: str, nonce: str) -> str:
+        """The pseudonym of ``account``, after checking the request can be served."""
         if self._commitments is None:
             raise ConfigError("Publish the commitments (commit) before the window's queries.")
-        if account not in self.accounts:
-            raise ConfigError(f"Unknown account {account!r}.")
+        pa = self.account_id(account)
         if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
             raise ConfigError("A query's nonce must be at most 64 lowercase hex digits.")
+        return pa
 
     def limit(self, account: str) -> int:
-        """The records ``account`` may have in the window: its rate limit r, and for a
-        voting tenant's account no more answers than its ε_acc buys at ε_q each."""
+        """The records account ``account`` may have in the window: its rate limit r, and
+        for a voting tenant's account no more answers than its ε_acc buys at ε_q each."""
+        return self._limit(self.account_id(account))
+
+    def _limit(self, account: str) -> int:
         policy = self._policies[account]
         settings = self.voting.get(self.accounts[account])
         if settings is None:
@@ -383,12 +461,12 @@ class AuditWindow:
     def _check_rate_limit(self, account: str, used: int) -> None:
         """Refuse a query of ``account`` that has ``used`` its limit (checked before the
         selection, and again under the ledger's lock by the append's guard)."""
-        limit = self.limit(account)
+        limit = self._limit(account)
         if used >= limit:
             kind = "answers" if self.accounts[account] in self.voting else "queries"
             raise BudgetExhaustedError(
-                f"Account {account!r} has used its {limit} {kind} in this window; wait for "
-                "the next window."
+                f"Account {self.names[account]!r} has used its {limit} {kind} in this window; "
+                "wait for the next window."
             )
 
     def _account_lock(self, account: str) -> threading.Lock:
@@ -407,7 +485,7 @@ class AuditWindow:
         record or this process's last stamp (clocks of two processes may disagree; a stamp
         may still be queued for the ledger). Called under ``_lock``, with the append
         queued at once."""
-        now = time.time_ns() // TIMESTAMP_UNIT_NS * TIMESTAMP_UNIT_NS
+        now = self.policy.stamp(time.time_ns() // TIMESTAMP_UNIT_NS * TIMESTAMP_UNIT_NS)
         ts = max(now, self.policy.window_start, self.counter.last_ts, self._last_stamp)
         self._check_in_window(ts)
         self._last_stamp = ts
@@ -415,11 +493,11 @@ class AuditWindow:
 
     def policy_of(self, account: str) -> AuditPolicy:
         """The account's own policy (the window's, or its committed overrides)."""
-        return self._policies[account]
+        return self._policies[self.account_id(account)]
 
     def used(self, account: str) -> int:
         """Records of ``account`` in the ledger (its queries in the window so far)."""
-        return self.counter.used(account)
+        return self.counter.used(self.account_id(account))
 
     # How a query is routed, numbered, noised and selected: one small method each, the
     # honest rule. A cheating provider (ragprivacy.audit.cheats) overrides them.
@@ -436,6 +514,10 @@ class AuditWindow:
     def _noise_seed(self) -> bytes:
         """The committed window seed s_W the noise is derived from."""
         return self.seed
+
+    def _pseudonym_key(self) -> bytes:
+        """K_names, the key of the window's pseudonyms: derived from s_W."""
+        return names_key(self.seed)
 
     def _query_vector(self, account: str, text: str | None, q: np.ndarray) -> np.ndarray:
         """The fixed-point vector scored for ``account``'s query: Emb(q) itself."""
@@ -529,9 +611,12 @@ class AuditWindow:
             )
         pos = ticket.result()[0]  # waits for the (shared) commit: the record is durable
         size = pos + 1
+        name = self.names[account]
         unsigned = Receipt(
             window_id=self.policy.window_id,
             account=account,
+            holder=name,
+            holder_salt=name_salt(self._names_key, "account", name).hex(),
             query_hash=query_hash,
             topk_hash=topk_hash,
             documents=documents,
@@ -565,10 +650,12 @@ class AuditWindow:
         any other failure is an answer: ``run`` returns the trace so far with its
         ``failure`` set, and the record is appended.
         """
-        self._check_request(account, nonce)
+        account = self._check_request(account, nonce)
         settings = self.voting.get(self.accounts[account])
         if settings is None:
-            raise ConfigError(f"Account {account!r} does not belong to a voting tenant.")
+            raise ConfigError(
+                f"Account {self.names[account]!r} does not belong to a voting tenant."
+            )
         q, hq = self._embed(text, None)
         with self._account_lock(account):
             for _ in range(64):
@@ -695,4 +782,5 @@ class AuditWindow:
             tenant_fixed={t: c.fixed for t, c in self._index.items()},
             tenant_ids={t: list(v) for t, v in self._ids.items()},
             tenant_contents={t: list(c.contents) for t, c in self._index.items()},
+            names=dict(sorted(self.names.items())),
         )

@@ -84,7 +84,8 @@ class Client:
             self.receipts_dir.mkdir(parents=True, exist_ok=True)
         self.provider_key = provider_key
         self._commitments: dict[str, Commitments] = {}  # window id -> checked commitments
-        self._account: str | None = None  # this key's account, from its first receipt
+        self._account: str | None = None  # this key's account name, from its first receipt
+        self._aliases: dict[str, str] = {}  # window id -> this key's pseudonym there
         self._window: str | None = None  # the window of the last receipt kept
         self._seqs: dict[tuple[str, str], set[int]] = {}  # (window id, account) -> j's kept
         self._nonces: dict[str, str] = {}  # idempotency key -> the nonce its request sent
@@ -166,8 +167,9 @@ class Client:
         answer: str | None = None,
     ) -> Receipt:
         """``receipt`` checked as only the account can: signed by the provider, issued
-        under the commitments its window publishes, H(q) of ``query``, the same account
-        as this key's earlier receipts, a query number j that none of the account's
+        under the commitments its window publishes, H(q) of ``query``, a committed
+        pseudonym that opens to the same account name as this key's earlier receipts (and
+        is the same pseudonym within a window), a query number j that none of the account's
         receipts of the window kept before has (answers may arrive out of order, and
         the account may query from several clients; a record the provider put in its
         name FAILs verification, since no receipt names it), and the served
@@ -199,7 +201,14 @@ class Client:
                 "The receipt's H(q) is not the hash of the query this client sent: the "
                 "provider answered (and recorded) another query text."
             )
-        if self._account is not None and r.account != self._account:
+        if not r.opens_holder() or r.account not in com.accounts:
+            raise VerificationError(
+                "The receipt's account is not its holder's committed pseudonym in window "
+                f"{r.window_id!r}."
+            )
+        if (self._account is not None and r.holder != self._account) or r.account != (
+            self._aliases.get(r.window_id, r.account)
+        ):
             raise VerificationError(
                 "The receipt names another account than this key's earlier receipts."
             )
@@ -289,7 +298,8 @@ class Client:
             except Exception:
                 self._unanswered(query, receipt.get("window_id"))
                 raise
-            self._account = checked.account
+            self._account = checked.holder
+            self._aliases[checked.window_id] = checked.account
             self._note(checked)
             if key is not None:
                 self._keyed[key] = checked.signature
@@ -301,7 +311,11 @@ class Client:
         window = window_id if isinstance(window_id, str) else self._window
         self._append(
             "unanswered/requests.jsonl",
-            {"window_id": window, "account": self._account, "query_hash": query_hash(query)},
+            {
+                "window_id": window,
+                "account": self._aliases.get(window) if isinstance(window, str) else None,
+                "query_hash": query_hash(query),
+            },
         )
 
     def _note(self, r: Receipt) -> None:

@@ -81,6 +81,8 @@ __all__ = [
 ]
 
 _TEN_YEARS_NS = 10 * 365 * 24 * 3600 * 10**9
+#: a record's public timestamp: the hour it was answered in (from the window's start)
+STAMP_UNIT_NS = 3600 * 10**9
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,7 @@ def _window_policy(
         window_id=window_id,
         window_start=start_ns,
         window_end=start_ns + _TEN_YEARS_NS,
+        stamp_unit=STAMP_UNIT_NS,
         top_k=max(tenants[t]["k"] for t in used),
     )
     overrides: dict[str, dict[str, Any]] = {}
@@ -181,10 +184,11 @@ def audit_window(
     theirs; without, they must be given (a window being opened). Close it (``with``) when
     done: it holds the ledger's connection."""
     if commitments is not None:
+        # resumed: the committed policy, each account's committed policy (with its σ) and
+        # the vote settings come from the commitments, which name only pseudonyms; the
+        # accounts' names come from the window's snapshot
         policy = AuditPolicy.from_dict(commitments.policy)
-        accounts = commitments.accounts
-        account_policies = commitments.account_policies  # with each account's committed σ
-        voting = {t: VoteSettings.from_dict(v) for t, v in commitments.voting.items()}
+        account_policies, voting = None, None
     if policy is None or accounts is None:
         raise ConfigError("An audit window needs its commitments, or a policy and accounts.")
     if texts is None:
@@ -217,6 +221,7 @@ def _published(
         window.window_id,
         window.snapshot["tenants"],
         seed=state.window_seed(window.window_id),
+        accounts=window.snapshot["accounts"],
         commitments=Commitments.from_dict(window.commitments),
         texts=texts,
     )
@@ -244,6 +249,8 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     }
     snapshot: dict[str, Any] = {
         "tenants": sizes,
+        # the audited accounts by name (the commitments name their pseudonyms)
+        "accounts": accounts,
         # every voting tenant's documents, which its system is built over
         "voting": {t: int(tenant_modes[t]["documents"]) for t in sorted(set(votes.values()))},
         "voting_accounts": voting,
@@ -312,7 +319,7 @@ def window_status(state: ServiceState) -> dict[str, Any]:
     accounts: dict[str, dict[str, Any]] = {}
     with _published(state, window) as audited:
         records = audited.ledger.size
-        for account, tenant in sorted(audited.accounts.items()):
+        for account, tenant in audited.account_names.items():
             accounts[account] = {
                 "tenant": tenant,
                 "used": audited.used(account),
@@ -447,17 +454,22 @@ class ServiceProvider:
         voting = self._voting_tenants()
         if account in voting.accounts:
             return voting.accounts[account]
-        if account not in provider.accounts:
+        if account not in provider.account_names:
             raise WindowClosedError(
                 "This account joined after the open window was committed; it can query "
                 "from the next window."
             )
-        return provider.accounts[account]
+        return provider.tenant_of(account)
 
     def votes(self, account: str) -> bool:
         """Whether ``account``'s tenant releases only DP-voted answers (no documents)."""
-        tenant = self.tenant_of(account)
-        return account in self._voting_tenants().accounts or tenant in self._current()[1].voting
+        self.tenant_of(account)  # an account the open window holds
+        return account in self._voting_tenants().accounts or self._audited_vote(account)
+
+    def _audited_vote(self, account: str) -> bool:
+        """Whether ``account``'s voted answers are records of the open window."""
+        _, provider = self._current()
+        return account in provider.account_names and provider.vote_settings(account) is not None
 
     def prompt_tokens(
         self, account: str, query: str, generator: Generator, k: int | None = None
@@ -500,7 +512,7 @@ class ServiceProvider:
         _, provider = self._current()
         tenant = self.tenant_of(account)
         voting = self._voting_tenants()
-        if tenant not in provider.voting:
+        if not self._audited_vote(account):
             return voting.answer(account, query, generator), None
         try:
             return voting.answer_audited(
@@ -716,7 +728,7 @@ class ServiceProvider:
     def budget(self, account: str) -> dict[str, Any]:
         window, provider = self._current()
         if self.votes(account):
-            if self.tenant_of(account) in provider.voting:
+            if self._audited_vote(account):
                 return self._voting_tenants().audited_budget(provider, account)
             return self._voting_tenants().budget(account)
         return {

@@ -260,8 +260,9 @@ class VotingTenants:
     ) -> tuple[VotedAnswer, dict[str, Any]]:
         """A ``dp_vote`` tenant's answer as a record of ``window`` (module docstring):
         the answer and its signed receipt. ``texts``: the tenant's texts by id."""
-        tenant = window.accounts[account]
-        settings = window.voting[tenant]
+        tenant = window.tenant_of(account)
+        settings = window.vote_settings(account)
+        assert settings is not None  # routed here for a voting tenant's account
         system = _check_settings(self.system(tenant, generator), settings)
         system.check_query(query)  # before retrieval, from the query alone: free
         failed: list[Exception] = []
@@ -307,11 +308,12 @@ class VotingTenants:
 
     def audited_budget(self, window: AuditWindow, account: str) -> dict[str, Any]:
         """What a ``dp_vote`` account has used and has left in ``window`` (its records)."""
-        settings = window.voting[window.accounts[account]]
+        settings = window.vote_settings(account)
+        assert settings is not None  # a voting tenant's account
         used, cap = window.used(account), window.limit(account)
         return {
             "window_id": self.window_id,
-            "tenant": window.accounts[account],
+            "tenant": window.tenant_of(account),
             "mode": settings.mode,
             "used": used,
             "answers": cap,
