@@ -105,7 +105,8 @@ _UNKNOWN = re.compile(r"^\s*i\s+(?:do\s+not|don'?t)\s+know\b", re.IGNORECASE)
 
 @dataclass(frozen=True, slots=True)
 class Triple:
-    """One fact of the attacker's graph: ``head --relation--> tail`` (entity keys)."""
+    """One fact of the attacker's graph: ``head`` is linked to ``tail`` by ``relation``
+    (entity keys)."""
 
     head: str
     relation: str
