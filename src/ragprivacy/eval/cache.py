@@ -146,6 +146,8 @@ def _completion_to_json(c: Completion) -> dict[str, Any]:
     out: dict[str, Any] = {"text": c.text, "tokens": list(c.tokens), "logprobs": c.logprobs}
     if c.usage is not None:
         out["usage"] = dict(c.usage)
+    if c.stated_privacy is not None:
+        out["stated_privacy"] = dict(c.stated_privacy)
     return out
 
 
@@ -157,6 +159,7 @@ def _completion_from_json(d: dict[str, Any], *, cached: bool = True) -> Completi
         tuple(lp) if lp is not None else None,
         usage=d.get("usage"),
         cached=cached,
+        stated_privacy=d.get("stated_privacy"),
     )
 
 

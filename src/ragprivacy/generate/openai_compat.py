@@ -442,6 +442,26 @@ class OpenAIGenerator(Generator):
             out[key] = value
         return out
 
+    @staticmethod
+    def _stated_privacy(data: dict[str, Any]) -> dict[str, Any] | None:
+        """What a ragprivacy service says the answer spent (its ``ragprivacy.privacy``
+        extension: finite non-negative ε, δ and cumulative ε, the mechanism's name);
+        ``None`` from any other endpoint, or when nothing in it is well-formed."""
+        block = data.get("ragprivacy")
+        privacy = block.get("privacy") if isinstance(block, dict) else None
+        if not isinstance(privacy, dict):
+            return None
+        out: dict[str, Any] = {}
+        for key in ("epsilon", "delta", "cumulative_epsilon"):
+            value = privacy.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if math.isfinite(value) and value >= 0:
+                out[key] = float(value)
+        if isinstance(privacy.get("mechanism"), str):
+            out["mechanism"] = privacy["mechanism"][:64]
+        return out or None
+
     def _chat(self, prompt: Prompt, max_tokens: int, top: int) -> dict[str, Any]:
         return self._choice(self._chat_data(prompt, max_tokens, top), "chat/completions")
 
@@ -574,15 +594,16 @@ class OpenAIGenerator(Generator):
             content = (choice.get("logprobs") or {}).get("content")
             tokens = [c.get("token", "") for c in content] if content else None
             logprobs = [c.get("logprob") for c in content] if content else None
-        usage = self._usage(data)
+        usage, stated = self._usage(data), self._stated_privacy(data)
         if tokens and logprobs and len(tokens) == len(logprobs) and None not in logprobs:
             return Completion(
                 text,
                 tuple(str(t) for t in tokens),
                 tuple(float(x) for x in logprobs),
                 usage=usage,
+                stated_privacy=stated,
             )
-        return Completion(text, tuple(tokenize(text)), None, usage=usage)
+        return Completion(text, tuple(tokenize(text)), None, usage=usage, stated_privacy=stated)
 
     def stream(self, prompt: Prompt, *, max_tokens: int | None = None) -> Iterator[Completion]:
         """The answer as the server streams it (``stream: true``; OpenAI's server-sent

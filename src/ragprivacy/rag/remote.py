@@ -30,7 +30,12 @@ loses no finished work to one bad call. Calls are paced to at most ``requests_pe
 
 The privacy of an answer is unknown to us: it is reported as
 :class:`~ragprivacy.types.NonPrivateEvent` (no guarantee we can state, ε = ∞), scoped to
-the answer, and the endpoint is named in :meth:`RemoteRAGSystem.describe`.
+the answer, and the endpoint is named in :meth:`RemoteRAGSystem.describe`. An endpoint
+that states what an answer spent (ragprivacy's own service, in its ``ragprivacy``
+extension) has that statement kept beside it — ``metadata["stated_privacy"]`` per answer,
+and in :meth:`RemoteRAGSystem.describe` the answers that stated one, the largest ε per
+answer and the largest cumulative ε stated — as the endpoint's word, not as a guarantee
+(:class:`~ragprivacy.audit.Verifier` checks a service's claim).
 """
 
 from __future__ import annotations
@@ -139,6 +144,7 @@ class RemoteRAGSystem(RAGSystem):
         self._next = 0.0
         self.outcomes: Counter[str] = Counter()  # calls so far, by outcome
         self.calls: Counter[str] = Counter()  # "new" calls and those served "cached"
+        self.stated: dict[str, Any] = {}  # the privacy the endpoint stated, summed up
 
     def _pace(self) -> None:
         if not self.interval:
@@ -169,6 +175,9 @@ class RemoteRAGSystem(RAGSystem):
         outcome = classify_answer(completion.text)
         self.outcomes[outcome] += 1
         self.calls["cached" if completion.cached else "new"] += 1
+        stated = dict(completion.stated_privacy or {})
+        if stated:
+            self._note_stated(stated)
         if completion.usage is not None:
             usage: dict[str, Any] = {
                 "prompt_tokens": int(completion.usage.get("prompt_tokens", 0)),
@@ -186,8 +195,23 @@ class RemoteRAGSystem(RAGSystem):
             tokens=completion.tokens,
             logprobs=completion.logprobs,
             privacy=cost,
-            metadata={"outcome": outcome, "cached": completion.cached, "usage": usage},
+            metadata={
+                "outcome": outcome,
+                "cached": completion.cached,
+                "usage": usage,
+                **({"stated_privacy": stated} if stated else {}),
+            },
         )
+
+    def _note_stated(self, stated: dict[str, Any]) -> None:
+        with self._lock:
+            s = self.stated
+            s["answers"] = s.get("answers", 0) + 1
+            for key, most in (("epsilon", "max_epsilon"), ("cumulative_epsilon", "max_cumulative")):
+                if key in stated:
+                    s[most] = max(s.get(most, 0.0), float(stated[key]))
+            if "mechanism" in stated:
+                s["mechanisms"] = sorted({*s.get("mechanisms", []), stated["mechanism"]})
 
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
         return self._call(Query.of(query))
@@ -205,6 +229,7 @@ class RemoteRAGSystem(RAGSystem):
             "requests_per_second": 1.0 / self.interval if self.interval else None,
             "outcomes": {o: self.outcomes[o] for o in OUTCOMES},
             "calls": {c: self.calls[c] for c in ("new", "cached")},
+            **({"stated_privacy": dict(self.stated)} if self.stated else {}),
         }
 
 

@@ -148,8 +148,11 @@ class Completion:
     ``logprobs`` is ``None`` when the backend does not expose probabilities. ``usage`` is
     what the backend reported the call cost in tokens (``prompt_tokens``,
     ``completion_tokens``; ``None`` when it reported nothing) and ``cached`` says the
-    completion came from a call cache rather than a new call; neither takes part in
-    equality (they say how the output was obtained, not what it is).
+    completion came from a call cache rather than a new call; ``stated_privacy`` is what a
+    private endpoint said the answer spent (ragprivacy's service: ``epsilon``, ``delta``,
+    ``cumulative_epsilon``, ``mechanism`` of its ``ragprivacy.privacy`` block), its word,
+    not a guarantee; none of the three takes part in equality (they say how the output
+    was obtained, not what it is).
     """
 
     text: str
@@ -157,11 +160,14 @@ class Completion:
     logprobs: tuple[float, ...] | None = None
     usage: Mapping[str, int] | None = field(default=None, compare=False)
     cached: bool = field(default=False, compare=False)
+    stated_privacy: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", tuple(self.tokens))
         if self.usage is not None:
             object.__setattr__(self, "usage", _frozen_mapping(self.usage))
+        if self.stated_privacy is not None:
+            object.__setattr__(self, "stated_privacy", _frozen_mapping(self.stated_privacy))
         if self.logprobs is not None:
             object.__setattr__(self, "logprobs", tuple(float(x) for x in self.logprobs))
             if len(self.logprobs) != len(self.tokens):
