@@ -43,6 +43,8 @@ def scorecard(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "10",
         "--attack",
         "mba,rag-mia",
+        "--workers",
+        "1",  # a pool of its own would only add process starts beside the suite's workers
         "--no-progress",
     ]
     printed = io.StringIO()
