@@ -287,3 +287,24 @@ def test_a_log_opened_while_another_process_appends_stores_only_true_nodes(
     assert reader.size == 44 and reader.root() == MerkleLog(path).root()
     writer.close()
     reader.close()
+
+
+@pytest.mark.parametrize("group_commit", [True, False])
+def test_a_closed_durable_log_refuses_appends(tmp_path: Path, group_commit: bool) -> None:
+    """An append through a durable log that was closed (a window's ledger closed while a
+    request still held it) must fail, not be made in memory: the in-memory copy would tell
+    it a position that is never written and that the next writer is told too."""
+    path = tmp_path / "ledger.sqlite"
+    log = MerkleLog(path, group_commit=group_commit)
+    assert log.append(b"a") == 0
+    log.close()
+    with pytest.raises(ConfigError, match="closed"):
+        log.append(b"b")
+    with pytest.raises(ConfigError, match="closed"):
+        log.submit([b"c"]).result()
+    assert log.size == 1
+    other = MerkleLog(path)
+    assert other.append(b"d") == 1 and other.size == 2
+    other.close()
+    with pytest.raises(ConfigError, match="closed"):
+        log.seal()

@@ -222,6 +222,7 @@ class MerkleLog:
         self._durable = 0  # leaves committed (the prefix readers see)
         self._leader: int | None = None  # the thread running a batch's guards
         self._db: LedgerStorage | None = None
+        self._closed = False  # a durable log that was closed: it appends nothing any more
         self._before_commit: Callable[[], None] | None = None  # test hook (failure injection)
         self._group: GroupCommit[_Append, list[int]] | None = None
         if path is not None and storage is not None:
@@ -262,10 +263,17 @@ class MerkleLog:
         self._durable = len(self._data)
 
     def close(self) -> None:
-        """Close the storage's connection (in-memory logs: no-op)."""
+        """Close the storage's connection (in-memory logs: no-op). A closed durable log
+        refuses appends and seals (``ConfigError``): made in memory, an append would be
+        told a position that is never written and that the next writer is told too."""
         if self._db is not None:
+            self._closed = True
             self._db.close()
             self._db = None
+
+    def _refuse_closed(self) -> None:
+        if self._closed:
+            raise ConfigError(f"The Merkle log {self._name} is closed; reopen it.")
 
     def __enter__(self) -> MerkleLog:
         return self
@@ -336,7 +344,7 @@ class MerkleLog:
     def _append_now(self, batch: list[_Append]) -> list[list[int] | BaseException]:
         """One append, alone in its own transaction (or in memory)."""
         with self._lock:
-            if self._db is not None:
+            if self._db is not None or self._closed:
                 return self._commit_batch(batch)
             out: list[list[int] | BaseException] = []
             for datas, guard in batch:
@@ -410,6 +418,7 @@ class MerkleLog:
         Taken under the file's write lock, after catching up: an append that was waiting
         for the lock finds the log sealed and writes nothing. Sealing twice returns the
         same size. (An in-memory log cannot be sealed.)"""
+        self._refuse_closed()
         if self._db is None:
             raise ConfigError("Only a durable log can be sealed.")
         with self._lock:
