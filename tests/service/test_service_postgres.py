@@ -38,6 +38,12 @@ from ragprivacy.service import ServiceState
 
 pytestmark = pytest.mark.postgres
 Json = dict[str, Any]
+#: The writer processes start a fresh interpreter: a fork of the test process would copy
+#: whatever earlier tests of the session left in it (threads, connection pools, sockets,
+#: native libraries' state), so a failure could come from that copy, not from the stores.
+#: Service replicas never fork: each is its own ``ragprivacy serve`` process, and
+#: uvicorn spawns its workers.
+_WORKERS = multiprocessing.get_context("spawn")
 
 
 @pytest.fixture()
@@ -119,7 +125,7 @@ def test_answer_counts_are_atomic_across_processes(db: str, tmp_path) -> None:  
     """Four processes × 15 reservations against a cap of 23: exactly 23 succeed."""
     key = tmp_path / "identity.key"
     _voting_state(db, key).close()
-    with multiprocessing.get_context("fork").Pool(4) as pool:
+    with _WORKERS.Pool(4) as pool:
         outcomes = pool.map(_reserve_many, [(db, str(key), 15)] * 4)
     assert sum(g for g, _ in outcomes) == 23
     assert sum(r for _, r in outcomes) == 60 - 23
@@ -151,8 +157,8 @@ def test_the_budget_store_never_overspends_across_processes(db: str) -> None:
     PostgresBudgetStore(pool, "clinic", capacity=17.0)
     with pytest.raises(ConfigError, match="capacity"):
         PostgresBudgetStore(pool, "clinic", capacity=3.0)
-    pool.close()  # no connection crosses the fork
-    with multiprocessing.get_context("fork").Pool(4) as procs:
+    pool.close()
+    with _WORKERS.Pool(4) as procs:
         done = procs.map(_charge_many, [(db, 10)] * 4)
     pool = PgPool(db, max_size=2)
     store = PostgresBudgetStore(pool, "clinic")
@@ -175,16 +181,18 @@ def test_the_budget_store_never_overspends_across_processes(db: str) -> None:
 
 
 # ---------------------------------------------------------------- ledger
-def _append_many(args: tuple[str, int, int]) -> list[int]:
+def _append_many(args: tuple[str, int, int]) -> list[tuple[int, bytes]]:
+    """``n`` threads each append one record; the (position, record) each was told."""
     db, who, n = args
     log = MerkleLog(storage=PostgresLedgerStorage(db, "W1"))
     out = []
     lock = threading.Lock()
 
     def one(i: int) -> None:
-        idx = log.append(f"{who}:{i}".encode())
+        record = f"{who}:{i}".encode()
+        idx = log.append(record)
         with lock:
-            out.append(idx)
+            out.append((idx, record))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
@@ -199,11 +207,14 @@ def test_replicas_appending_to_one_window_share_one_append_order(db: str) -> Non
     """Three processes × 20 threads append to one window's ledger at once: 60 distinct
     positions, the tree re-read from the database equals every writer's, the stored
     nodes verify, and a seal refuses later appends from any process."""
-    with multiprocessing.get_context("fork").Pool(3) as procs:
+    with _WORKERS.Pool(3) as procs:
         got = procs.map(_append_many, [(db, w, 20) for w in range(3)])
-    assert sorted(i for g in got for i in g) == list(range(60))
+    told = {record: idx for g in got for idx, record in g}
     log = MerkleLog(storage=PostgresLedgerStorage(db, "W1"))
-    assert log.size == 60
+    stored = {log.leaf(i): i for i in range(log.size)}
+    # every append was told the position the database holds its record at
+    assert told == stored, (sorted(told.values()), log.size)
+    assert sorted(told.values()) == list(range(60))
     log.verify_storage()
     other = MerkleLog(storage=PostgresLedgerStorage(db, "W2"))  # another window: empty
     assert other.size == 0
