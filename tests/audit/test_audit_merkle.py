@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ragprivacy.audit import MerkleLog, verify_consistency, verify_inclusion
 from ragprivacy.audit.merkle import EMPTY_ROOT, leaf_hash, root_from_leaf_hashes
-from ragprivacy.errors import ConfigError, VerificationError
+from ragprivacy.errors import ConfigError, LogSealedError, VerificationError
 
 # The eight leaves and tree heads of the Certificate Transparency reference tests
 # (RFC 6962 hashing, unchanged in RFC 9162).
@@ -298,13 +298,13 @@ def test_a_closed_durable_log_refuses_appends(tmp_path: Path, group_commit: bool
     log = MerkleLog(path, group_commit=group_commit)
     assert log.append(b"a") == 0
     log.close()
-    with pytest.raises(ConfigError, match="closed"):
+    with pytest.raises(LogSealedError, match="closed"):
         log.append(b"b")
-    with pytest.raises(ConfigError, match="closed"):
+    with pytest.raises(LogSealedError, match="closed"):
         log.submit([b"c"]).result()
     assert log.size == 1
     other = MerkleLog(path)
     assert other.append(b"d") == 1 and other.size == 2
     other.close()
-    with pytest.raises(ConfigError, match="closed"):
+    with pytest.raises(LogSealedError, match="closed"):
         log.seal()

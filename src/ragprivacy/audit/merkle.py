@@ -264,8 +264,10 @@ class MerkleLog:
 
     def close(self) -> None:
         """Close the storage's connection (in-memory logs: no-op). A closed durable log
-        refuses appends and seals (``ConfigError``): made in memory, an append would be
-        told a position that is never written and that the next writer is told too."""
+        refuses appends and seals (:class:`~ragprivacy.errors.LogSealedError`, as a sealed
+        one does: nothing was written): made in memory, an append would be told a position
+        that is never written and that the next writer is told too. (The service serves a
+        request whose window's ledger closed meanwhile as one whose window closed.)"""
         if self._db is not None:
             self._closed = True
             self._db.close()
@@ -273,7 +275,9 @@ class MerkleLog:
 
     def _refuse_closed(self) -> None:
         if self._closed:
-            raise ConfigError(f"The Merkle log {self._name} is closed; reopen it.")
+            raise LogSealedError(
+                f"The Merkle log {self._name} is closed: nothing was written; reopen it."
+            )
 
     def __enter__(self) -> MerkleLog:
         return self
@@ -367,7 +371,9 @@ class MerkleLog:
         refuses (or that finds the log sealed) gets that error and writes nothing."""
         with self._lock:
             if self._db is None:
-                raise ConfigError(f"The Merkle log {self._name} is closed; reopen it.")
+                raise LogSealedError(
+                    f"The Merkle log {self._name} is closed: nothing was written; reopen it."
+                )
             self._db.begin()  # one writer at a time, any process
             start = len(self._data)
             self._leader = threading.get_ident()  # its guards see the batch so far
