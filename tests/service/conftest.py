@@ -38,10 +38,16 @@ def unanswered(
     """What :class:`ragprivacy.service.Client` logs for the requests of ``jobs`` (key,
     query) that brought no receipt back — no answer at all, or a 5xx without one — so
     that a record appended before the failure is not taken for one the account never
-    asked for: (window, account, H(q))."""
+    asked for: (window, account, H(q)), the account by its pseudonym in the window as its
+    receipts name it (None, any account, before it has one)."""
     from ragprivacy.audit import query_hash
 
     account_of = {key: account for account, key in keys.items()}
+    alias = {}  # an account's name -> its pseudonym, from its receipts
+    for answer in answers:
+        receipt = _json(answer).get("receipt") if answer is not None else None
+        if isinstance(receipt, dict):
+            alias[receipt["holder"]] = receipt["account"]
     out = []
     for (key, query), answer in zip(jobs, answers, strict=True):
         lost = answer is None or (
@@ -50,7 +56,7 @@ def unanswered(
         if lost:
             out.append({
                 "window_id": window,
-                "account": account_of[key],
+                "account": alias.get(account_of[key]),
                 "query_hash": query_hash(query),
             })  # fmt: skip
     return out

@@ -243,6 +243,7 @@ class _Load:
         self.heads: list[Json] = []
         self.others: list[tuple[int, str]] = []  # any answer but 200
         self.unanswered: list[Json] = []  # sent, no answer (killed mid-request)
+        self.aliases: dict[str, str] = {}  # account -> its pseudonym, from its receipts
         # a0 has two clients: the two workers race on one account's query numbers
         self.threads = [
             threading.Thread(target=self._client, args=(keys[a], f"{a}/{n}", a))
@@ -274,13 +275,14 @@ class _Load:
                 except httpx.HTTPError:  # killed mid-request: its record may exist
                     with self.lock:  # as the shipped client logs it
                         self.unanswered.append(
-                            {"account": account, "query_hash": query_hash(query)}
+                            {"account": self.aliases.get(account), "query_hash": query_hash(query)}
                         )
                     time.sleep(0.02)
                     continue
                 with self.lock:
                     if r.status_code == 200:
                         self.receipts.append(r.json()["receipt"])
+                        self.aliases[account] = r.json()["receipt"]["account"]
                     else:
                         self.others.append((r.status_code, r.text[:200]))
 
