@@ -22,14 +22,20 @@ from ragprivacy.cli import main
 from ragprivacy.corpus import synthesize, write_jsonl
 
 
+def _write_split(tmp: Path, n: int, *, targets: int, seed: int, rng: int) -> None:
+    """A synthetic medical corpus of ``n`` (candidates.jsonl), the members a tenant holds
+    (members.jsonl) and their ids (members.txt), as an attacker gets them."""
+    corpus = synthesize("medical", n, seed=seed)
+    split = split_membership(corpus, targets=targets, rng=rng)
+    write_jsonl(corpus, tmp / "candidates.jsonl")
+    write_jsonl(split.members, tmp / "members.jsonl")
+    (tmp / "members.txt").write_text("\n".join(split.members.ids) + "\n")
+
+
 def test_an_attack_on_the_service_skips_what_needs_logprobs(
     tmp_path: Path, admin, server_factory
 ) -> None:  # type: ignore[no-untyped-def]
-    corpus = synthesize("medical", 60, seed=5)
-    split = split_membership(corpus, targets=4, rng=2)
-    write_jsonl(corpus, tmp_path / "candidates.jsonl")
-    write_jsonl(split.members, tmp_path / "members.jsonl")
-    (tmp_path / "members.txt").write_text("\n".join(split.members.ids) + "\n")
+    _write_split(tmp_path, 60, targets=4, seed=5, rng=2)
     state = tmp_path / "state"
     admin(state, "tenant", "create", "clinic", "--k", "2")
     admin(state, "docs", "add", "clinic", str(tmp_path / "members.jsonl"))
@@ -115,11 +121,7 @@ def test_the_attack_finds_the_plain_tenant_s_members_and_not_the_noisy_one_s(
     1); noisy top-K at ε_acc = 1 over the same queries does not (the retrieved documents
     are nearly random). The ε each answer spent is the service's own statement, read from
     its responses."""
-    corpus = synthesize("medical", 160, seed=11)
-    split = split_membership(corpus, targets=60, rng=3)
-    write_jsonl(corpus, tmp_path / "candidates.jsonl")
-    write_jsonl(split.members, tmp_path / "members.jsonl")
-    (tmp_path / "members.txt").write_text("\n".join(split.members.ids) + "\n")
+    _write_split(tmp_path, 160, targets=60, seed=11, rng=3)
     state = tmp_path / "state"
     keys = {}
     for tenant, eps in (("plain", "100000"), ("noisy", "1")):
