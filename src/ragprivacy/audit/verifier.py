@@ -379,6 +379,7 @@ class Verifier:
         final = log.size
         final_root = log.root()
         held: dict[str, set[int]] = {}  # account -> positions its checked receipts name
+        names = names_key(package.seed) if package is not None else None
         for r in receipts:
             where = f"receipt of {r.account!r} at position {r.position}"
             if not verify_signature(key, r.message(), r.signature):
@@ -388,8 +389,7 @@ class Verifier:
                 continue  # signed for another window: its record is in that window's ledger
             mine = held.setdefault(r.account, set())  # it submits this window's receipts: all
             if not r.opens_holder() or (
-                package is not None
-                and r.holder_salt != name_salt(names_key(package.seed), "account", r.holder).hex()
+                names is not None and r.holder_salt != name_salt(names, "account", r.holder).hex()
             ):
                 failures.append(
                     CheckFailure(

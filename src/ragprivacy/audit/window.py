@@ -289,6 +289,10 @@ class AuditWindow:
             raise ConfigError(f"Unknown account {account!r}.")
         return got
 
+    def holds(self, account: str) -> bool:
+        """Whether account ``account`` (by name) is one of the window's."""
+        return ("account", account) in self._aliases
+
     def tenant_id(self, tenant: str) -> str:
         """The pseudonym tenant ``tenant`` has in this window."""
         got = self._aliases.get(("tenant", tenant))

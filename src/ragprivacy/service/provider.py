@@ -454,7 +454,7 @@ class ServiceProvider:
         voting = self._voting_tenants()
         if account in voting.accounts:
             return voting.accounts[account]
-        if account not in provider.account_names:
+        if not provider.holds(account):
             raise WindowClosedError(
                 "This account joined after the open window was committed; it can query "
                 "from the next window."
@@ -469,7 +469,7 @@ class ServiceProvider:
     def _audited_vote(self, account: str) -> bool:
         """Whether ``account``'s voted answers are records of the open window."""
         _, provider = self._current()
-        return account in provider.account_names and provider.vote_settings(account) is not None
+        return provider.holds(account) and provider.vote_settings(account) is not None
 
     def prompt_tokens(
         self, account: str, query: str, generator: Generator, k: int | None = None
