@@ -50,7 +50,7 @@ def test_antonyms_are_spread_over_the_text_keep_case_and_leave_the_rest_byte_for
     text = (
         "Patient: Mild pain, often at night.\nDoctor: It is COMMON and usually safe; "
         "take a warm bath and rest well."
-    )  # 20 words at ρ = 0.15: n = 3 of the 6 candidates, first, middle and last
+    )  # 20 words at ρ = 0.15: n = 3 of the 7 candidates, first, middle and last
     got = perturb_text(text, magnitude=0.15)
     assert got.wanted == 3
     assert got.changes == (("Mild", "Severe"), ("usually", "unusually"), ("well", "badly"))

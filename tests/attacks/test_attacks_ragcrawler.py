@@ -137,7 +137,7 @@ def test_coverage_counts_retrieval_of_answers_and_unique_verbatim_runs() -> None
         "Kelsey Williamson has peeling skin between the toes since March.",
     ]
     index = DisclosureIndex(texts, min_run=4)
-    cov = CorpusCoverage(["a", "b", "c"], index, refused=lambda t: bool(REFUSAL_PATTERN.match(t)))
+    cov = CorpusCoverage(["a", "b", "c"], index)  # by default: rag.is_non_answer
     cov.add("I cannot share that.", ["a", "b"])  # refused: counts for nothing
     cov.add("I don't know.", ["c"])  # no answer: not counted
     cov.add("It seems scaly plaques on his elbows.", ["a", "b"])
@@ -177,10 +177,8 @@ def test_a_crawl_of_a_leaky_system_spreads_beyond_its_first_query(medical: Any) 
     cov = _crawl(rag, corpus, index, 25)
     got = cov.summary()
     assert got["queries"] == 25
-    assert got["curve_retrieved"][0] <= 3
     assert got["retrieved"] >= 4 * got["curve_retrieved"][0]  # it adapts, not repeats
     assert got["disclosed"] >= 5  # answers copy the retrieved records
-    assert all(b >= a for a, b in zip(got["curve_retrieved"], got["curve_retrieved"][1:]))
 
 
 def test_a_system_that_copies_nothing_gives_the_crawl_nearly_nothing(medical: Any) -> None:

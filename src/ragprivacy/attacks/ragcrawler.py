@@ -15,8 +15,9 @@ estimates it from the graph. Each round (Fig. 4): the answer updates the graph
 
 **Strategy Scheduler (§5.3), as in the paper.** For every entity e of the graph,
 
-* EmpiricalPayoff(e) = ḡ_e + c·√(log N / (n_e + 1)) (eq. 6), n_e the rounds e was the
-  anchor, N all anchor selections, c = 0.5 (App. 9.3); ḡ_e the mean over e's rounds of
+* EmpiricalPayoff(e) = ḡ_e + c·√(log(N + 1) / (n_e + 1)) (eq. 6, with N + 1 so that the
+  first round's log is 0, not −∞), n_e the rounds e was the anchor, N all anchor
+  selections, c = 0.5 (App. 9.3); ḡ_e the mean over e's rounds of
   ΔE_i / max ΔE + ΔR_i / max ΔR, new entities and relations normalised by their largest
   value in a sliding window of rounds (eq. 7); a refused, empty or duplicate round records
   −``penalty`` instead (§5.4, 3);
@@ -26,7 +27,8 @@ estimates it from the graph. Each round (Fig. 4): the answer updates the graph
   entities of e's type (eq. 11);
 * Score(e) = α_t·EmpiricalPayoff(e) + β_t·GraphPrior(e) (eq. 12), the anchor entity drawn
   from a softmax over the ``top_k`` scores; its relation is the one of largest deficit if
-  that deficit exceeds the 90th percentile of all current deficits, else none (eq. 13–14).
+  that deficit exceeds the 90th percentile of the open (non-zero) deficits, else none
+  (eq. 13–14).
 
 **Query Generator (§5.4).** A relation-driven query when the anchor has a relation, a
 neighbourhood-based one (the entity with the neighbour it was least asked with) when not;
@@ -65,7 +67,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -77,7 +78,7 @@ from ragprivacy._validation import check_in_range, check_positive, check_positiv
 from ragprivacy.attacks.stopwords import is_punctuation, is_stop_word
 from ragprivacy.errors import ConfigError
 from ragprivacy.generate import Task, tokenize
-from ragprivacy.rag import REFUSAL_PATTERN, Query
+from ragprivacy.rag import Query, is_non_answer
 from ragprivacy.types import Response
 
 __all__ = [
@@ -92,7 +93,6 @@ __all__ = [
 ]
 
 _SENTENCE_END = {".", "!", "?", ";", ":"}
-_NUMBER = re.compile(r"^[\d.,:/+\-()]+$")
 # coordinators, determiners and pronouns name no relation (co-occurrence only)
 _UNTYPED = {
     *("and", "or", "a", "an", "the", "my", "your", "his", "her", "its", "our", "their"),
@@ -100,7 +100,6 @@ _UNTYPED = {
     *("we", "they", "me", "him", "us", "them"),
 }
 _TEMPLATE_WORDS = {"tell", "more", "about", "me"}  # the query templates' own words
-_UNKNOWN = re.compile(r"^\s*i\s+(?:do\s+not|don'?t)\s+know\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +135,7 @@ def _is_content(token: str) -> bool:
     return (
         not is_punctuation(token)
         and not is_stop_word(token.casefold())
-        and _NUMBER.match(token) is None
-        and any(c.isalpha() for c in token)
+        and any(c.isalpha() for c in token)  # so no number either
     )
 
 
@@ -204,7 +202,10 @@ def query_similarity(a: str, b: str) -> float:
     >>> query_similarity("What about scaly plaques?", "Tell me about scaly plaques.")
     1.0
     """
-    x, y = _bag(a), _bag(b)
+    return _cosine(_bag(a), _bag(b))
+
+
+def _cosine(x: Counter[str], y: Counter[str]) -> float:
     dot = sum(c * y[w] for w, c in x.items())
     norm = math.sqrt(sum(c * c for c in x.values()) * sum(c * c for c in y.values()))
     return dot / norm if norm else 0.0
@@ -291,9 +292,15 @@ class CrawlScheduler:
         self.gains.setdefault(entity, []).append(gain)
         self.selections += 1
 
-    def scores(self, graph: CrawlGraph, progress: float) -> tuple[list[str], np.ndarray]:
-        """Score(e) of every entity at ``progress`` = t / B ∈ [0, 1] (eq. 6–12)."""
-        names, _, deficit = graph.deficits()
+    def scores(
+        self,
+        graph: CrawlGraph,
+        progress: float,
+        deficits: tuple[list[str], list[str], np.ndarray] | None = None,
+    ) -> tuple[list[str], np.ndarray]:
+        """Score(e) of every entity at ``progress`` = t / B ∈ [0, 1] (eq. 6–12);
+        ``deficits``: ``graph.deficits()``, when the caller has it already."""
+        names, _, deficit = deficits or graph.deficits()
         n = np.array([len(self.gains.get(e, ())) for e in names], dtype=np.float64)
         mean = np.array([np.mean(self.gains[e]) if e in self.gains else 0.0 for e in names])
         bonus = self.c * np.sqrt(math.log(self.selections + 1) / (n + 1.0))
@@ -312,16 +319,16 @@ class CrawlScheduler:
     ) -> Anchor | None:
         """Draw an anchor from the top-K softmax, then its relation (eq. 13–14); None when
         the graph has no entity left to try."""
-        names, score = self.scores(graph, progress)
+        names, rels, deficit = deficits = graph.deficits()
+        _, score = self.scores(graph, progress, deficits)
         keep = [i for i, e in enumerate(names) if not exclude or e not in exclude]
         if not keep:
             return None
         idx = np.array(keep)
         top = idx[np.argsort(-score[idx], kind="stable")[: self.top_k]]
         w = np.exp(score[top] - score[top].max())
-        entity = names[int(top[rng.choice(len(top), p=w / w.sum())])]
-        _, rels, deficit = graph.deficits()
-        row = names.index(entity)
+        row = int(top[rng.choice(len(top), p=w / w.sum())])
+        entity = names[row]
         open_ = deficit[deficit > 0]
         if not rels or open_.size == 0 or deficit[row].max() <= 0:
             return Anchor(entity)
@@ -397,16 +404,19 @@ class RAGCrawler:
         return Query(text, task=Task.CHAT, options={"max_tokens": self.max_tokens})
 
     @staticmethod
-    def realise(graph: CrawlGraph, anchor: Anchor, asked: Counter[tuple[str, str]]) -> str:
-        """The query text of an anchor (relation-driven, else neighbourhood-based)."""
+    def realise(
+        graph: CrawlGraph, anchor: Anchor, asked: Counter[tuple[str, str]]
+    ) -> tuple[str, str | None]:
+        """The query text of an anchor (relation-driven, else neighbourhood-based) and the
+        neighbour it pairs the anchor with (None: none), counted in ``asked`` only once
+        the query is sent."""
         if anchor.relation is not None:
-            return f"Tell me more about {anchor.entity} {anchor.relation}"
+            return f"Tell me more about {anchor.entity} {anchor.relation}", None
         around = sorted(graph.neighbours.get(anchor.entity, ()))
         if around:
             partner = min(around, key=lambda n: (asked[(anchor.entity, n)], n))
-            asked[(anchor.entity, partner)] += 1
-            return f"Tell me more about {partner} and {anchor.entity}"
-        return f"Tell me more about {anchor.entity}"
+            return f"Tell me more about {partner} and {anchor.entity}", partner
+        return f"Tell me more about {anchor.entity}", None
 
     def crawl(self, answer: Callable[[Query], Response], *, rng: RngLike = None) -> CrawlResult:
         """Run the crawl: ``answer`` sends one query to the system and returns its public
@@ -416,7 +426,7 @@ class RAGCrawler:
         scheduler = CrawlScheduler(c=self.c, top_k=self.top_k, window=self.window)
         graph.merge({_key([w]): "term" for w in tokenize(self.topic) if _is_content(w)}, ())
         asked: Counter[tuple[str, str]] = Counter()
-        history: list[str] = []
+        history: list[Counter[str]] = []  # the content words of every query sent
         queries: list[Query] = []
         responses: list[Response] = []
         anchors: list[Anchor | None] = []
@@ -434,7 +444,7 @@ class RAGCrawler:
             queries.append(q)
             responses.append(reply)
             anchors.append(anchor)
-            history.append(text)
+            history.append(_bag(text))
             failed = _failed(reply.text)
             new_e, new_r = (0, 0) if failed else graph.merge(*extract_triples(reply.text))
             if anchor is not None:
@@ -451,7 +461,7 @@ class RAGCrawler:
         scheduler: CrawlScheduler,
         gen: np.random.Generator,
         asked: Counter[tuple[str, str]],
-        history: list[str],
+        history: list[Counter[str]],
         t: int,
     ) -> tuple[str | None, Anchor | None]:
         """The next query, with history-aware de-duplication (§5.4, 2); (None, None) when
@@ -461,8 +471,11 @@ class RAGCrawler:
             anchor = scheduler.select(graph, t / self.budget, gen, exclude=tried)
             if anchor is None:
                 return None, None
-            text = self.realise(graph, anchor, asked)
-            if all(query_similarity(text, h) < self.dedup_threshold for h in history):
+            text, partner = self.realise(graph, anchor, asked)
+            words = _bag(text)
+            if all(_cosine(words, h) < self.dedup_threshold for h in history):
+                if partner is not None:
+                    asked[(anchor.entity, partner)] += 1
                 return text, anchor
             scheduler.penalise(anchor.entity, self.penalty)
             tried.add(anchor.entity)
@@ -471,4 +484,4 @@ class RAGCrawler:
 
 def _failed(text: str) -> bool:
     """A refused, empty or "I don't know" answer (it reveals nothing to the graph)."""
-    return not text.strip() or bool(REFUSAL_PATTERN.match(text)) or bool(_UNKNOWN.match(text))
+    return is_non_answer(text)

@@ -27,6 +27,7 @@ from typing import Any
 
 from ragprivacy._stats import proportion_interval
 from ragprivacy.errors import ConfigError
+from ragprivacy.eval.metrics import extraction_counts
 
 __all__ = ["Figure", "GateCheck", "GateResult", "failed_lines", "figures_of", "run_gate"]
 
@@ -138,12 +139,7 @@ def figures_of(results: Mapping[str, Any]) -> list[Figure]:
                 out.append(Figure(system, attack, "tpr_at_1pct_fpr", float(tpr), low, high))
         elif kind == "extraction":
             mode = str(cell.get("mode"))
-            if mode == "targeted":
-                leaked, total = int(m["leaked"]), int(m["items"])
-            elif mode == "ragcrawler":  # documents of the corpus the crawl reproduced
-                leaked, total = int(m.get("disclosed", 0)), int(m.get("documents", 0))
-            else:
-                leaked, total = int(m.get("leaks", 0)), int(m.get("prompts", 0))
+            leaked, total = extraction_counts(mode, m)
             if total:
                 low, high = proportion_interval(leaked, total)
                 out.append(Figure(system, mode, "extraction_rate", leaked / total, low, high))

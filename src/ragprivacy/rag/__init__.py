@@ -33,6 +33,7 @@ from ragprivacy.rag.remote import (
     RemoteRAGSystem,
     classify_answer,
     estimate_tokens,
+    is_non_answer,
 )
 from ragprivacy.rag.spec import SystemSpec, build_system
 from ragprivacy.rag.synthetic import (
@@ -80,6 +81,7 @@ __all__ = [
     "defense_names",
     "dp_vote_generate",
     "estimate_tokens",
+    "is_non_answer",
     "knn_datastore",
     "register_system",
     "synthetic_datastore",

@@ -94,6 +94,21 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
+#: an answer that opens by saying it does not know (the reference reader's, and many
+#: models'): it reveals nothing of the documents
+_UNKNOWN = re.compile(r"^\s*i\s+(?:do\s+not|don'?t)\s+know\b", re.IGNORECASE)
+
+
+def is_non_answer(text: str) -> bool:
+    """Whether an answer text reveals nothing: empty, a refusal (:data:`REFUSAL_PATTERN`)
+    or an "I don't know".
+
+    >>> is_non_answer("I don't know."), is_non_answer("Sorry, no."), is_non_answer("Gout.")
+    (True, True, False)
+    """
+    return classify_answer(text) != "answer" or _UNKNOWN.match(text) is not None
+
+
 def classify_answer(text: str) -> str:
     """``"empty"``, ``"refused"`` or ``"answer"`` for the text an endpoint returned.
 

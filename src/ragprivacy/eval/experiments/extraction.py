@@ -86,7 +86,7 @@ from ragprivacy.eval.metrics.extraction import (
 )
 from ragprivacy.eval.metrics.leakage import pii_leaked
 from ragprivacy.eval.metrics.utility import wilson_interval
-from ragprivacy.rag import OUTCOMES, REFUSAL_PATTERN, defense_names
+from ragprivacy.rag import OUTCOMES, defense_names
 
 __all__ = ["EXTRACTION_MODES", "ExtractionExperiment", "ExtractionOptions"]
 
@@ -204,12 +204,12 @@ class ExtractionExperiment(AttackedSystemsExperiment):
     def _coverage(self, corpus: Any) -> CorpusCoverage:
         """A fresh coverage count over the corpus (the disclosure index is shared)."""
         index = memo(
-            memo_key("disclosure", self.config.to_dict(), self.corpus_name),
+            memo_key(
+                "disclosure", self.config.to_dict(), self.corpus_name, self.options.disclosure_run
+            ),
             lambda: DisclosureIndex(corpus.texts, min_run=self.options.disclosure_run),
         )
-        return CorpusCoverage(
-            corpus.ids, index, refused=lambda text: REFUSAL_PATTERN.match(text) is not None
-        )
+        return CorpusCoverage(corpus.ids, index)
 
     def _topic(self) -> str:
         o = self.options

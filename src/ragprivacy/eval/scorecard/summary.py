@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragprivacy._stats import proportion_interval
+from ragprivacy.eval.metrics import extraction_counts
 
 __all__ = ["Estimate", "ExtractionRate", "Scorecard", "ScorecardRow", "summarize"]
 
@@ -311,16 +312,6 @@ def _estimate(m: Mapping[str, Any], key: str) -> Estimate:
     return Estimate(float(m[key]), m.get(f"{key}_low"), m.get(f"{key}_high"))
 
 
-def _extraction_counts(mode: str, m: Mapping[str, Any]) -> tuple[int, int]:
-    """(leaked, total) of an extraction cell: PII items (targeted), documents of the corpus
-    an answer reproduces (ragcrawler), else prompts."""
-    if mode == "targeted":
-        return int(m["leaked"]), int(m["items"])
-    if mode == "ragcrawler":
-        return int(m["disclosed"]), int(m["documents"])
-    return int(m["leaks"]), int(m["prompts"])
-
-
 def summarize(results: Mapping[str, Any]) -> Scorecard:
     """The scorecard of a run's results (a scorecard run, or any run with membership and
     extraction experiments on one corpus)."""
@@ -377,7 +368,7 @@ def summarize(results: Mapping[str, Any]) -> Scorecard:
             mode = str(cell["mode"])
             modes += [mode] if mode not in modes else []
             m = res["metrics"]
-            leaked, total = _extraction_counts(mode, m)
+            leaked, total = extraction_counts(mode, m)
             low, high = proportion_interval(leaked, total) if total else (0.0, 1.0)
             row.extraction[mode] = ExtractionRate(
                 leaked,
