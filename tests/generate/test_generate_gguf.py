@@ -1,7 +1,7 @@
 """``smollm2`` and ``gguf:PATH``: a real instruction-tuned LM (SmolLM2-135M-Instruct, Q4_1
 GGUF) loaded through transformers, on the hf backend's decoding loop.
 
-The tests marked ``realmodel`` load the model once (about 15–35 s on 2 busy cores) and skip
+The tests marked ``realmodel`` load the model once (about 7–15 s on 2 busy cores) and skip
 where ``make realmodel`` has not installed it (tests/conftest.py); the error-path tests
 need no model.
 """
@@ -136,11 +136,14 @@ def test_missing_gguf_file_is_data_unavailable() -> None:
 
 def test_a_file_that_is_not_gguf_is_data_unavailable(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    pytest.importorskip("gguf")
+    gguf = pytest.importorskip("gguf")
+    reader_type, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"not a gguf file\n" * 64)
     with pytest.raises(DataUnavailableError, match=r"Could not load .* GGUF file"):
         create_generator(f"gguf:{bad}")
+    # the load parses through a cached reader, swapped in for the load only
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_type, name_map)
 
 
 def test_without_the_model_package_the_error_says_make_realmodel(tmp_path: Path) -> None:

@@ -22,8 +22,13 @@ built.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import importlib
 import importlib.util
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +65,42 @@ def smollm2_path(package: str = SMOLLM2_PACKAGE) -> Path | None:
     return None
 
 
+# Held while gguf's names are swapped (below): two loads in threads at once would
+# otherwise restore each other's originals out of order.
+_PARSE_ONCE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _parse_once() -> Iterator[None]:
+    """Within the block, transformers parses a GGUF file once, not three times.
+
+    The tokenizer, the config and the model each call transformers'
+    ``load_gguf_checkpoint``, which builds a fresh ``gguf.GGUFReader`` (parsing every
+    metadata field, the 49,152-token vocabulary included) and, for the weights, a
+    ``gguf.TensorNameMap`` per submodule (hundreds, all equal): about half of
+    SmolLM2's load. ``load_gguf_checkpoint`` imports both names from ``gguf`` when
+    called, so the block swaps in a reader kept per path and a cached name map; both
+    are only read after construction. The originals come back after the block.
+    """
+    gguf: Any = importlib.import_module("gguf")  # untyped; its names are swapped below
+    with _PARSE_ONCE_LOCK:
+        reader_type, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        readers: dict[tuple[str, tuple[Any, ...]], Any] = {}
+
+        def reader(path: Any, *args: Any) -> Any:
+            key = (str(path), args)
+            if key not in readers:
+                readers[key] = reader_type(path, *args)
+            return readers[key]
+
+        gguf.GGUFReader = reader
+        gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader_type, name_map
+
+
 class GGUFGenerator(HFGenerator):
     """A local GGUF model through transformers (see the module docstring).
 
@@ -90,12 +131,13 @@ class GGUFGenerator(HFGenerator):
         directory, name = self.path.parent, self.path.name
         tok_kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
         try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(
-                directory, gguf_file=name, **tok_kwargs
-            )
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                directory, gguf_file=name, **kwargs
-            )
+            with _parse_once():
+                tokenizer = transformers.AutoTokenizer.from_pretrained(
+                    directory, gguf_file=name, **tok_kwargs
+                )
+                model = transformers.AutoModelForCausalLM.from_pretrained(
+                    directory, gguf_file=name, **kwargs
+                )
         except (OSError, ValueError, KeyError) as exc:
             # KeyError/ValueError: not a GGUF file, or an architecture or quantisation
             # transformers cannot dequantise.
