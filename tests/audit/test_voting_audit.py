@@ -284,10 +284,14 @@ def test_the_replay_checks_every_step_of_the_release() -> None:
 
 
 def test_vote_settings_are_checked_when_committed() -> None:
-    with pytest.raises(ConfigError, match="exceeds the ε_q"):
+    with pytest.raises(ConfigError, match="exceeds the ε = 8"):
         replace(SETTINGS, max_discoveries=5)
-    with pytest.raises(ConfigError, match="Only dp_vote"):
+    with pytest.raises(ConfigError, match="Only dp_vote, murag, murag_ada"):
+        replace(SETTINGS, mode="naive_multi")
+    with pytest.raises(ConfigError, match="max_retrievals"):
         replace(SETTINGS, mode="murag")
+    with pytest.raises(ConfigError, match="takes no tau"):
+        replace(SETTINGS, tau=5)
     assert SETTINGS.answer_cap(16.0, 6) == 2 and SETTINGS.answer_cap(100.0, 3) == 3
 
 

@@ -32,6 +32,13 @@ from ragprivacy.audit.commitments import (
 )
 from ragprivacy.audit.counter import LedgerCounter
 from ragprivacy.audit.epsilon import AuditEpsilon, epsilon_audit, epsilon_audit_table
+from ragprivacy.audit.filters import (
+    FilterScreen,
+    FilterState,
+    filters_commitment,
+    replay_filters,
+    screen_documents,
+)
 from ragprivacy.audit.ledger_store import LedgerStorage, PostgresLedgerStorage, SqliteLedgerStorage
 from ragprivacy.audit.merkle import LogSealedError, MerkleLog, verify_consistency, verify_inclusion
 from ragprivacy.audit.noise import derived_noise
@@ -87,6 +94,8 @@ __all__ = [
     "CoalitionEstimate",
     "Commitments",
     "EmbeddingSource",
+    "FilterScreen",
+    "FilterState",
     "LedgerCounter",
     "LedgerStorage",
     "LogSealedError",
@@ -120,13 +129,16 @@ __all__ = [
     "epsilon_audit_table",
     "estimate_coalition",
     "exact_selection",
+    "filters_commitment",
     "fixed_point",
     "load_window",
     "pseudonym",
     "query_hash",
     "render_report",
+    "replay_filters",
     "sample_size",
     "save_window",
+    "screen_documents",
     "simulate_window",
     "verify_consistency",
     "verify_inclusion",

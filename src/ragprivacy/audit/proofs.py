@@ -37,6 +37,7 @@ from ragprivacy.audit.commitments import (
     fixed_point,
     verify_opening,
 )
+from ragprivacy.audit.filters import FilterScreen
 from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
 from ragprivacy.audit.records import (
     QueryRecord,
@@ -68,6 +69,8 @@ class RecordWitness:
     ``salt`` opens the record's commitments of H(q) and H(top-K); ``nonce`` is the client's
     n of rec_q. A voting tenant's answer also holds its ``vote`` trace
     (:mod:`ragprivacy.audit.votes`); its record commits to H(answer) instead of H(top-K).
+    A filtered (MURAG, MURAG-ADA) tenant's answer also holds its ``screen``
+    (:mod:`ragprivacy.audit.filters`): the documents it voted over and the filter charges.
     """
 
     query_text: str | None
@@ -81,6 +84,7 @@ class RecordWitness:
     salt: str
     nonce: str = ""
     vote: VoteTrace | None = None
+    screen: FilterScreen | None = None
 
     def query_hash(self) -> str:
         """H(q): of the witnessed text, or of the fixed-point vector of a vector query."""
@@ -91,13 +95,16 @@ class RecordWitness:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("vote")  # a retrieval's witness (and its digest) stays as before votes
+        d.pop("screen")
         if self.vote is not None:
             d["vote"] = self.vote.to_dict()
+        if self.screen is not None:
+            d["screen"] = self.screen.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RecordWitness:
-        vote = d.get("vote")
+        vote, screened = d.get("vote"), d.get("screen")
         return cls(
             query_text=d["query_text"],
             query_fixed=d["query_fixed"],
@@ -110,6 +117,7 @@ class RecordWitness:
             salt=d["salt"],
             nonce=d["nonce"],
             vote=None if vote is None else VoteTrace.from_dict(vote),
+            screen=None if screened is None else FilterScreen.from_dict(screened),
         )
 
     def digest(self) -> str:
@@ -296,8 +304,20 @@ class AuditorReexecution(ProofSystem):
         """A voting answer's re-execution (:mod:`ragprivacy.audit.votes`): the retrieved
         positions (A3) and the vote's release from the derived noise (A2)."""
         assert witness.vote is not None and ctx.seed is not None
-        scores = integer_scores(fixed, witness.query_vector(), ctx.policy.grid_bits)
-        if vote_positions(scores, settings.slots) != tuple(witness.positions):
+        if settings.filtered:  # the screening is replayed with the tenant's other records
+            if witness.screen is None or witness.screen.positions != tuple(witness.positions):
+                return [
+                    ClaimFailure(
+                        position,
+                        "A3",
+                        "the voters' documents are not those of the witnessed screening",
+                    )
+                ]
+        elif witness.screen is not None:
+            return [ClaimFailure(position, "A3", "a dp_vote answer carries a screening")]
+        elif vote_positions(
+            integer_scores(fixed, witness.query_vector(), ctx.policy.grid_bits), settings.slots
+        ) != tuple(witness.positions):
             return [
                 ClaimFailure(
                     position,

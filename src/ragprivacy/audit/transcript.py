@@ -49,7 +49,9 @@ class Commitments:
     and the embedder's name, fingerprint, prompt template and tokenizer (C_emb is their
     hash with the schema; a verifier re-embeds a witnessed query text with an embedder of
     that fingerprint, claim A1). ``voting`` holds each voting tenant's committed vote
-    settings (:class:`ragprivacy.audit.VoteSettings`; absent from windows without one).
+    settings (:class:`ragprivacy.audit.VoteSettings`; absent from windows without one), and
+    ``filters`` each filtered (MURAG, MURAG-ADA) tenant's C_filters, a keyed hash of what its
+    documents had spent when the window opened (:mod:`ragprivacy.audit.filters`).
 
     Accounts and tenants are named by their pseudonyms of the window
     (:func:`ragprivacy.audit.pseudonym`), and ``c_idx`` holds each tenant's Merkle root
@@ -71,6 +73,7 @@ class Commitments:
     provider_key: str
     signature: str = ""
     voting: dict[str, dict[str, Any]] = field(default_factory=dict)
+    filters: dict[str, str] = field(default_factory=dict)
 
     def message(self) -> bytes:
         d = self.to_dict()
@@ -90,6 +93,8 @@ class Commitments:
         d = asdict(self)
         if not self.voting:  # a window without voting tenants reads and signs as before
             d.pop("voting")
+        if not self.filters:  # and one without filtered tenants
+            d.pop("filters")
         return d
 
     @classmethod
@@ -186,6 +191,8 @@ class AuditorPackage:
     tenant_contents: dict[str, list[str]]
     #: pseudonym → the account's or tenant's name (the auditor checks each pseudonym)
     names: dict[str, str] = field(default_factory=dict)
+    #: filtered tenant → each document's spent ε when the window opened (opens C_filters)
+    filters: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -198,6 +205,7 @@ class AuditorPackage:
             "tenant_ids": self.tenant_ids,
             "tenant_contents": self.tenant_contents,
             "names": self.names,
+            **({"filters": self.filters} if self.filters else {}),
         }
 
     @classmethod
@@ -218,6 +226,9 @@ class AuditorPackage:
             tenant_ids={t: list(v) for t, v in d["tenant_ids"].items()},
             tenant_contents={t: list(v) for t, v in d["tenant_contents"].items()},
             names={str(k): str(v) for k, v in d["names"].items()},
+            filters={
+                str(t): [float(x) for x in v] for t, v in dict(d.get("filters") or {}).items()
+            },
         )
 
 

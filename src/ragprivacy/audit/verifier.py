@@ -77,7 +77,9 @@ from ragprivacy.audit.commitments import (
     seed_commitment,
 )
 from ragprivacy.audit.epsilon import epsilon_audit
+from ragprivacy.audit.filters import filters_commitment, replay_filters
 from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclusion
+from ragprivacy.audit.noise import integer_scores
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
 from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
 from ragprivacy.audit.transcript import (
@@ -87,6 +89,7 @@ from ragprivacy.audit.transcript import (
     PublicTranscript,
 )
 from ragprivacy.audit.votes import VoteSettings
+from ragprivacy.dp import derived_bits
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import ConfigError, RagPrivacyError
 
@@ -296,6 +299,15 @@ class Verifier:
                         "commitment_integrity", f"voting tenant {t!r} has no committed index"
                     )
                 )
+        filtered = sorted(t for t, v in voting.items() if v.filtered)
+        if sorted(com.filters) != filtered:
+            failures.append(
+                CheckFailure(
+                    "commitment_integrity",
+                    "C_filters is not committed for exactly the MURAG/MURAG-ADA tenants "
+                    f"(committed for {sorted(com.filters)}, filtered tenants {filtered})",
+                )
+            )
         unknown = sorted({t for t in com.accounts.values() if t not in com.c_idx})
         if not com.accounts or unknown:
             failures.append(
@@ -316,6 +328,15 @@ class Verifier:
                         CheckFailure(
                             "commitment_integrity",
                             f"C_D[{t}] ≠ the given embeddings, ids and texts",
+                        )
+                    )
+            for t, c in com.filters.items():
+                start = package.filters.get(t)
+                if start is None or filters_commitment(package.seed, t, np.array(start)) != c:
+                    failures.append(
+                        CheckFailure(
+                            "commitment_integrity",
+                            f"C_filters[{t}] ≠ the given document budgets",
                         )
                     )
         # 2. ledger integrity
@@ -506,6 +527,8 @@ class Verifier:
                     failures.append(
                         CheckFailure("per_record", f"record {pos}: claim {f.claim}: {f.detail}")
                     )
+            if package is not None:  # every record of a filtered tenant, sampled or not
+                failures.extend(_replay_filters(records, package, voting, policy))
             # 6. policy cap
             failures.extend(self._policy_cap(transcript.coalition, policy, records, package, log))
         failures.sort(key=lambda f: CHECKS.index(f.check))
@@ -668,6 +691,43 @@ def _pseudonyms(com: Commitments, package: AuditorPackage) -> list[CheckFailure]
                     "under the window's seed",
                 )
             )
+    return out
+
+
+def _replay_filters(
+    records: Sequence[QueryRecord | None],
+    package: AuditorPackage,
+    voting: Mapping[str, VoteSettings],
+    policy: AuditPolicy,
+) -> list[CheckFailure]:
+    """Every filtered tenant's screenings replayed in ledger order from its committed
+    document budgets (:func:`ragprivacy.audit.filters.replay_filters`)."""
+    out = []
+    for t, settings in sorted(voting.items()):
+        fixed, start = package.tenant_fixed.get(t), package.filters.get(t)
+        if not settings.filtered or fixed is None or start is None:
+            continue  # a missing package part FAILs commitment_integrity
+        matrix = scoring_matrix(fixed)
+        screens = []
+        for pos, rec in enumerate(records):
+            if rec is None or rec.tenant != t:
+                continue
+            w = package.witnesses.get(pos)
+            if w is None:
+                out.append(
+                    CheckFailure(
+                        "per_record",
+                        f"record {pos}: claim A3: no witness, so the filters cannot be replayed",
+                    )
+                )
+                return out  # the state after it is unknown
+            scores = integer_scores(matrix, w.query_vector(), policy.grid_bits)
+            bits = derived_bits(package.seed, rec.rec(policy.window_id, w.query_hash(), w.nonce))
+            screens.append((pos, scores, bits, w.screen))
+        out.extend(
+            CheckFailure("per_record", f"record {pos}: claim A3: {detail}")
+            for pos, detail in replay_filters(screens, np.array(start), settings)
+        )
     return out
 
 

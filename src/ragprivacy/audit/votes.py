@@ -31,8 +31,13 @@ greedy next token for the voter's prompt — re-running the model is not done �
 mapping of vocabulary positions to token texts (the witness carries a digest of the
 vocabulary, not the vocabulary). A provider that fabricates votes is not caught here;
 one that chooses the noise, the partition, the retrieved set, or a release the noise did
-not give, is. MURAG and MURAG-ADA tenants are not audited yet: their per-document filters
-carry state across windows that this witness does not cover.
+not give, is.
+
+``murag`` and ``murag_ada`` tenants vote the same way over the documents their screening
+passes on, at ε_RAG (ε_q, or ε_q − ε_thr for MURAG-ADA); their screening and the
+per-document filters it charges are committed and replayed by
+:mod:`ragprivacy.audit.filters` (the retrieved set is then the screening's, not the top
+m·k).
 """
 
 from __future__ import annotations
@@ -53,7 +58,14 @@ from ragprivacy.errors import ConfigError
 __all__ = ["AUDITED_VOTING_MODES", "VoteSettings", "answer_hash", "check_vote", "vote_positions"]
 
 #: the voting modes the audit covers
-AUDITED_VOTING_MODES = ("dp_vote",)
+AUDITED_VOTING_MODES = ("dp_vote", "murag", "murag_ada")
+
+#: the screening settings each mode commits (:mod:`ragprivacy.audit.filters`)
+_SCREENING: dict[str, tuple[str, ...]] = {
+    "dp_vote": (),
+    "murag": ("tau", "max_retrievals"),
+    "murag_ada": ("max_retrievals", "epsilon_thr", "bin_top", "bin_bottom", "bin_size"),
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,7 +75,13 @@ class VoteSettings:
     ``slots`` = m·k documents retrieved per answer, ``docs_per_voter`` = k (so m voters),
     ``theta`` = θ, ``max_tokens`` = T_max, ``epsilon_q`` the ε each answer is charged,
     ``epsilon_token`` = ε_0 of one discovery and ``max_discoveries`` = c (pure
-    composition: c·ε_0 ≤ ε_q, Lemma 1).
+    composition: c·ε_0 ≤ ε_RAG, Lemma 1; ε_RAG = ε_q but under MURAG-ADA).
+
+    ``murag`` (Alg. 1) and ``murag_ada`` (Alg. 2/6) tenants also commit their screening
+    (:mod:`ragprivacy.audit.filters`): M (``max_retrievals``), and τ (``tau``) or ε_thr
+    with the score bins (``epsilon_thr``, ``bin_top``, ``bin_bottom``, ``bin_size``); τ
+    and the bins are in the window's grid units (2^b per unit of cosine). ``slots`` is
+    then K, the documents the vote gets (padded when fewer pass).
     """
 
     mode: str
@@ -74,6 +92,16 @@ class VoteSettings:
     epsilon_q: float
     epsilon_token: float
     max_discoveries: int
+    #: MURAG: the relevance threshold τ in grid units (a document is relevant above it)
+    tau: int = 0
+    #: MURAG/-ADA: M, each document's budget being M·ε_q over its lifetime
+    max_retrievals: int = 0
+    #: MURAG-ADA: ε_thr of the adaptive threshold (the vote gets ε_q − ε_thr)
+    epsilon_thr: float = 0.0
+    #: MURAG-ADA: the score bins (grid units): top edge, bottom edge and width
+    bin_top: int = 0
+    bin_bottom: int = 0
+    bin_size: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in AUDITED_VOTING_MODES:
@@ -93,11 +121,52 @@ class VoteSettings:
                 f"{self.slots} retrieved documents do not split into voters of "
                 f"{self.docs_per_voter}."
             )
-        if self.max_discoveries * self.epsilon_token > self.epsilon_q * (1 + 1e-9):
+        unused = [k for k, v in self._screening().items() if k not in _SCREENING[self.mode] and v]
+        if unused:
+            raise ConfigError(f"A {self.mode} tenant takes no {', '.join(unused)}.")
+        if self.filtered:
+            check_positive_int("max_retrievals", self.max_retrievals)
+        if self.mode == "murag_ada":
+            if not 0 < self.epsilon_thr < self.epsilon_q:
+                raise ConfigError(
+                    f"MURAG-ADA splits ε_q = ε_thr + ε_RAG with both positive; got "
+                    f"epsilon_thr={self.epsilon_thr:g} and epsilon_q={self.epsilon_q:g}."
+                )
+            check_positive_int("bin_size", self.bin_size)
+            if not self.bin_top > self.bin_bottom:
+                raise ConfigError(
+                    f"The score bins need bin_top > bin_bottom; got {self.bin_top} and "
+                    f"{self.bin_bottom}."
+                )
+        if self.max_discoveries * self.epsilon_token > self.epsilon_rag * (1 + 1e-9):
             raise ConfigError(
-                f"c·ε_0 = {self.max_discoveries}·{self.epsilon_token:g} exceeds the ε_q = "
-                f"{self.epsilon_q:g} each answer is charged (Private-RAG Lemma 1)."
+                f"c·ε_0 = {self.max_discoveries}·{self.epsilon_token:g} exceeds the ε = "
+                f"{self.epsilon_rag:g} each answer's vote is charged (Private-RAG Lemma 1)."
             )
+
+    def _screening(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in _SCREENING["murag_ada"] + ("tau",)}
+
+    @property
+    def filtered(self) -> bool:
+        """Whether the tenant keeps per-document filters (MURAG, MURAG-ADA)."""
+        return self.mode != "dp_vote"
+
+    @property
+    def epsilon_rag(self) -> float:
+        """The vote's ε: ε_q, or ε_q − ε_thr under MURAG-ADA (Thm 2)."""
+        return self.epsilon_q - self.epsilon_thr
+
+    @property
+    def document_budget(self) -> float:
+        """M·ε_q: what each document of a filtered tenant may spend in its lifetime."""
+        return self.max_retrievals * self.epsilon_q
+
+    def bin_edges(self) -> np.ndarray:
+        """MURAG-ADA's bin edges in grid units, most relevant first (as
+        :func:`ragprivacy.retrieval.score_bins`): bin i holds [edges[i+1], edges[i])."""
+        count = -(-(self.bin_top - self.bin_bottom) // self.bin_size)
+        return self.bin_top - self.bin_size * np.arange(count + 1, dtype=np.int64)
 
     @property
     def voters(self) -> int:
@@ -110,7 +179,13 @@ class VoteSettings:
         return max(0, min(int(rate_limit), math.floor(epsilon_acc / self.epsilon_q + 1e-9)))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The committed form: the screening settings only of the modes that have them
+        (a ``dp_vote`` tenant's settings read as before filtered tenants were audited)."""
+        d = asdict(self)
+        for key in self._screening():
+            if key not in _SCREENING[self.mode]:
+                d.pop(key)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> VoteSettings:

@@ -35,6 +35,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
 from types import TracebackType
@@ -58,6 +59,12 @@ from ragprivacy.audit.commitments import (
     seed_commitment,
 )
 from ragprivacy.audit.counter import LedgerCounter, StaleCount
+from ragprivacy.audit.filters import (
+    FilterScreen,
+    FilterState,
+    filters_commitment,
+    screen_documents,
+)
 from ragprivacy.audit.merkle import MerkleLog
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, RecordWitness
 from ragprivacy.audit.records import (
@@ -142,7 +149,12 @@ class AuditWindow:
             the same window resumes them instead of committing again); the account
             policies and vote settings then come from them unless given.
         voting: tenant id → its committed :class:`~ragprivacy.audit.VoteSettings` (a
-            ``dp_vote`` tenant).
+            ``dp_vote``, ``murag`` or ``murag_ada`` tenant).
+        filters: filtered (``murag``, ``murag_ada``) tenant id → what each of its
+            documents had spent when the window opened (ε per index position), or the
+            :class:`~ragprivacy.audit.FilterState` that keeps it (a service's, shared by
+            its workers); committed as C_filters (:mod:`ragprivacy.audit.filters`).
+            Default: nothing spent.
         embedder_spec: the registry spec of ``embedder`` (e.g. ``"hashing:384"``),
             published so a verifier can rebuild it; default: its name.
         contents: tenant id → the hex SHA-256 of each document's text, in index order,
@@ -177,6 +189,7 @@ class AuditWindow:
         embedder_spec: str | None = None,
         contents: Mapping[str, Sequence[str]] | None = None,
         voting: Mapping[str, VoteSettings] | None = None,
+        filters: Mapping[str, FilterState | FloatArray] | None = None,
     ) -> None:
         self.policy = policy
         self.embedder = embedder
@@ -222,6 +235,7 @@ class AuditWindow:
             self.voting = {
                 t: VoteSettings.from_dict(v) for t, v in sorted(commitments.voting.items())
             }
+        self.filters = self._filter_states(filters or {})
         self.accounts = {
             self._alias("account", a): self._aliases[("tenant", t)] for a, t in accounts.items()
         }
@@ -264,6 +278,11 @@ class AuditWindow:
                     "The voting tenants' settings are not those the window's published "
                     "commitments name; close the window and open a new one."
                 )
+            if commitments.filters != self._filter_commitments():
+                raise DataError(
+                    "The filtered tenants' document budgets are not those the window's "
+                    "published commitments name; close the window and open a new one."
+                )
             for t, c in self._index.items():
                 if commitments.c_idx.get(t) != c.root.hex():
                     raise DataError(
@@ -271,6 +290,43 @@ class AuditWindow:
                         "are not those the window's published commitments name; they changed "
                         "since the window opened. Close the window and open a new one."
                     )
+
+    def _filter_states(
+        self, given: Mapping[str, FilterState | FloatArray]
+    ) -> dict[str, FilterState]:
+        """Each filtered tenant's state, keyed by pseudonym (nothing spent unless given)."""
+        unknown = sorted(
+            t
+            for t in given
+            if self._aliases.get(("tenant", t)) not in self.voting
+            or not self.voting[self._aliases[("tenant", t)]].filtered
+        )
+        if unknown:
+            raise ConfigError(
+                f"Filter states given for tenants without per-document filters: {unknown}."
+            )
+        out: dict[str, FilterState] = {}
+        for t, settings in self.voting.items():
+            if not settings.filtered:
+                continue
+            state = given.get(self.names[t])
+            size = len(self._ids[t])
+            if state is None:
+                state = np.zeros(size)
+            if not isinstance(state, FilterState):
+                state = FilterState(np.asarray(state, dtype=np.float64))
+            if state.start.shape != (size,):
+                raise ConfigError(
+                    f"Tenant {self.names[t]!r}: give one spent ε per document "
+                    f"({size}); got {state.start.shape[0]}."
+                )
+            out[t] = state
+        return out
+
+    def _filter_commitments(self) -> dict[str, str]:
+        return {
+            t: filters_commitment(self.seed, t, f.start) for t, f in sorted(self.filters.items())
+        }
 
     def _alias(self, kind: str, name: str) -> str:
         """The pseudonym of ``name`` (an account or a tenant) in this window, registered."""
@@ -362,6 +418,7 @@ class AuditWindow:
             published_at=int(published_at),
             provider_key=self.key.public_hex,
             voting={t: v.to_dict() for t, v in self.voting.items()},
+            filters=self._filter_commitments(),
         )
         signed = Commitments(**{**asdict(unsigned), "signature": self.key.sign(unsigned.message())})
         self._commitments = signed
@@ -531,6 +588,12 @@ class AuditWindow:
         """The account's noise-then-select (:func:`~ragprivacy.audit.exact_selection`)."""
         return exact_selection(mechanism, noise, score_at)
 
+    def _screen(
+        self, scores: np.ndarray, spent: np.ndarray, settings: VoteSettings, bits: ChaCha20Bits
+    ) -> FilterScreen:
+        """A filtered tenant's screening (:func:`~ragprivacy.audit.screen_documents`)."""
+        return screen_documents(scores, spent, settings, bits)
+
     def _vote_select(
         self, index: TenantCommitment, q: np.ndarray, settings: VoteSettings
     ) -> tuple[int, ...]:
@@ -661,7 +724,15 @@ class AuditWindow:
                 f"Account {self.names[account]!r} does not belong to a voting tenant."
             )
         q, hq = self._embed(text, None)
-        with self._account_lock(account):
+        state = self.filters.get(self.accounts[account])
+        with ExitStack() as held:
+            if state is not None:
+                # a filtered tenant answers one query at a time, screening to append, so
+                # that its records' ledger order is the order of their charges (what the
+                # verifier replays); the lock map is keyed by pseudonym, a tenant's too
+                held.enter_context(self._account_lock(self.accounts[account]))
+                held.enter_context(state.held())
+            held.enter_context(self._account_lock(account))
             for _ in range(64):
                 expected = self.counter.used(account, wait=False)
                 try:
@@ -686,9 +757,17 @@ class AuditWindow:
         index = self._index[tenant]
         seq = self._query_number(account, expected)
         rec = query_input(self.policy.window_id, account, tenant, hq, seq, nonce)
-        positions = self._vote_select(index, q, settings)
+        bits = derived_bits(self._noise_seed(), rec)
+        screened = None
+        if settings.filtered:  # MURAG/-ADA: the screening charges the filters
+            state = self.filters[tenant]
+            scores = index.scores(q, self.policy.grid_bits)
+            screened = self._screen(scores, state.spent(), settings, bits)
+            positions = screened.positions
+        else:
+            positions = self._vote_select(index, q, settings)
         ids = tuple(index.ids[p] for p in positions)
-        trace = run(ids, derived_bits(self._noise_seed(), rec))
+        trace = run(ids, bits)
         salt = record_salt()
         witness = RecordWitness(
             query_text=text,
@@ -705,6 +784,7 @@ class AuditWindow:
             salt=salt,
             nonce=nonce,
             vote=trace,
+            screen=screened,
         )
         opened = answer_hash(tenant, trace.text)
         record = QueryRecord(
@@ -727,6 +807,8 @@ class AuditWindow:
             documents=(),
             answer=trace.text,
         )
+        if screened is not None:  # appended: its charges are the ledger's from now on
+            self.filters[tenant].charge(screened)
         return QueryAnswer(positions, ids, receipt), trace
 
     def tree_head(self) -> SignedTreeHead:
@@ -787,4 +869,5 @@ class AuditWindow:
             tenant_ids={t: list(v) for t, v in self._ids.items()},
             tenant_contents={t: list(c.contents) for t, c in self._index.items()},
             names=dict(sorted(self.names.items())),
+            filters={t: f.start.tolist() for t, f in sorted(self.filters.items())},
         )

@@ -531,6 +531,38 @@ class _Voting(RAGSystem):
             self.prompt_budget, self.generator, self.instruction, sized, self.docs_per_voter + extra
         )
 
+    def _vote_epsilon(self) -> float:
+        """The ε one answer's vote runs at (ε_q, or ε_RAG after MURAG-ADA's threshold)."""
+        raise NotImplementedError
+
+    def answer_documents(
+        self,
+        query: str | Query,
+        texts: Sequence[str],
+        *,
+        bits: ChaCha20Bits,
+        recorder: VoteRecorder | None = None,
+    ) -> VoteResult:
+        """Vote an answer to ``query`` over ``texts`` someone else retrieved, the voter
+        partition and the release drawn from ``bits``: an audited window's answer, which
+        retrieves the documents itself and derives ``bits`` from its committed seed and
+        the public record (:meth:`ragprivacy.audit.AuditWindow.vote`; for MURAG/-ADA the
+        window's screening chose ``texts`` and charged their filters). Secure mode only,
+        without answer reuse (an earlier answer in the context is not in the trace a
+        verifier replays). Check the prompt first (:meth:`check_query`)."""
+        if self.vote.simulation or self.reuse_answers:
+            raise ConfigError(
+                "An audited vote derives its randomness and replays from its trace: build "
+                "the system in secure mode without reuse_answers."
+            )
+        result, _ = self._answer_with(Query.of(query), texts, self._vote_epsilon(), bits, recorder)
+        return result
+
+    def check_query(self, query: str | Query) -> None:
+        """Refuse ``query`` before any retrieval when a voter's prompt could overflow the
+        generator's context (depends on the query alone: refusing it spends nothing)."""
+        self._check_prompt(Query.of(query))
+
     def _answer_with(
         self,
         q: Query,
@@ -623,6 +655,9 @@ class DPVoteRAG(_Voting):
         self.epsilon = check_positive("epsilon", epsilon)
         self.vote.discoveries(self.epsilon)
 
+    def _vote_epsilon(self) -> float:
+        return self.epsilon
+
     def answer(self, query: str | Query, *, account: str | None = None) -> Response:
         q = Query.of(query)
         self._check_prompt(q)
@@ -631,33 +666,6 @@ class DPVoteRAG(_Voting):
             texts = self.retriever.knowledge_base_for(account).texts(retrieval.indices)
             result, _ = self._answer_with(q, texts, self.epsilon)
         return _response(result, retrieval, self._cost(retrieval, account))
-
-    def answer_documents(
-        self,
-        query: str | Query,
-        texts: Sequence[str],
-        *,
-        bits: ChaCha20Bits,
-        recorder: VoteRecorder | None = None,
-    ) -> VoteResult:
-        """Vote an answer to ``query`` over ``texts`` someone else retrieved, the voter
-        partition and the release drawn from ``bits``: an audited window's answer, which
-        retrieves the documents itself and derives ``bits`` from its committed seed and
-        the public record (:meth:`ragprivacy.audit.AuditWindow.vote`). Secure mode only,
-        without answer reuse (an earlier answer in the context is not in the trace a
-        verifier replays). Check the prompt first (:meth:`check_query`)."""
-        if self.vote.simulation or self.reuse_answers:
-            raise ConfigError(
-                "An audited vote derives its randomness and replays from its trace: build "
-                "the system in secure mode without reuse_answers."
-            )
-        result, _ = self._answer_with(Query.of(query), texts, self.epsilon, bits, recorder)
-        return result
-
-    def check_query(self, query: str | Query) -> None:
-        """Refuse ``query`` before any retrieval when a voter's prompt could overflow the
-        generator's context (depends on the query alone: refusing it spends nothing)."""
-        self._check_prompt(Query.of(query))
 
     def _cost(
         self,

@@ -202,6 +202,9 @@ class MuRAG(_Voting):
         self.vote.discoveries(self.screener.epsilon_rag)
         self._max_spent = 0.0
 
+    def _vote_epsilon(self) -> float:
+        return self.screener.epsilon_rag
+
     @property
     def total_epsilon(self) -> float:
         """The guarantee every document ends with: M·ε_q (Thm 1–2) with the pure filter;

@@ -1,0 +1,335 @@
+"""MURAG and MURAG-ADA tenants inside the audit window: the screening and the
+per-document filters it charges are committed and replayed (ragprivacy.audit.filters).
+
+Honest windows PASS, the filters carried from one window into the next. Each cheat is
+the provider's own serving code — its own filter state, or a subclass of the honest
+window — with everything published signed by its own key; the verifier is never
+touched, and each cheat FAILs at a named check.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pytest
+from tests._voting_llm import VOCAB, FakeLLM
+
+from ragprivacy.audit import (
+    AuditorPackage,
+    AuditPolicy,
+    AuditWindow,
+    FilterScreen,
+    FilterState,
+    PublicTranscript,
+    Receipt,
+    Verifier,
+    VoteSettings,
+    load_window,
+    sample_size,
+    save_window,
+    screen_documents,
+)
+from ragprivacy.audit.records import query_hash
+from ragprivacy.cli import main
+from ragprivacy.corpus import Corpus
+from ragprivacy.dp import ChaCha20Bits, VoteTrace
+from ragprivacy.embed import create_embedder
+from ragprivacy.errors import ConfigError
+from ragprivacy.index import create_index
+from ragprivacy.rag import MuRAG, MuRAGAda
+from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
+from ragprivacy.types import Document
+
+EMBEDDER = "hashing:64"
+GRID = 2**20  # the policy's default grid: integer scores are cosine · 2^20
+DOCS = [f"note {i}: secret alpha about patient {i}" for i in range(4)] + [
+    f"note {i}: routine visit of patient {i}" for i in range(4, 12)
+]
+# cosines under hashing:64: the first question scores the secret notes 0.35-0.39 and the
+# routine ones 0.19-0.24; the second the secret notes 0.59-0.62 and the others ≤ 0.02
+SECRET, ALPHA, ROUTINE = (
+    "what is the secret of patient 1?",
+    "secret alpha notes",
+    "who had a routine visit?",
+)
+VOTE = {"slots": 4, "docs_per_voter": 1, "theta": 2, "max_tokens": 4, "epsilon_q": 4.0}
+MURAG = VoteSettings(
+    mode="murag",
+    **VOTE,
+    epsilon_token=1.0,
+    max_discoveries=4,
+    tau=round(0.3 * GRID),
+    max_retrievals=1,
+)
+ADA = VoteSettings(
+    mode="murag_ada",
+    **VOTE,
+    epsilon_token=1.0,
+    max_discoveries=3,
+    max_retrievals=1,
+    epsilon_thr=1.0,
+    bin_top=GRID,
+    bin_bottom=-GRID,
+    bin_size=round(0.05 * GRID),
+)
+Runner = Callable[[tuple[str, ...], ChaCha20Bits], VoteTrace]
+
+
+def _policy() -> AuditPolicy:
+    return AuditPolicy(
+        epsilon_acc=16.0,  # a voting account gets ⌊16 / 4⌋ = 4 answers
+        delta_acc=1e-6,
+        rate_limit=6,
+        k_max=4,
+        delta_policy=5e-6,
+        window_id="W-filters",
+        window_start=0,
+        window_end=2**62,
+        top_k=3,
+    )
+
+
+def _runner(settings: VoteSettings) -> Callable[[str], Runner]:
+    """The honest vote of the library's own MURAG/-ADA system, over the documents the
+    window's screening passes on."""
+    embedder = create_embedder(EMBEDDER)
+    docs = [Document(f"d{i}", t) for i, t in enumerate(DOCS)]
+    index = create_index("exact", dim=embedder.dim)
+    index.add(embedder.encode(DOCS), [d.id for d in docs])
+    kb = KnowledgeBase(Corpus(docs, name="v"), embedder, index)
+    system_type = MuRAG if settings.mode == "murag" else MuRAGAda
+    system = system_type(
+        TopKRetriever(kb, k=settings.slots),
+        FakeLLM(),
+        tau=settings.tau / GRID,
+        epsilon_q=settings.epsilon_q,
+        epsilon_thr=settings.epsilon_thr or 1.0,
+        max_retrievals=settings.max_retrievals,
+        epsilon_token=settings.epsilon_token,
+        theta=settings.theta,
+        max_tokens=settings.max_tokens,
+        vocabulary=VOCAB,
+    )
+    assert system.describe()["max_discoveries"] == settings.max_discoveries
+    text_of = {d.id: d.text for d in docs}
+
+    def runner(query: str) -> Runner:
+        def run(ids: tuple[str, ...], bits: ChaCha20Bits) -> VoteTrace:
+            result = system.answer_documents(query, [text_of[i] for i in ids], bits=bits)
+            assert result.trace is not None
+            return result.trace
+
+        return run
+
+    return runner
+
+
+@dataclass
+class Ran:
+    window: AuditWindow
+    transcript: PublicTranscript
+    receipts: list[Receipt]
+    package: AuditorPackage
+    answers: list[str]
+    voted_over: list[tuple[str, ...]]
+
+    def verify(self, **kw: Any):  # type: ignore[no-untyped-def]
+        return Verifier(**kw).verify(self.transcript, self.receipts, self.package)
+
+
+def run_window(
+    settings: VoteSettings = MURAG,
+    window_type: type[AuditWindow] = AuditWindow,
+    *,
+    asks: tuple[tuple[str, str], ...] = (("b", SECRET), ("c", ALPHA), ("b", ROUTINE)),
+    start: np.ndarray | FilterState | None = None,
+    seed: bytes = bytes(range(32)),
+) -> Ran:
+    embedder = create_embedder(EMBEDDER)
+    w = window_type(
+        policy=_policy(),
+        tenants={"v": ([f"d{i}" for i in range(len(DOCS))], embedder.encode(DOCS))},
+        accounts={"b": "v", "c": "v"},
+        embedder=embedder,
+        embedder_spec=EMBEDDER,
+        seed=seed,
+        contents={"v": [query_hash(t) for t in DOCS]},
+        voting={"v": settings},
+        filters=None if start is None else {"v": start},
+    )
+    w.commit(published_at=0)
+    runner = _runner(settings)
+    receipts, texts, ids = [], [], []
+    for n, (account, question) in enumerate(asks):
+        answer, trace = w.vote(account, question, runner(question), nonce=f"{n:032x}")
+        receipts.append(answer.receipt)
+        texts.append(trace.text)
+        ids.append(answer.ids)
+    return Ran(w, w.transcript(), receipts, w.auditor_package(), texts, ids)
+
+
+@pytest.fixture(scope="module")
+def honest() -> Ran:
+    return run_window()
+
+
+def test_an_honest_murag_window_passes_and_its_filters_drop_spent_documents(
+    honest: Ran,
+) -> None:
+    v = honest.verify()
+    assert v.passed, v.failures
+    assert v.records == 3 and v.epsilon_audit is not None
+    secret = ("d0", "d1", "d2", "d3")
+    # the first question passes the four secret notes on and spends them (M = 1) ...
+    assert sorted(honest.voted_over[0]) == list(secret)
+    # ... so the second, about them alone, votes over padding only: nothing to leak
+    assert honest.voted_over[1] == ()
+    assert set(honest.voted_over[2]) <= {f"d{i}" for i in range(4, 12)}
+    spent = honest.window.filters[honest.window.tenant_id("v")].spent()
+    assert (spent[:4] == 4.0).all() and spent.max() <= MURAG.document_budget
+
+
+def test_an_honest_murag_ada_window_passes() -> None:
+    ran = run_window(ADA, asks=(("b", SECRET), ("c", ALPHA), ("c", ROUTINE), ("b", SECRET)))
+    v = ran.verify()
+    assert v.passed, v.failures
+    spent = ran.window.filters[ran.window.tenant_id("v")].spent()
+    assert spent.max() <= ADA.document_budget * (1 + 1e-9)
+    assert {1.0, 4.0} >= set(np.unique(spent[spent > 0]).tolist())  # ε_thr or ε_q, once
+
+
+def test_the_next_window_starts_from_the_filters_the_last_one_left(honest: Ran) -> None:
+    left = honest.window.filters[honest.window.tenant_id("v")].spent()
+    nxt = run_window(asks=(("c", ALPHA),), start=left, seed=bytes(range(1, 33)))
+    assert nxt.verify().passed
+    assert nxt.voted_over == [()]  # the secret notes stay spent across windows
+    com = nxt.transcript.commitments
+    t = nxt.window.tenant_id("v")
+    assert set(com.filters) == {t} and nxt.package.filters[t] == left.tolist()
+    # C_filters hides the state: it is keyed by the window's seed
+    assert com.filters[t] != honest.transcript.commitments.filters[honest.window.tenant_id("v")]
+
+
+def test_the_exported_window_verifies_through_the_cli(honest: Ran, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    save_window(tmp_path, honest.transcript, honest.receipts, honest.package)
+    transcript, receipts, package = load_window(tmp_path)
+    assert package is not None and package.witnesses[0].screen == honest.package.witnesses[0].screen
+    assert Verifier().verify(transcript, receipts, package).passed
+    code = main(["audit", "verify", "--dir", str(tmp_path), "--embedder", EMBEDDER])
+    assert code == 0, capsys.readouterr()
+    com = json.loads((tmp_path / "commitments.json").read_text())
+    assert com["voting"][honest.window.tenant_id("v")]["max_retrievals"] == 1
+    assert '"tau"' in json.dumps(com) and '"d0"' not in json.dumps(com)
+
+
+class _Forgetful(FilterState):
+    """The provider's own filter state: it never records a charge (budgets reset)."""
+
+    def charge(self, result: FilterScreen) -> None:
+        pass
+
+
+class _OwnThreshold(AuditWindow):
+    """Screens with threshold noise of its own choosing, not the derived one."""
+
+    def _screen(self, scores, spent, settings, bits):  # type: ignore[no-untyped-def]
+        chosen = ChaCha20Bits.derived(b"provider's choice".ljust(32, b"!"), "x")
+        return super()._screen(scores, spent, settings, chosen)
+
+
+class _Steered(AuditWindow):
+    """Leaves the most relevant document out of the vote (it could still pay)."""
+
+    def _screen(self, scores, spent, settings, bits):  # type: ignore[no-untyped-def]
+        got = super()._screen(scores, spent, settings, bits)
+        return replace(got, positions=got.positions[1:])
+
+
+class _Uncommitted(AuditWindow):
+    """Publishes no C_filters (the state it starts from is its word)."""
+
+    def _filter_commitments(self) -> dict[str, str]:
+        return {}
+
+
+def _forgetful(settings: VoteSettings) -> Ran:
+    return run_window(settings, start=_Forgetful(np.zeros(len(DOCS))))
+
+
+@pytest.mark.parametrize(
+    ("make", "check", "words"),
+    [
+        (lambda: _forgetful(MURAG), "per_record", "the committed filters"),
+        (lambda: _forgetful(ADA), "per_record", "the committed filters"),
+        (
+            lambda: run_window(
+                ADA, _OwnThreshold, asks=(("b", SECRET), ("c", ROUTINE), ("b", ALPHA))
+            ),
+            "per_record",
+            "derived threshold",
+        ),
+        (lambda: run_window(MURAG, _Steered), "per_record", "top K"),
+        (lambda: run_window(MURAG, _Uncommitted), "commitment_integrity", "C_filters"),
+    ],
+    ids=["budgets-reset", "ada-budgets-reset", "own-threshold-noise", "steered", "no-c-filters"],
+)
+def test_each_filter_cheat_fails_at_its_check(
+    make: Callable[[], Ran], check: str, words: str
+) -> None:
+    ran = make()
+    v = ran.verify()
+    assert not v.passed and v.epsilon_audit is None
+    assert v.failed_check == check, v.failures[:3]
+    assert any(words in f.detail for f in v.failures if f.check == check), v.failures
+
+
+def test_a_reset_leaks_what_the_filters_protect_and_sampling_still_replays_every_charge() -> None:
+    ran = _forgetful(MURAG)
+    assert sorted(ran.voted_over[1]) == ["d0", "d1", "d2", "d3"]  # spent notes, voted again
+    s = sample_size(0.5, 0.5)
+    assert s < len(ran.receipts)  # so the verifier samples
+    v = ran.verify(mode="sampled", beta=0.5, eta=0.5, rng=0)
+    assert v.records_checked == s and not v.passed
+    assert any("record 1: claim A3" in f.detail for f in v.failures), v.failures
+
+
+def test_a_package_that_does_not_open_c_filters_fails() -> None:
+    ran = run_window(asks=(("b", SECRET),))
+    t = ran.window.tenant_id("v")
+    ran.package.filters[t] = [0.5, *ran.package.filters[t][1:]]
+    v = ran.verify()
+    assert v.failed_check == "commitment_integrity"
+    assert any(f"C_filters[{t}]" in f.detail for f in v.failures)
+
+
+def test_the_screening_follows_alg_1_and_alg_2() -> None:
+    bits = ChaCha20Bits.derived(bytes(32), "rec")
+    scores = np.array([5, 9, 9, 2, 7]) * GRID // 10  # cos 0.5, 0.9, 0.9, 0.2, 0.7
+    fixed = replace(MURAG, tau=round(0.6 * GRID), slots=2)
+    spent = np.array([0.0, 0.0, 4.0, 0.0, 0.0])  # document 2 has spent its M·ε_q
+    got = screen_documents(scores, spent, fixed, bits)
+    assert got.positions == (1, 4) and got.charges == ((1, 4.0), (4, 4.0))
+    assert got.tau == round(0.6 * GRID)
+    # MURAG-ADA with a tiny noise scale (ε_thr = 50: a non-zero draw has probability
+    # e^-50): the prefix sum reaches K = 2 in the bin of the two 0.9 scores, which is
+    # released; document 2 can pay ε_thr but not ε_q in all, so it pays ε_thr only
+    ada = replace(ADA, slots=2, epsilon_q=100.0, epsilon_thr=50.0, epsilon_token=1.0)
+    spent = np.array([0.0, 0.0, 40.0, 0.0, 0.0])
+    got = screen_documents(scores, spent, ada, bits)
+    assert got.positions == (1,) and got.charges == ((1, 100.0), (2, 50.0))
+    assert got.tau == ada.bin_edges()[3]  # the lower edge of the released bin, 0.85
+    with pytest.raises(ConfigError, match="ε_thr"):
+        replace(ADA, epsilon_thr=4.0)
+    with pytest.raises(ConfigError, match="takes no epsilon_thr"):
+        replace(MURAG, epsilon_thr=1.0)
+    with pytest.raises(ConfigError, match="per-document filters"):
+        AuditWindow(
+            policy=_policy(),
+            tenants={"v": (["x"], np.eye(1, 64))},
+            accounts={"b": "v"},
+            filters={"v": np.zeros(1)},
+        )
