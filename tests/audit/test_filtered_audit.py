@@ -10,7 +10,7 @@ touched, and each cheat FAILs at a named check.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,10 +24,12 @@ from ragprivacy.audit import (
     AuditWindow,
     FilterScreen,
     FilterState,
+    ProviderKey,
     PublicTranscript,
     Receipt,
     Verifier,
     VoteSettings,
+    WitnessStore,
     load_window,
     sample_size,
     save_window,
@@ -189,7 +191,7 @@ def test_an_honest_murag_window_passes_and_its_filters_drop_spent_documents(
     # ... so the second, about them alone, votes over padding only: nothing to leak
     assert honest.voted_over[1] == ()
     assert set(honest.voted_over[2]) <= {f"d{i}" for i in range(4, 12)}
-    spent = honest.window.filters[honest.window.tenant_id("v")].spent()
+    spent = honest.window.document_spent("v")
     assert (spent[:4] == 4.0).all() and spent.max() <= MURAG.document_budget
 
 
@@ -197,13 +199,13 @@ def test_an_honest_murag_ada_window_passes() -> None:
     ran = run_window(ADA, asks=(("b", SECRET), ("c", ALPHA), ("c", ROUTINE), ("b", SECRET)))
     v = ran.verify()
     assert v.passed, v.failures
-    spent = ran.window.filters[ran.window.tenant_id("v")].spent()
+    spent = ran.window.document_spent("v")
     assert spent.max() <= ADA.document_budget * (1 + 1e-9)
     assert {1.0, 4.0} >= set(np.unique(spent[spent > 0]).tolist())  # ε_thr or ε_q, once
 
 
 def test_the_next_window_starts_from_the_filters_the_last_one_left(honest: Ran) -> None:
-    left = honest.window.filters[honest.window.tenant_id("v")].spent()
+    left = honest.window.document_spent("v")
     nxt = run_window(asks=(("c", ALPHA),), start=left, seed=bytes(range(1, 33)))
     assert nxt.verify().passed
     assert nxt.voted_over == [()]  # the secret notes stay spent across windows
@@ -227,9 +229,9 @@ def test_the_exported_window_verifies_through_the_cli(honest: Ran, tmp_path, cap
 
 
 class _Forgetful(FilterState):
-    """The provider's own filter state: it never records a charge (budgets reset)."""
+    """The provider's own filter state: it never applies a charge (budgets reset)."""
 
-    def charge(self, result: FilterScreen) -> None:
+    def catch_up(self, first: int, screens: Sequence[FilterScreen]) -> None:
         pass
 
 
@@ -333,3 +335,54 @@ def test_the_screening_follows_alg_1_and_alg_2() -> None:
             accounts={"b": "v"},
             filters={"v": np.zeros(1)},
         )
+
+
+def test_two_writers_of_one_ledger_screen_on_each_other_s_charges(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two processes serving one window (two windows over one ledger file and one witness
+    store): each screens on the other's charges, and an answer whose screening another
+    writer's record overtook is screened again — so the ledger order is the charge order
+    the verifier replays."""
+    embedder = create_embedder(EMBEDDER)
+    store, key = WitnessStore(), ProviderKey.generate()
+
+    def writer(commitments: Any = None) -> AuditWindow:
+        return AuditWindow(
+            policy=_policy(),
+            tenants={"v": ([f"d{i}" for i in range(len(DOCS))], embedder.encode(DOCS))},
+            accounts={"b": "v", "c": "v"},
+            embedder=embedder,
+            embedder_spec=EMBEDDER,
+            seed=bytes(range(32)),
+            contents={"v": [query_hash(t) for t in DOCS]},
+            voting={"v": MURAG},
+            ledger_path=tmp_path / "ledger.sqlite",
+            witness_store=store,
+            key=key,
+            commitments=commitments,
+        )
+
+    first = writer()
+    first.commit(published_at=0)
+    second = writer(first.commitments)
+    vote = _runner(MURAG)
+    runs: list[tuple[str, ...]] = []
+    receipts: list[Receipt] = []
+
+    def overtaken(ids: tuple[str, ...], bits: ChaCha20Bits) -> VoteTrace:
+        runs.append(ids)
+        if len(runs) == 1:  # the first writer appends while the second one votes
+            receipts.append(first.vote("b", SECRET, vote(SECRET), nonce="00" * 16)[0].receipt)
+        return vote(ALPHA)(ids, bits)
+
+    answer, _ = second.vote("c", ALPHA, overtaken, nonce="01" * 16)
+    # screened on the committed state first (the secret notes unspent), then again on
+    # the first writer's charges: they are spent, and the answer votes over padding
+    assert sorted(runs[0]) == ["d0", "d1", "d2", "d3"] and runs[1:] == [()]
+    assert answer.ids == () and answer.receipt.position == 1
+    receipts.append(answer.receipt)
+    receipts.append(first.vote("b", ROUTINE, vote(ROUTINE), nonce="02" * 16)[0].receipt)
+    v = Verifier().verify(second.transcript(), receipts, second.auditor_package())
+    assert v.passed, v.failures
+    assert (second.document_spent("v")[:4] == MURAG.document_budget).all()
+    first.close()
+    second.close()

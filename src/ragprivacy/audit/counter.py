@@ -35,9 +35,14 @@ class LedgerCounter:
     counts. Thread-safe.
     """
 
-    def __init__(self, ledger: MerkleLog, accounts: Iterable[str]) -> None:
+    def __init__(
+        self, ledger: MerkleLog, accounts: Iterable[str], tenants: Iterable[str] = ()
+    ) -> None:
         self.ledger = ledger
         self._count: dict[str, int] = dict.fromkeys(accounts, 0)
+        # the positions of the records of ``tenants`` (the filtered ones, whose state is
+        # a replay of their records: ragprivacy.audit.filters)
+        self._positions: dict[str, list[int]] = {t: [] for t in tenants}
         self._scanned = 0
         self._last_ts = 0
         self._lock = threading.Lock()  # _count, _scanned, _last_ts
@@ -46,10 +51,15 @@ class LedgerCounter:
         """Committed records of ``account``; ``wait=False`` does not wait for a commit in
         flight to catch up with other processes (the guard counts again on the caught-up
         ledger)."""
+        self.refresh(wait=wait)
+        with self._lock:
+            return self._count.get(account, 0)
+
+    def refresh(self, *, wait: bool = True) -> None:
+        """Count what other writers committed to the ledger meanwhile."""
         self.ledger.refresh(wait=wait)  # outside the lock: a guard takes it inside
         with self._lock:
             self._scan_to(self.ledger.durable_size)
-            return self._count.get(account, 0)
 
     @property
     def last_ts(self) -> int:
@@ -63,7 +73,15 @@ class LedgerCounter:
             rec = QueryRecord.from_bytes(self.ledger.leaf(i))
             self._count[rec.account] = self._count.get(rec.account, 0) + 1
             self._last_ts = rec.ts
+            if rec.tenant in self._positions:
+                self._positions[rec.tenant].append(i)
         self._scanned = max(self._scanned, size)
+
+    def positions(self, tenant: str) -> list[int]:
+        """The committed records of a tracked ``tenant``, by ledger position, as far as
+        the last :meth:`used` read the ledger."""
+        with self._lock:
+            return list(self._positions[tenant])
 
     def guard(
         self,
@@ -73,12 +91,15 @@ class LedgerCounter:
         *,
         restamp: bool,
         check_limit: Callable[[str, int], None],
+        tenant: tuple[str, int] | None = None,
     ) -> Callable[[MerkleLog], None]:
         """The check run inside the append, on the caught-up ledger: ``account`` has
         exactly the ``expected`` records its query number was derived from, is under its
         rate limit (``check_limit``), and ``ts`` is not before the last record's. A stale count,
         or a provider-stamped ts (``restamp``) that another writer overtook, raises
-        :class:`StaleCount`: the caller derives the query again."""
+        :class:`StaleCount`: the caller derives the query again. ``tenant`` = (a tracked
+        tenant, its record count the answer was screened on): another record of that
+        tenant appended meanwhile (its charges not in the screening) is stale too."""
 
         def check(log: MerkleLog) -> None:
             # the append just caught the log up: count what is committed, then the
@@ -86,11 +107,13 @@ class LedgerCounter:
             with self._lock:
                 self._scan_to(log.durable_size)
                 count, last_ts = self._count.get(account, 0), self._last_ts
+                screened = len(self._positions[tenant[0]]) if tenant is not None else 0
             for i in range(log.durable_size, log.size):
                 rec = QueryRecord.from_bytes(log.leaf(i))
                 count += rec.account == account
+                screened += tenant is not None and rec.tenant == tenant[0]
                 last_ts = rec.ts
-            if count != expected:
+            if count != expected or (tenant is not None and screened != tenant[1]):
                 raise StaleCount
             check_limit(account, expected)
             if log.size and ts < last_ts:

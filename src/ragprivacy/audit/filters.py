@@ -40,8 +40,8 @@ the pure filter (M·ε_q per document, Private-RAG Thm 1–2) is audited, not th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,13 +154,14 @@ def filters_commitment(seed: bytes, tenant: str, spent: np.ndarray) -> str:
 
 
 class FilterState:
-    """A filtered tenant's running state inside one window: what each document (by
-    position in the committed index) has spent.
+    """A filtered tenant's state inside one window: what each document (by position in
+    the committed index) had spent when the window opened (``start``, committed), plus
+    the charges of the tenant's records so far (:meth:`catch_up`).
 
-    This one lives in memory, for one process. A service whose workers share a tenant
-    overrides :meth:`held` (one answer of the tenant at a time across processes, so
-    that the ledger order is the charge order), :meth:`spent` (read the shared state)
-    and :meth:`charge` (write it)."""
+    The state is a replay of the ledger, the verifier's own, not a second store that
+    could drift from it: every process serving the window catches up on the records any
+    of them appended before it screens, and an append whose screening missed one is
+    stale (:meth:`ragprivacy.audit.LedgerCounter.guard`) and screened again."""
 
     def __init__(self, start: np.ndarray) -> None:
         self.start = np.array(start, dtype=np.float64)
@@ -168,20 +169,23 @@ class FilterState:
             raise ConfigError("A filter state is one finite non-negative ε per document.")
         self.start.flags.writeable = False
         self._spent = self.start.copy()
+        self.applied = 0  # the tenant's records whose charges are in
+        self._lock = threading.Lock()
 
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        """Held while one answer screens, votes and appends its record (the window also
-        holds its own per-tenant lock)."""
-        yield
+    def catch_up(self, first: int, screens: Sequence[FilterScreen]) -> None:
+        """Apply the charges of the tenant's records ``first``, ``first + 1``, ... (their
+        screenings, in ledger order) that are not in yet."""
+        with self._lock:
+            if first > self.applied:
+                raise DataError("A filter state must catch up on every record in order.")
+            for result in screens[self.applied - first :]:
+                apply_charges(self._spent, result)
+            self.applied = max(self.applied, first + len(screens))
 
     def spent(self) -> np.ndarray:
-        """Each document's spent ε now (a copy)."""
-        return self._spent.copy()
-
-    def charge(self, result: FilterScreen) -> None:
-        """Apply one appended record's charges."""
-        apply_charges(self._spent, result)
+        """Each document's spent ε as far as caught up (a copy)."""
+        with self._lock:
+            return self._spent.copy()
 
 
 def replay_filters(

@@ -261,7 +261,7 @@ class AuditWindow:
         self.ledger = ledger if ledger is not None else MerkleLog(ledger_path)
         # The ledger is the counter: an account's queries are its records, counted as the
         # ledger is read (also what other processes appended to the same file).
-        self.counter = LedgerCounter(self.ledger, self.accounts)
+        self.counter = LedgerCounter(self.ledger, self.accounts, tenants=self.filters)
         self.witnesses = witness_store or WitnessStore()
         self.prompt_template = prompt_template
         self.tokenizer = tokenizer
@@ -588,6 +588,33 @@ class AuditWindow:
         """The account's noise-then-select (:func:`~ragprivacy.audit.exact_selection`)."""
         return exact_selection(mechanism, noise, score_at)
 
+    def document_spent(self, tenant: str) -> np.ndarray:
+        """What each document of filtered tenant ``tenant`` (by name) has spent after
+        every record committed so far: the state the next window commits."""
+        t = self.tenant_id(tenant)
+        if t not in self.filters:
+            raise ConfigError(f"Tenant {tenant!r} has no per-document filters.")
+        self.counter.refresh()
+        return self._filters_now(t)[0]
+
+    def _filters_now(self, tenant: str) -> tuple[np.ndarray, int]:
+        """A filtered tenant's documents' spent ε after its committed records (as far as
+        the counter last read the ledger), and how many records that is."""
+        state = self.filters[tenant]
+        positions = self.counter.positions(tenant)
+        new = positions[state.applied :]
+        screens = []
+        for p in new:
+            witness = self.witnesses.get(QueryRecord.from_bytes(self.ledger.leaf(p)).proof)
+            if witness is None or witness.screen is None:
+                raise DataError(
+                    f"Record {p} of a filtered tenant has no screening in the witness store: "
+                    "its filters cannot be replayed."
+                )
+            screens.append(witness.screen)
+        state.catch_up(len(positions) - len(new), screens)
+        return state.spent(), len(positions)
+
     def _screen(
         self, scores: np.ndarray, spent: np.ndarray, settings: VoteSettings, bits: ChaCha20Bits
     ) -> FilterScreen:
@@ -659,6 +686,7 @@ class AuditWindow:
         topk_hash: str,
         documents: tuple[tuple[int, str, str], ...],
         answer: str | None = None,
+        screened_on: tuple[str, int] | None = None,
     ) -> Receipt:
         """Append ``record`` (its witness stored first) guarded by the account's count,
         stamped now when ``restamp`` (the caller gave no timestamp), and sign its receipt."""
@@ -674,6 +702,7 @@ class AuditWindow:
                     record.ts,
                     restamp=restamp,
                     check_limit=self._check_rate_limit,
+                    tenant=screened_on,
                 ),
             )
         pos = ticket.result()[0]  # waits for the (shared) commit: the record is durable
@@ -724,14 +753,13 @@ class AuditWindow:
                 f"Account {self.names[account]!r} does not belong to a voting tenant."
             )
         q, hq = self._embed(text, None)
-        state = self.filters.get(self.accounts[account])
+        tenant = self.accounts[account]
         with ExitStack() as held:
-            if state is not None:
-                # a filtered tenant answers one query at a time, screening to append, so
-                # that its records' ledger order is the order of their charges (what the
-                # verifier replays); the lock map is keyed by pseudonym, a tenant's too
-                held.enter_context(self._account_lock(self.accounts[account]))
-                held.enter_context(state.held())
+            if tenant in self.filters:
+                # this process screens a filtered tenant's answers one at a time (another
+                # process's append in between makes the screening stale: screened again);
+                # the lock map is keyed by pseudonym, a tenant's too
+                held.enter_context(self._account_lock(tenant))
             held.enter_context(self._account_lock(account))
             for _ in range(64):
                 expected = self.counter.used(account, wait=False)
@@ -758,11 +786,12 @@ class AuditWindow:
         seq = self._query_number(account, expected)
         rec = query_input(self.policy.window_id, account, tenant, hq, seq, nonce)
         bits = derived_bits(self._noise_seed(), rec)
-        screened = None
+        screened, screened_on = None, None
         if settings.filtered:  # MURAG/-ADA: the screening charges the filters
-            state = self.filters[tenant]
+            spent, count = self._filters_now(tenant)
+            screened_on = (tenant, count)  # stale if another record of it comes first
             scores = index.scores(q, self.policy.grid_bits)
-            screened = self._screen(scores, state.spent(), settings, bits)
+            screened = self._screen(scores, spent, settings, bits)
             positions = screened.positions
         else:
             positions = self._vote_select(index, q, settings)
@@ -806,9 +835,8 @@ class AuditWindow:
             topk_hash=opened,
             documents=(),
             answer=trace.text,
+            screened_on=screened_on,
         )
-        if screened is not None:  # appended: its charges are the ledger's from now on
-            self.filters[tenant].charge(screened)
         return QueryAnswer(positions, ids, receipt), trace
 
     def tree_head(self) -> SignedTreeHead:
