@@ -39,11 +39,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import beta, binomtest, norm, rankdata, t
-from sklearn.metrics import roc_auc_score
-from sklearn.metrics import roc_curve as _sk_roc_curve
 
 from ragprivacy.errors import DataError
+
+# scipy.stats and sklearn.metrics (pandas with it) are imported by the functions that use
+# them: together about a second of every process that imports this module, the
+# command line's and each pool worker's among them, most of which never ask for a
+# statistic.
 
 __all__ = [
     "AucInterval",
@@ -83,8 +85,10 @@ def roc_points(
     >>> fpr.tolist(), tpr.tolist(), float(thr[0])
     ([0.0, 0.0, 0.5, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0, 1.0], inf)
     """
+    from sklearn.metrics import roc_curve
+
     labels, scores = _labelled(*_classes(positives, negatives))
-    fpr, tpr, thr = _sk_roc_curve(labels, scores, drop_intermediate=False)
+    fpr, tpr, thr = roc_curve(labels, scores, drop_intermediate=False)
     return fpr.astype(np.float64), tpr.astype(np.float64), thr.astype(np.float64)
 
 
@@ -102,6 +106,9 @@ def auc_and_delong_se(positives: npt.ArrayLike, negatives: npt.ArrayLike) -> tup
     Raises:
         DataError: a class has no score.
     """
+    from scipy.stats import rankdata
+    from sklearn.metrics import roc_auc_score
+
     x, y = _classes(positives, negatives)
     m, n = x.size, y.size
     auc = float(roc_auc_score(*_labelled(x, y)))
@@ -137,6 +144,8 @@ def _paired_exact(auc: float, pairs: int, confidence: float) -> tuple[float, flo
     The beta-quantile form of the exact interval accepts a fractional count; at 0 or
     ``pairs`` wins it is the textbook one-sided-closed exact interval.
     """
+    from scipy.stats import beta
+
     a = (1.0 - confidence) / 2.0
     wins = auc * pairs
     low = 0.0 if wins <= 0 else float(beta.ppf(a, wins, pairs - wins + 1))
@@ -183,6 +192,8 @@ def auc_interval_from(
     if pairs < 1:
         raise DataError(f"An AUC interval needs at least one score per class; got {pairs}.")
     if math.isfinite(se) and se > 0:
+        from scipy.stats import norm
+
         z = float(norm.ppf(0.5 + confidence / 2.0))
         low, high = auc - z * se, auc + z * se
         if low >= 0.0 and high <= 1.0:
@@ -212,6 +223,8 @@ def proportion_interval(
         return (math.nan, math.nan)
     if not 0 <= successes <= n:
         raise DataError(f"A proportion needs 0 <= successes <= n; got {successes} of {n}.")
+    from scipy.stats import binomtest
+
     ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method=method)
     return (float(ci.low), float(ci.high))
 
@@ -235,6 +248,8 @@ def mean_interval(
     >>> tuple(round(v, 3) for v in mean_interval([1.0] * 20, unit=True))
     (0.839, 1.0)
     """
+    from scipy.stats import norm, t
+
     v = np.asarray(values, dtype=np.float64).ravel()
     v = v[~np.isnan(v)]
     if v.size < 2:

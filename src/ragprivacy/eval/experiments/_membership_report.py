@@ -8,14 +8,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
 from ragprivacy._stats import min_non_members, resolves_fpr
 from ragprivacy.eval.experiments.base import ReportSection, format_cell, format_interval
+from ragprivacy.eval.experiments.plots import pyplot
 
 __all__ = [
     "membership_overview",
@@ -38,6 +35,7 @@ def roc_plot(path: Path, curves: dict[str, tuple[list[float], list[float]]], tit
     and the axis label says so."""
     positive = [f for fpr, _ in curves.values() for f in fpr if f > 0]
     floor = min(positive, default=1e-3) / 2
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.4, 5.6), dpi=110)
     grid = sorted({f for fpr, _ in curves.values() for f in fpr})
 
@@ -328,6 +326,7 @@ def auc_heatmap(
         [[v if isinstance(v, float) else np.nan for v in row] for row in auc], dtype=float
     )
     width = max(5.0, 1.0 + 0.85 * len(columns))
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(width, 1.2 + 0.45 * len(attacks)), dpi=110)
     separation = np.maximum(data, 1.0 - data)
     img = ax.imshow(separation, cmap="RdYlGn_r", vmin=0.5, vmax=1.0, aspect="auto")

@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import chi2, norm
 
 from ragprivacy._resources import ResourceEstimate
 from ragprivacy._validation import check_choice, check_positive_int
@@ -359,6 +358,8 @@ def _wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float, flo
 
 def gates(cells: Sequence[SweepCell], *, has_prediction: bool = True) -> list[GateVerdict]:
     """The falsification gates P1 and P3 of §3.8 (see the module docstring for the rules)."""
+    from scipy.stats import chi2, norm  # here: scipy.stats is a costly import (ragprivacy._stats)
+
     rows: dict[float, list[SweepCell]] = {}
     for c in cells:
         rows.setdefault(c.eps_acc, []).append(c)

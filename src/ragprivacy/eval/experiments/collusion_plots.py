@@ -6,13 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.ticker import NullFormatter
-
 from ragprivacy.eval.experiments.collusion import SweepResult
+from ragprivacy.eval.experiments.plots import pyplot
 
 __all__ = ["plot_calibration", "plot_sweep", "plot_sweeps"]
 
@@ -37,6 +32,9 @@ def plot_sweeps(
     """Several sweeps on one axis (e.g. same-tenant vs external under M4, Figure 5): the
     measured AUC ± 1 SE per ε_acc, and each ε_acc's predicted curve in the same colour,
     dashed and named in the legend (drawn once where sweeps share it)."""
+    from matplotlib.ticker import NullFormatter
+
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=110)
     styles = ["o-", "s--", "^:", "d-."]
     eps_all = sorted({c.eps_acc for res in results.values() for c in res.cells})
@@ -106,6 +104,7 @@ def plot_calibration(
     accounts: int = 30,
 ) -> Path:
     """Figure 4: (a) null FPR against θ, (b) mean ĉ at k_true against θ per pattern."""
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9.0, 3.6), dpi=110)
     a.plot(thetas, null_fpr, "o-", markersize=4)
     a.axhline(0.05, color="r", ls=":", lw=0.8)

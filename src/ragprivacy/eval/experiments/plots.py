@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 
-import matplotlib
+__all__ = ["grouped_bars", "pyplot", "step_cdf"]
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
-__all__ = ["grouped_bars", "step_cdf"]
+def pyplot() -> ModuleType:
+    """``matplotlib.pyplot`` on the Agg backend (PNG files, no display).
+
+    Imported by the first figure, not with the reports' modules: importing pyplot costs
+    a few tenths of a second in every process that imports ``ragprivacy.eval`` (the
+    command line, each pool worker), and only a run's report draws.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def grouped_bars(
@@ -27,6 +38,7 @@ def grouped_bars(
 
     The value axis is linear and starts at 0 whatever ``ylim`` says (a bar's length is its
     value; a cut or logarithmic axis would misstate ratios)."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
     width = 0.8 / max(1, len(series))
     for i, (name, values) in enumerate(series.items()):
@@ -64,6 +76,7 @@ def step_cdf(
     ``cap`` marks (a vertical line, named in the legend) the largest value the measure can
     take, so a series piled up against it reads as "hit the limit", not as a natural
     value."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
     if cap is not None:  # under the series, so a series at the cap stays visible
         ax.axvline(cap, color="grey", ls="--", lw=2.0, alpha=0.6, zorder=1, label=cap_label)
