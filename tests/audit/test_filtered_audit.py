@@ -30,6 +30,7 @@ from ragprivacy.audit import (
     Verifier,
     VoteSettings,
     WitnessStore,
+    filter_end_states,
     load_window,
     sample_size,
     save_window,
@@ -386,3 +387,33 @@ def test_two_writers_of_one_ledger_screen_on_each_other_s_charges(tmp_path) -> N
     assert (second.document_spent("v")[:4] == MURAG.document_budget).all()
     first.close()
     second.close()
+
+
+def test_a_window_that_resets_the_filters_it_inherited_fails_against_the_previous_one(
+    honest: Ran, tmp_path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    left = honest.window.document_spent("v")
+    previous = filter_end_states(honest.transcript, honest.package)
+    assert previous == {"v": dict(zip(honest.window.document_ids("v"), left.tolist()))}
+    carried = run_window(asks=(("c", ALPHA),), start=left, seed=bytes(range(2, 34)))
+    reset = run_window(asks=(("c", ALPHA),), seed=bytes(range(2, 34)))  # starts from 0
+    # the secret notes, spent in the previous window, answer again
+    assert sorted(reset.voted_over[0]) == ["d0", "d1", "d2", "d3"]
+    assert reset.verify().passed  # alone, its own package opens its C_filters
+    assert (
+        Verifier()
+        .verify(carried.transcript, carried.receipts, carried.package, previous_filters=previous)
+        .passed
+    )
+    v = Verifier().verify(
+        reset.transcript, reset.receipts, reset.package, previous_filters=previous
+    )
+    assert v.failed_check == "commitment_integrity"
+    spent = f"{int((left > 0).sum())} document(s)"  # every one the first window charged
+    assert any(spent in f.detail and "reset" in f.detail for f in v.failures), v.failures
+    for name, ran in (("w1", honest), ("carried", carried), ("reset", reset)):
+        save_window(tmp_path / name, ran.transcript, ran.receipts, ran.package)
+    verify = ["audit", "verify", "--embedder", EMBEDDER, "--previous", str(tmp_path / "w1")]
+    assert main([*verify, "--dir", str(tmp_path / "carried")]) == 0, capsys.readouterr()
+    assert main([*verify, "--dir", str(tmp_path / "reset")]) == 1
+    assert "reset" in capsys.readouterr().out

@@ -1,8 +1,8 @@
 """Voting tenants (dp_vote, murag, murag_ada) and log-probabilities, through a running
 server with two workers: only DP-voted answers leave, each costs the tenant's ε_q, an
 account gets min(r, ⌊ε_acc/ε_q⌋) of them, refusals spend nothing, concurrent MURAG
-answers never overspend a document's filter, and the audited window — dp_vote answers
-among its records — verifies."""
+answers never overspend a document's filter, and the audited window — every voted answer
+among its records, MURAG's screenings replayed — verifies."""
 
 from __future__ import annotations
 
@@ -130,18 +130,13 @@ def test_concurrent_murag_answers_never_overspend_a_document(service) -> None:  
         answers = list(pool.map(ask, range(40)))
     assert {r.status_code for r in answers} == {200}, {r.text[:200] for r in answers}
     assert _used(service, "m1") + _used(service, "m2") == 40
-    ids = [
-        json.loads(line)["id"] for line in (service["root"] / "mu.jsonl").read_text().splitlines()
-    ]
-    store = SqliteBudgetStore(service["state"] / "filters" / "mu.sqlite")
-    spent = store.spent(ids)[:, 0]
-    assert np.all(spent <= 6.0 + 1e-9), spent
-    assert spent.max() == pytest.approx(6.0)  # the asthma documents were used up, not more
+    # every answer is a record of the window: its receipt names the answer, no documents
+    assert all(Receipt.from_dict(r.json()["receipt"]).documents == () for r in answers)
     chat = {"model": "ragprivacy", "messages": [{"role": "user", "content": "who has diabetes?"}]}
     ada = _post(service, "a1", "/v1/chat/completions", chat)
     assert ada.status_code == 200, ada.text
     extra = ada.json()["ragprivacy"]
-    assert extra["receipt"] is None and extra["privacy"]["mechanism"] == "murag_ada"
+    assert extra["receipt"] is not None and extra["privacy"]["mechanism"] == "murag_ada"
     assert extra["privacy"]["document_budget"] == 8.0
 
 
@@ -151,14 +146,23 @@ def test_the_audited_window_verifies_beside_voting_tenants(service, tmp_path, ad
     voted = _post(service, "v2", "/v1/answer", {"query": "who has gout?"})
     assert voted.status_code == 200, voted.text
     commitments = httpx.get(f"{service['url']}/v1/audit/windows/W1/commitments", timeout=60)
-    # dp_vote accounts are audited with their tenant's vote (alice, v1, v2); MURAG ones not
-    # yet; all named by pseudonyms
+    # every account is audited, the voting ones with their tenant's vote and MURAG/-ADA
+    # ones with their screening and committed filters; all named by pseudonyms
     accounts = commitments.json()["accounts"]
-    assert len(accounts) == 3 and not {"alice", "v1", "v2"} & set(accounts)
+    assert len(accounts) == len(ACCOUNTS) and not set(ACCOUNTS) & set(accounts)
     assert {got.json()["receipt"]["account"], voted.json()["receipt"]["account"]} <= set(accounts)
-    [settings] = commitments.json()["voting"].values()
-    assert settings["slots"] == 2
+    settings = sorted(commitments.json()["voting"].values(), key=lambda v: v["mode"])
+    assert [v["mode"] for v in settings] == ["dp_vote", "murag", "murag_ada"]
+    assert all(v["slots"] == 2 for v in settings) and settings[1]["tau"] == 0
+    assert len(commitments.json()["filters"]) == 2
     admin(service["state"], "window", "close", "--export-auditor", str(tmp_path / "aud"))
+    # closing settled the MURAG charges into the tenant's lifetime filters: the 40
+    # answers on one topic used its documents up (M·ε_q = 6), and not more
+    ids = [
+        json.loads(line)["id"] for line in (service["root"] / "mu.jsonl").read_text().splitlines()
+    ]
+    spent = SqliteBudgetStore(service["state"] / "filters" / "mu.sqlite").spent(ids)[:, 0]
+    assert np.all(spent <= 6.0 + 1e-9) and spent.max() == pytest.approx(6.0), spent
     # alice's other answers (earlier tests of this module) went without kept receipts, so
     # this one receipt is checked alone: the unasked-record rule holds an account that
     # submits receipts to all of them

@@ -1,41 +1,29 @@
-"""A voting tenant's answer that fails after its scores were read stays counted, whatever
-the error (a screening that lost every race for its documents' budgets is one); only the
-prompt check, which reads nothing, gives it back."""
+"""A voting tenant's answer that fails after its documents were screened stays counted —
+its record is appended with the vote's trace so far and its receipt — whatever the
+error; only the prompt check, which reads nothing, gives it back."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ragprivacy.errors import BudgetExhaustedError, ChargedFailureError, ConfigError
+from ragprivacy.errors import ChargedFailureError, ConfigError
 from ragprivacy.generate import create_generator
-from ragprivacy.rag import Query, RAGSystem
 from ragprivacy.service import ServiceState
 from ragprivacy.service.provider import ServiceProvider, open_window
-from ragprivacy.types import Response
-
-
-class Refusing(RAGSystem):
-    """Stands in for a system whose screening read the scores and then raised ``error``."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-    def answer(self, query: str | Query, *, account: str | None = None) -> Response:
-        raise self.error
 
 
 @pytest.mark.parametrize(
     ("error", "counted"),
     [
-        (BudgetExhaustedError("races lost; nothing was charged"), 1),
-        (RuntimeError("a retrieval backend failed"), 1),
+        (RuntimeError("the generator's backend failed"), 1),
         (ConfigError("this prompt could overflow the context"), 0),
     ],
 )
-def test_a_voted_answer_failing_after_its_scores_were_read_stays_counted(
+def test_a_voted_answer_failing_after_its_documents_were_screened_stays_counted(
     tmp_path: Path, admin, error: Exception, counted: int
 ) -> None:  # type: ignore[no-untyped-def]
     state = tmp_path / "state"
@@ -52,12 +40,23 @@ def test_a_voted_answer_failing_after_its_scores_were_read_stays_counted(
     open_window(st)
     provider = ServiceProvider(st)
     generator = create_generator("reference")
-    voting = provider._voting_tenants()
-    voting._systems[("v", generator)] = Refusing(error)  # the tenant's system, failing
-    expected = ConfigError if counted == 0 else ChargedFailureError
-    with pytest.raises(expected):
+    system: Any = provider._voting_tenants().system("v", generator)
+
+    def fail(*_args: Any, **_kw: Any) -> Any:
+        raise error
+
+    # the tenant's own system, failing: in its vote (the window screened and charged the
+    # documents before), or in the prompt check (before anything is read)
+    if counted:
+        system.answer_documents = fail
+    else:
+        system.check_query = fail
+    expected = ChargedFailureError if counted else ConfigError
+    with pytest.raises(expected) as raised:
         provider.answer_voted("b", "who has asthma?", generator)
     budget = provider.budget("b")
     assert budget["used"] == counted
     assert budget["failures"]["charged"] == counted
+    if counted:  # the record is in the ledger and the account holds its receipt
+        assert getattr(raised.value, "receipt", None) is not None
     provider.close()

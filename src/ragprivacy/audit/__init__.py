@@ -35,6 +35,7 @@ from ragprivacy.audit.epsilon import AuditEpsilon, epsilon_audit, epsilon_audit_
 from ragprivacy.audit.filters import (
     FilterScreen,
     FilterState,
+    apply_charges,
     filters_commitment,
     replay_filters,
     screen_documents,
@@ -74,6 +75,7 @@ from ragprivacy.audit.verifier import (
     CheckFailure,
     Verdict,
     Verifier,
+    filter_end_states,
     sample_size,
 )
 from ragprivacy.audit.votes import AUDITED_VOTING_MODES, VoteSettings, answer_hash, check_vote
@@ -122,6 +124,7 @@ __all__ = [
     "WitnessStore",
     "answer_hash",
     "answer_query",
+    "apply_charges",
     "calibrate_estimator",
     "check_vote",
     "derived_noise",
@@ -129,6 +132,7 @@ __all__ = [
     "epsilon_audit_table",
     "estimate_coalition",
     "exact_selection",
+    "filter_end_states",
     "filters_commitment",
     "fixed_point",
     "load_window",

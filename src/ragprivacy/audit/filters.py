@@ -55,6 +55,7 @@ from ragprivacy.errors import ConfigError, DataError
 __all__ = [
     "FilterScreen",
     "FilterState",
+    "apply_charges",
     "filters_commitment",
     "replay_filters",
     "screen_documents",

@@ -77,7 +77,7 @@ from ragprivacy.audit.commitments import (
     seed_commitment,
 )
 from ragprivacy.audit.epsilon import epsilon_audit
-from ragprivacy.audit.filters import filters_commitment, replay_filters
+from ragprivacy.audit.filters import apply_charges, filters_commitment, replay_filters
 from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclusion
 from ragprivacy.audit.noise import integer_scores
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
@@ -93,7 +93,15 @@ from ragprivacy.dp import derived_bits
 from ragprivacy.embed import Embedder, create_embedder
 from ragprivacy.errors import ConfigError, RagPrivacyError
 
-__all__ = ["CHECKS", "OUTCOMES", "CheckFailure", "Verdict", "Verifier", "sample_size"]
+__all__ = [
+    "CHECKS",
+    "OUTCOMES",
+    "CheckFailure",
+    "Verdict",
+    "Verifier",
+    "filter_end_states",
+    "sample_size",
+]
 
 CHECKS = (
     "commitment_integrity",
@@ -225,6 +233,7 @@ class Verifier:
         package: AuditorPackage | None = None,
         *,
         unanswered: Sequence[tuple[str | None, str]] = (),
+        previous_filters: Mapping[str, Mapping[str, float]] | None = None,
     ) -> Verdict:
         """The verdict on one window (checks 1–6, docs/audit.md).
 
@@ -236,7 +245,12 @@ class Verifier:
         answer to (a connection lost mid-request: the record may have been appended
         without the receipt reaching them; the shipped client logs them). Each excuses
         one record of that account (of any account for None) with that H(q) from the
-        rule that a submitting account's records all carry one of its receipts."""
+        rule that a submitting account's records all carry one of its receipts.
+
+        ``previous_filters``: where the previous window left each filtered tenant's
+        documents (tenant name → document id → spent ε, :func:`filter_end_states` of that
+        window); with the auditor package, a committed filter state that starts any of
+        them lower (budgets reset between windows) FAILs ``commitment_integrity``."""
         failures: list[CheckFailure] = []
         com = transcript.commitments
         key = self.provider_key or com.provider_key
@@ -339,6 +353,7 @@ class Verifier:
                             f"C_filters[{t}] ≠ the given document budgets",
                         )
                     )
+            failures.extend(_carried_over(package, previous_filters or {}))
         # 2. ledger integrity
         sth = transcript.tree_head
         records: list[QueryRecord | None] = []
@@ -689,6 +704,53 @@ def _pseudonyms(com: Commitments, package: AuditorPackage) -> list[CheckFailure]
                     "commitment_integrity",
                     f"{kind} {alias} is not the pseudonym of a name of the auditor package "
                     "under the window's seed",
+                )
+            )
+    return out
+
+
+def filter_end_states(
+    transcript: PublicTranscript, package: AuditorPackage
+) -> dict[str, dict[str, float]]:
+    """Where a window left each filtered tenant's documents: tenant name → document id
+    → spent ε, the committed state plus the witnessed charges of the tenant's records
+    (checked by :meth:`Verifier.verify`); what the next window's verification takes as
+    ``previous_filters``."""
+    out: dict[str, dict[str, float]] = {}
+    records = [QueryRecord.from_bytes(r) for r in transcript.records]
+    for t, start in sorted(package.filters.items()):
+        spent = np.array(start, dtype=np.float64)
+        for pos, rec in enumerate(records):
+            w = package.witnesses.get(pos)
+            if rec.tenant == t and w is not None and w.screen is not None:
+                apply_charges(spent, w.screen)
+        ids = package.tenant_ids.get(t, [])
+        out[package.names.get(t, t)] = dict(zip(ids, spent.tolist()))
+    return out
+
+
+def _carried_over(
+    package: AuditorPackage, previous: Mapping[str, Mapping[str, float]]
+) -> list[CheckFailure]:
+    """Every document a filtered tenant shares with the previous window starts where
+    that window left it, or higher (tolerance 10⁻⁹, the store's: a lifetime store sums
+    the charges in another order)."""
+    out = []
+    for t, start in sorted(package.filters.items()):
+        before = previous.get(package.names.get(t, ""))
+        if before is None:
+            continue
+        lower = sum(
+            1
+            for doc, now in zip(package.tenant_ids.get(t, []), start)
+            if doc in before and now < before[doc] * (1 - 1e-9) - 1e-12
+        )
+        if lower:
+            out.append(
+                CheckFailure(
+                    "commitment_integrity",
+                    f"C_filters[{t}] commits {lower} document(s) as having spent less than "
+                    "the previous window left them (their budgets were reset)",
                 )
             )
     return out

@@ -597,22 +597,39 @@ class AuditWindow:
         self.counter.refresh()
         return self._filters_now(t)[0]
 
-    def _filters_now(self, tenant: str) -> tuple[np.ndarray, int]:
-        """A filtered tenant's documents' spent ε after its committed records (as far as
-        the counter last read the ledger), and how many records that is."""
-        state = self.filters[tenant]
-        positions = self.counter.positions(tenant)
-        new = positions[state.applied :]
-        screens = []
-        for p in new:
+    def document_ids(self, tenant: str) -> list[str]:
+        """The committed document ids of tenant ``tenant`` (by name), in index order."""
+        return list(self._ids[self.tenant_id(tenant)])
+
+    def screenings(self, tenant: str) -> list[tuple[int, FilterScreen]]:
+        """Filtered tenant ``tenant``'s (by name) committed records, by ledger position,
+        with their screenings: the charges a service settles into its lifetime filter
+        store once the window closes."""
+        t = self.tenant_id(tenant)
+        if t not in self.filters:
+            raise ConfigError(f"Tenant {tenant!r} has no per-document filters.")
+        self.counter.refresh()
+        positions = self.counter.positions(t)
+        return list(zip(positions, self._screens(positions)))
+
+    def _screens(self, positions: Sequence[int]) -> list[FilterScreen]:
+        out = []
+        for p in positions:
             witness = self.witnesses.get(QueryRecord.from_bytes(self.ledger.leaf(p)).proof)
             if witness is None or witness.screen is None:
                 raise DataError(
                     f"Record {p} of a filtered tenant has no screening in the witness store: "
                     "its filters cannot be replayed."
                 )
-            screens.append(witness.screen)
-        state.catch_up(len(positions) - len(new), screens)
+            out.append(witness.screen)
+        return out
+
+    def _filters_now(self, tenant: str) -> tuple[np.ndarray, int]:
+        """A filtered tenant's documents' spent ε after its committed records (as far as
+        the counter last read the ledger), and how many records that is."""
+        state = self.filters[tenant]
+        positions = self.counter.positions(tenant)
+        state.catch_up(state.applied, self._screens(positions[state.applied :]))
         return state.spent(), len(positions)
 
     def _screen(

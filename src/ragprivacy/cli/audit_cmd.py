@@ -98,9 +98,21 @@ def _verdict(
     embedder: str | None = None,
     provider_key: str | None = None,
     remote: tuple | None = None,  # type: ignore[type-arg]
+    previous: Path | None = None,
 ) -> dict:
-    from ragprivacy.audit import Verifier, load_window
+    from ragprivacy.audit import Verifier, filter_end_states, load_window
     from ragprivacy.embed import create_embedder
+    from ragprivacy.errors import ConfigError
+
+    previous_filters = None
+    if previous is not None:
+        before, _, before_package = load_window(previous)
+        if before_package is None:
+            raise ConfigError(
+                f"--previous {previous} holds no auditor package (auditor.json): the previous "
+                "window's filter state can only be replayed from it."
+            )
+        previous_filters = filter_end_states(before, before_package)
 
     unanswered: list[tuple[str | None, str]] = []
     if remote is not None:
@@ -111,7 +123,9 @@ def _verdict(
     emb = create_embedder(embedder) if embedder else None
     v = Verifier(
         mode=mode, beta=beta, eta=eta, rng=seed, embedder=emb, provider_key=provider_key
-    ).verify(transcript, receipts, package, unanswered=unanswered)
+    ).verify(
+        transcript, receipts, package, unanswered=unanswered, previous_filters=previous_filters
+    )
     return v.to_dict()
 
 
@@ -151,6 +165,12 @@ def verify(
         help="The provider's Ed25519 public key (hex), known in advance; default: the key "
         "in the commitments.",
     ),
+    previous: Path | None = typer.Option(
+        None,
+        "--previous",
+        help="The previous window's directory, with its auditor package: its MURAG "
+        "tenants' documents must start this window where that one left them.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
 ) -> None:
     """Verify a window: PASS with ε_audit (exit 0), FAIL with the failed check (exit 1), or
@@ -171,7 +191,7 @@ def verify(
         raise ConfigError(
             "--provider-key must be the provider's Ed25519 public key as 64 hex characters."
         )
-    record = _verdict(directory, mode, beta, eta, seed, embedder, provider_key, remote)
+    record = _verdict(directory, mode, beta, eta, seed, embedder, provider_key, remote, previous)
     outcome = record["verdict"]
     if as_json:
         typer.echo(json.dumps(record, indent=1))

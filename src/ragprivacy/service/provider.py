@@ -33,11 +33,13 @@ returned only once its record committed.
 
 The window policy states the largest per-account budget (ε_acc, δ_acc, r) and K of any
 account, which ε_audit is computed from; each account's own, smaller policy is committed
-beside it. Voting tenants answer through :mod:`ragprivacy.service.voting`: a ``dp_vote``
-tenant's accounts are in the commitments, with the tenant's vote settings, and their
-answers are records of the window (:mod:`ragprivacy.audit.votes`); ``murag`` and
-``murag_ada`` accounts are not yet in the audited commitments. A window needs at least one
-audited (``noisy_topk`` or ``dp_vote``) account.
+beside it. Voting tenants answer through :mod:`ragprivacy.service.voting`: their accounts
+are in the commitments, with the tenant's vote settings, and their answers are records of
+the window (:mod:`ragprivacy.audit.votes`); a ``murag``/``murag_ada`` tenant's documents'
+filter state is committed when the window opens and its charges are settled into the
+tenant's lifetime filter store when it closes (:mod:`ragprivacy.audit.filters`). Windows
+opened by an earlier version keep their MURAG accounts outside the commitments until they
+close.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ragprivacy.audit import (
     AUDITED_VOTING_MODES,
@@ -67,7 +71,14 @@ from ragprivacy.generate import Generator, Prompt, PromptBudget, Task, join_comp
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
 from ragprivacy.service.state import VOTING_MODES, ServiceState, Window, check_id
-from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap, vote_settings
+from ragprivacy.service.voting import (
+    VotedAnswer,
+    VotingTenants,
+    answer_cap,
+    filter_start,
+    settle_filters,
+    vote_settings,
+)
 from ragprivacy.types import Completion
 
 __all__ = [
@@ -129,7 +140,7 @@ def _window_policy(
     accounts = {n: a for n, a in everyone.items() if _audited(tenants[a["tenant"]]["mode"])}
     if not accounts:
         raise ConfigError(
-            "A window needs at least one account of a noisy_topk or dp_vote tenant (the "
+            "A window needs at least one account of a noisy_topk or voting tenant (the "
             "audited part); create one ('tenant create T --mode noisy_topk', 'account "
             "create T A ...')."
         )
@@ -174,6 +185,7 @@ def audit_window(
     account_policies: dict[str, dict[str, Any]] | None = None,
     texts: Mapping[str, Sequence[str]] | None = None,
     voting: Mapping[str, VoteSettings] | None = None,
+    filters: Mapping[str, Sequence[float]] | None = None,
 ) -> AuditWindow:
     """The :class:`AuditWindow` of ``window_id`` over the state: its tenants' stored
     embeddings (the first ``tenants[t]`` of each; a pgvector table is read, not loaded),
@@ -209,6 +221,7 @@ def audit_window(
         witness_store=state.witness_store(window_id),
         commitments=commitments,
         voting=voting,
+        filters={t: np.asarray(v, dtype=np.float64) for t, v in (filters or {}).items()},
     )
 
 
@@ -224,6 +237,7 @@ def _published(
         accounts=window.snapshot["accounts"],
         commitments=Commitments.from_dict(window.commitments),
         texts=texts,
+        filters=window.snapshot.get("filters"),
     )
 
 
@@ -243,10 +257,12 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     # dp_vote accounts are in the commitments; the others vote outside the audit
     voting = {n: t for n, t in votes.items() if n not in accounts}
     settings = {
-        t: vote_settings(tenant_modes[t])
+        t: vote_settings(tenant_modes[t], policy.grid_bits)
         for t in sorted(set(accounts.values()))
         if tenant_modes[t]["mode"] in AUDITED_VOTING_MODES
     }
+    # what each filtered tenant's documents have spent in earlier windows: committed
+    filters = {t: filter_start(state, t, sizes[t]) for t, v in settings.items() if v.filtered}
     snapshot: dict[str, Any] = {
         "tenants": sizes,
         # the audited accounts by name (the commitments name their pseudonyms)
@@ -259,6 +275,7 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
         "voting_policies": {
             n: {k: everyone[n][k] for k in ("epsilon", "delta", "rate_limit")} for n in voting
         },
+        "filters": filters,
     }
     seed = os.urandom(32)
     with audit_window(
@@ -270,6 +287,7 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
         accounts=accounts,
         account_policies=overrides,
         voting=settings,
+        filters=filters,
     ) as window:
         commitments = window.commit(published_at=start)
     return state.insert_window(window_id, seed, snapshot, commitments.to_dict())
@@ -286,6 +304,9 @@ def close_window(state: ServiceState) -> Window:
         # spent), so ĉ and the final head cover every record the window will ever hold.
         audited.ledger.seal()
         claim, head = audited.coalition_claim(), audited.tree_head()
+        # the filtered tenants' charges go to their lifetime stores before the window is
+        # closed: a crash in between leaves it open, and closing again settles nothing twice
+        settle_filters(state, audited, window.window_id)
         state.finish_window(window.window_id, claim.to_dict(), head.to_dict())
     return state.window(window.window_id)
 

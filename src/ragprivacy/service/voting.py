@@ -11,9 +11,10 @@ Accounting:
 
 * every answer costs the account the tenant's ε_q (pure DP); an account may get
   ``min(r, ⌊ε_acc / ε_q⌋)`` answers per window (sequential composition: at most ε_acc),
-  counted durably in the state (one SQLite transaction, so server workers share it);
+  counted by the window's ledger (below; in a window that does not audit the tenant,
+  durably in the state, one SQLite transaction that server workers share);
 * MURAG/-ADA also charge each screened document's filter (budget M·ε_q for its lifetime,
-  Thm 1–2) in ``DIR/filters/<tenant>.sqlite``, shared by every worker and every window;
+  Thm 1–2), kept in ``DIR/filters/<tenant>.sqlite`` across windows (below);
 * a failure is an answer: the answer is counted before it is computed and stays counted
   if the vote fails after retrieval (the systems keep their filter charges too), because
   whether it fails can depend on the documents; it is given back only when nothing was
@@ -25,19 +26,21 @@ Accounting:
   service's :class:`~ragprivacy.generate.PromptBudget`, and a query whose voter prompt
   could overflow the generator's context is refused before retrieval.
 
-**Audited votes.** A ``dp_vote`` tenant's answers are records of the audit window
+**Audited votes.** A voting tenant's answers are records of the audit window
 (:meth:`VotingTenants.answer_audited`, :mod:`ragprivacy.audit.votes`): its accounts are
 in the window's commitments with the tenant's vote settings (:func:`vote_settings`), the
-window retrieves the committed top m·k and derives the vote's partition and noise from
-(s_W, rec_q), the ledger counts the answers (at most min(r, ⌊ε_acc/ε_q⌋)), and the
-account gets a signed receipt of its answer. A failure after retrieval appends the record
-with the trace so far. Windows opened before this kept their dp_vote accounts outside
-the commitments and are served as below until they close.
-
-Deviation: ``murag`` and ``murag_ada`` answers are not in the audit ledger yet — their
-per-document filters carry state across windows that a record's witness does not cover.
-Their accounts are outside the commitments; their guarantee is the vote's and the
-filters', enforced by this module, not checked by the outside verifier.
+window retrieves the committed top m·k (``dp_vote``) or screens the tenant's documents
+against the committed filters (``murag``/``murag_ada``, :mod:`ragprivacy.audit.filters`:
+the filter state every worker replays from the ledger, the threshold's noise derived),
+derives the vote's partition and noise from (s_W, rec_q), the ledger counts the answers
+(at most min(r, ⌊ε_acc/ε_q⌋)), and the account gets a signed receipt of its answer. A
+failure after retrieval appends the record with the trace so far (and keeps its filter
+charges). When a window opens, each filtered tenant's documents' spent ε is read from
+its lifetime store (:func:`filter_start`) and committed; when it closes, the window's
+charges are copied back (:func:`settle_filters`). Windows opened before an account's
+tenant was audited kept it outside the commitments; it is served by
+:meth:`VotingTenants.answer` until they close (its filter charges then go to the store
+directly).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from ragprivacy.index import create_index
 from ragprivacy.rag import (
     DPVoteConfig,
     DPVoteRAG,
+    MuRAG,
     RAGSystem,
     SystemSpec,
     build_system,
@@ -73,31 +77,85 @@ from ragprivacy.service.failures import record_failure
 from ragprivacy.service.state import ServiceState
 from ragprivacy.types import Document, Response
 
-__all__ = ["VotedAnswer", "VotingTenants", "answer_cap", "vote_settings"]
+__all__ = [
+    "VotedAnswer",
+    "VotingTenants",
+    "answer_cap",
+    "filter_start",
+    "settle_filters",
+    "vote_settings",
+]
+
+_BIN_SIZE = 0.02  # MURAG-ADA's score bins: the library's default width (ThresholdRetriever)
 
 
-def vote_settings(tenant: Mapping[str, Any]) -> VoteSettings:
-    """The settings a ``dp_vote`` tenant's window commits: the service's vote at the
-    tenant's ε_q (:class:`~ragprivacy.rag.DPVoteConfig`'s defaults, one document per
-    voter, so m = K voters and θ = ⌊m/2⌋)."""
-    eps_q, k = float(tenant["epsilon_q"]), int(tenant["k"])
+def vote_settings(tenant: Mapping[str, Any], grid_bits: int) -> VoteSettings:
+    """The settings a voting tenant's window commits: the service's vote at the tenant's
+    ε_q (:class:`~ragprivacy.rag.DPVoteConfig`'s defaults, one document per voter, so
+    m = K voters and θ = ⌊m/2⌋); for ``murag``/``murag_ada`` at ε_RAG, with M and the
+    screening (τ, or ε_thr over bins of the library's default width 0.02 on [−1, 1]) in
+    the window's grid units of ``grid_bits`` (τ·2^b rounded)."""
+    mode, eps_q, k = str(tenant["mode"]), float(tenant["epsilon_q"]), int(tenant["k"])
     vote = DPVoteConfig()
+    unit = 1 << int(grid_bits)
+    screening: dict[str, Any] = {}
+    if mode != "dp_vote":
+        screening["max_retrievals"] = int(tenant["max_retrievals"])
+    if mode == "murag":
+        screening["tau"] = round(float(tenant["tau"]) * unit)
+    if mode == "murag_ada":
+        screening.update(
+            epsilon_thr=float(tenant["epsilon_thr"]),
+            bin_top=unit,
+            bin_bottom=-unit,
+            bin_size=round(_BIN_SIZE * unit),
+        )
+    eps_rag = eps_q - screening.get("epsilon_thr", 0.0)
     return VoteSettings(
-        mode="dp_vote",
+        mode=mode,
         slots=k,
         docs_per_voter=1,
         theta=k // 2,
         max_tokens=vote.max_tokens,
         epsilon_q=eps_q,
-        epsilon_token=vote.step_epsilon(eps_q),
-        max_discoveries=vote.discoveries(eps_q),
+        epsilon_token=vote.step_epsilon(eps_rag),
+        max_discoveries=vote.discoveries(eps_rag),
+        **screening,
     )
 
 
-def _check_settings(system: RAGSystem, settings: VoteSettings) -> DPVoteRAG:
+def filter_start(state: ServiceState, tenant: str, count: int) -> list[float]:
+    """What each of a MURAG/-ADA tenant's first ``count`` documents has spent of its
+    lifetime budget, from the tenant's filter store: the state a window commits."""
+    opts = state.tenants()[tenant]
+    store = state.budget_store(tenant, int(opts["max_retrievals"]) * float(opts["epsilon_q"]))
+    ids, _ = state.texts(tenant, count)
+    return [float(x) for x in store.spent(ids)[:, 0]]
+
+
+def settle_filters(state: ServiceState, window: AuditWindow, window_id: str) -> None:
+    """Copy the charges of every filtered tenant's records in ``window`` (closed) into
+    the tenant's lifetime filter store, which the next window commits from. Each charge
+    keeps one id per record and amount, so settling again (a close retried after a
+    crash) charges nothing twice."""
+    for t, settings in window.voting.items():
+        if not settings.filtered:
+            continue
+        tenant = window.names[t]
+        store = state.budget_store(tenant, settings.document_budget)
+        ids = window.document_ids(tenant)
+        for position, screen in window.screenings(tenant):
+            by_amount: dict[float, list[str]] = {}
+            for p, amount in screen.charges:
+                by_amount.setdefault(amount, []).append(ids[p])
+            for n, (amount, docs) in enumerate(sorted(by_amount.items())):
+                store.charge(docs, amount, charge_id=f"{window_id}/{position}/{n}")
+
+
+def _check_settings(system: RAGSystem, settings: VoteSettings) -> DPVoteRAG | MuRAG:
     """The built system runs the committed vote (refused otherwise: its records would
     FAIL the audit)."""
-    d = system.describe() if isinstance(system, DPVoteRAG) else {}
+    d = system.describe() if isinstance(system, DPVoteRAG | MuRAG) else {}
     built = (
         d.get("voters", 0) * d.get("docs_per_voter", 0),
         d.get("docs_per_voter"),
@@ -114,7 +172,7 @@ def _check_settings(system: RAGSystem, settings: VoteSettings) -> DPVoteRAG:
         settings.epsilon_token,
         settings.max_discoveries,
     )
-    if not isinstance(system, DPVoteRAG) or built != committed:
+    if not isinstance(system, DPVoteRAG | MuRAG) or built != committed:
         raise ConfigError(
             "This tenant's vote does not run the settings its window committed; close the "
             "window and open a new one."
@@ -303,6 +361,8 @@ class VotingTenants:
             "cumulative_epsilon": used * eps_q,
             "scope": "answer",
         }
+        if settings.filtered:
+            privacy["document_budget"] = settings.document_budget
         response = Response(text=trace.text, tokens=trace.tokens())
         return VotedAnswer(trace.text, response, privacy, budget), receipt
 
