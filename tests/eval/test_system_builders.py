@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ragprivacy.corpus import synthesize
-from ragprivacy.dp import PAPER_SCORE_RANGE, MemoryBudgetStore
+from ragprivacy.dp import PAPER_SCORE_RANGE
 from ragprivacy.embed import create_embedder
 from ragprivacy.eval import RunContext, parse_config
 from ragprivacy.eval.experiments import create_experiment
@@ -180,7 +180,6 @@ class _State:
     def __init__(self) -> None:
         self.corpus = synthesize("medical", 12, seed=1)
         self.vectors = create_embedder("hashing").encode(list(self.corpus.texts))
-        self.stores: dict[str, MemoryBudgetStore] = {}
 
     def documents(self, tenant: str, count: int) -> tuple[list[str], list[str], Any]:
         return list(self.corpus.ids), list(self.corpus.texts), self.vectors
@@ -198,9 +197,6 @@ class _State:
             },
         }
 
-    def budget_store(self, tenant: str, capacity: float) -> MemoryBudgetStore:
-        return self.stores.setdefault(tenant, MemoryBudgetStore(capacity))
-
 
 def test_voting_tenants_build_what_they_built(ctx: RunContext) -> None:
     state = _State()
@@ -209,7 +205,6 @@ def test_voting_tenants_build_what_they_built(ctx: RunContext) -> None:
         state,  # type: ignore[arg-type]
         "w",
         {"v": 12, "m": 12, "a": 12},
-        {},
         create_embedder("hashing"),
         prompt_budget=budget,
     )
@@ -224,7 +219,6 @@ def test_voting_tenants_build_what_they_built(ctx: RunContext) -> None:
             tau=0.0,
             epsilon_q=2.0,
             max_retrievals=3,
-            store=MemoryBudgetStore(6.0),
             prompt_budget=budget,
         ),
         "a": MuRAGAda(
@@ -233,11 +227,9 @@ def test_voting_tenants_build_what_they_built(ctx: RunContext) -> None:
             epsilon_q=4.0,
             epsilon_thr=1.0,
             max_retrievals=2,
-            store=MemoryBudgetStore(8.0),
             prompt_budget=budget,
         ),
     }
     for tenant, system in built.items():
         assert system.describe() == by_hand[tenant].describe(), tenant
         assert system.vote.simulation is False  # secure mode
-    assert built["m"].screener.filter.store is state.stores["m"]  # type: ignore[attr-defined]

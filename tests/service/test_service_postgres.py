@@ -33,7 +33,7 @@ from ragprivacy._postgres import PgPool, redact_url
 from ragprivacy.audit import LogSealedError, MerkleLog, PostgresLedgerStorage, QueryRecord
 from ragprivacy.cli import main
 from ragprivacy.dp import DocumentBudgetExhaustedError, PostgresBudgetStore
-from ragprivacy.errors import BackendError, BudgetExhaustedError, ConfigError
+from ragprivacy.errors import BackendError, ConfigError
 from ragprivacy.service import ServiceState
 
 pytestmark = pytest.mark.postgres
@@ -98,42 +98,6 @@ def test_the_urls_password_is_never_printed(db: str, tmp_path) -> None:  # type:
     with pytest.raises(BackendError) as err:
         ServiceState(dead, identity_key=tmp_path / "k")
     assert secret not in str(err.value) and "***" in str(err.value)
-
-
-def _voting_state(db: str, key: Path) -> ServiceState:
-    state = ServiceState(db, identity_key=key)
-    state.create_tenant("vote", mode="dp_vote")
-    state.create_account("vote", "v", epsilon=40.0, delta=1e-6, rate_limit=5)
-    return state
-
-
-def _reserve_many(args: tuple[str, str, int]) -> tuple[int, int]:
-    db, key, tries = args
-    state = ServiceState(db, identity_key=key)
-    got = refused = 0
-    for _ in range(tries):
-        try:
-            state.reserve_answer("W1", "v", 23)
-            got += 1
-        except BudgetExhaustedError:
-            refused += 1
-    state.close()
-    return got, refused
-
-
-def test_answer_counts_are_atomic_across_processes(db: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Four processes × 15 reservations against a cap of 23: exactly 23 succeed."""
-    key = tmp_path / "identity.key"
-    _voting_state(db, key).close()
-    with _WORKERS.Pool(4) as pool:
-        outcomes = pool.map(_reserve_many, [(db, str(key), 15)] * 4)
-    assert sum(g for g, _ in outcomes) == 23
-    assert sum(r for _, r in outcomes) == 60 - 23
-    state = ServiceState(db, identity_key=key)
-    assert state.answers_used("W1", "v") == 23
-    state.release_answer("W1", "v")
-    assert state.answers_used("W1", "v") == 22
-    state.close()
 
 
 # ---------------------------------------------------------------- budget store

@@ -61,7 +61,7 @@ from ragprivacy.service.throttle import (
     FailedAuthLimit,
     InFlightLimit,
 )
-from ragprivacy.service.voting import VotedAnswer, VotingTenants, answer_cap
+from ragprivacy.service.voting import VotedAnswer, VotingTenants
 
 __all__ = [
     "AccountBusyError",
@@ -90,7 +90,6 @@ __all__ = [
     "Window",
     "WindowClosedError",
     "WindowSchedule",
-    "answer_cap",
     "audit_window",
     "close_window",
     "export_auditor",

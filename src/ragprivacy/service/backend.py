@@ -112,9 +112,6 @@ CREATE TABLE IF NOT EXISTS windows (
     seed BLOB NOT NULL, opened REAL NOT NULL, closed REAL, snapshot TEXT NOT NULL,
     commitments TEXT NOT NULL, coalition TEXT, tree_head TEXT);
 CREATE TABLE IF NOT EXISTS tenant_options (tenant TEXT PRIMARY KEY, options TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS answers (
-    window_id TEXT NOT NULL, account TEXT NOT NULL, used INTEGER NOT NULL,
-    PRIMARY KEY (window_id, account)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS failures (
     window_id TEXT NOT NULL, account TEXT NOT NULL, charged INTEGER NOT NULL,
     free INTEGER NOT NULL, PRIMARY KEY (window_id, account)) WITHOUT ROWID;

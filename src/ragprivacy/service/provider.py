@@ -37,9 +37,9 @@ beside it. Voting tenants answer through :mod:`ragprivacy.service.voting`: their
 are in the commitments, with the tenant's vote settings, and their answers are records of
 the window (:mod:`ragprivacy.audit.votes`); a ``murag``/``murag_ada`` tenant's documents'
 filter state is committed when the window opens and its charges are settled into the
-tenant's lifetime filter store when it closes (:mod:`ragprivacy.audit.filters`). Windows
-opened by an earlier version keep their MURAG accounts outside the commitments until they
-close.
+tenant's lifetime filter store when it closes (:mod:`ragprivacy.audit.filters`). A window
+opened by an earlier version, which kept its MURAG accounts outside the commitments, serves
+them no more: they answer from the next window.
 """
 
 from __future__ import annotations
@@ -70,11 +70,10 @@ from ragprivacy.errors import ChargedFailureError, ConfigError, DataError, Windo
 from ragprivacy.generate import Generator, Prompt, PromptBudget, Task, join_completions
 from ragprivacy.rag import charged_failure
 from ragprivacy.service.failures import record_failure
-from ragprivacy.service.state import VOTING_MODES, ServiceState, Window, check_id
+from ragprivacy.service.state import ServiceState, Window, check_id
 from ragprivacy.service.voting import (
     VotedAnswer,
     VotingTenants,
-    answer_cap,
     filter_start,
     settle_filters,
     vote_settings,
@@ -251,11 +250,6 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
     start = time.time_ns()
     policy, accounts, overrides, sizes = _window_policy(state, window_id, start)
     tenant_modes = state.tenants()
-    everyone = state.accounts()
-    votes = {n: a["tenant"] for n, a in everyone.items()
-             if tenant_modes[a["tenant"]]["mode"] in VOTING_MODES}  # fmt: skip
-    # dp_vote accounts are in the commitments; the others vote outside the audit
-    voting = {n: t for n, t in votes.items() if n not in accounts}
     settings = {
         t: vote_settings(tenant_modes[t], policy.grid_bits)
         for t in sorted(set(accounts.values()))
@@ -268,13 +262,7 @@ def open_window(state: ServiceState, window_id: str | None = None) -> Window:
         # the audited accounts by name (the commitments name their pseudonyms)
         "accounts": accounts,
         # every voting tenant's documents, which its system is built over
-        "voting": {t: int(tenant_modes[t]["documents"]) for t in sorted(set(votes.values()))},
-        "voting_accounts": voting,
-        # fixed for the window, like the noisy_topk accounts' committed policies: an
-        # account updated meanwhile gets its new budget from the next window
-        "voting_policies": {
-            n: {k: everyone[n][k] for k in ("epsilon", "delta", "rate_limit")} for n in voting
-        },
+        "voting": {t: sizes[t] for t in settings},
         "filters": filters,
     }
     seed = os.urandom(32)
@@ -346,14 +334,6 @@ def window_status(state: ServiceState) -> dict[str, Any]:
                 "used": audited.used(account),
                 "limit": audited.limit(account),
             }
-    everyone, tenants = state.accounts(), state.tenants()
-    fixed = window.snapshot.get("voting_policies") or {}
-    for account, tenant in sorted(window.snapshot.get("voting_accounts", {}).items()):
-        accounts[account] = {
-            "tenant": tenant,
-            "used": state.answers_used(window.window_id, account),
-            "limit": answer_cap(fixed.get(account) or everyone[account], tenants[tenant]),
-        }
     return {
         "window_id": window.window_id,
         "opened_at": opened_ns / 1e9,
@@ -428,10 +408,8 @@ class ServiceProvider:
                     self.state,
                     window.window_id,
                     window.snapshot.get("voting", {}),
-                    window.snapshot.get("voting_accounts", {}),
                     self.state.embedder(),
                     prompt_budget=self.prompt_budget,
-                    policies=window.snapshot.get("voting_policies"),
                 )
                 provider = _published(self.state, window, ordered)
                 if self._provider is not None:
@@ -471,10 +449,12 @@ class ServiceProvider:
         return self._voting
 
     def tenant_of(self, account: str) -> str:
-        _, provider = self._current()
-        voting = self._voting_tenants()
-        if account in voting.accounts:
-            return voting.accounts[account]
+        window, provider = self._current()
+        if account in window.snapshot.get("voting_accounts", {}):
+            raise WindowClosedError(
+                "The open window was opened by an earlier version, which kept MURAG accounts "
+                "outside the audit; this account answers from the next window."
+            )
         if not provider.holds(account):
             raise WindowClosedError(
                 "This account joined after the open window was committed; it can query "
@@ -485,12 +465,7 @@ class ServiceProvider:
     def votes(self, account: str) -> bool:
         """Whether ``account``'s tenant releases only DP-voted answers (no documents)."""
         self.tenant_of(account)  # an account the open window holds
-        return account in self._voting_tenants().accounts or self._audited_vote(account)
-
-    def _audited_vote(self, account: str) -> bool:
-        """Whether ``account``'s voted answers are records of the open window."""
-        _, provider = self._current()
-        return provider.holds(account) and provider.vote_settings(account) is not None
+        return self._current()[1].vote_settings(account) is not None
 
     def prompt_tokens(
         self, account: str, query: str, generator: Generator, k: int | None = None
@@ -525,16 +500,14 @@ class ServiceProvider:
 
     def answer_voted(
         self, account: str, query: str, generator: Generator, *, nonce: str = ""
-    ) -> tuple[VotedAnswer, dict[str, Any] | None]:
+    ) -> tuple[VotedAnswer, dict[str, Any]]:
         """A voting tenant's answer for ``account`` (see :mod:`ragprivacy.service.voting`)
-        and its signed receipt (``None`` for a tenant outside the audit)."""
+        and its signed receipt."""
         if not isinstance(query, str) or not query.strip():
             raise ConfigError("The query must be a non-empty string.")
         _, provider = self._current()
         tenant = self.tenant_of(account)
         voting = self._voting_tenants()
-        if not self._audited_vote(account):
-            return voting.answer(account, query, generator), None
         try:
             return voting.answer_audited(
                 provider, account, query, generator, self._texts[tenant], nonce=nonce
@@ -749,9 +722,7 @@ class ServiceProvider:
     def budget(self, account: str) -> dict[str, Any]:
         window, provider = self._current()
         if self.votes(account):
-            if self._audited_vote(account):
-                return self._voting_tenants().audited_budget(provider, account)
-            return self._voting_tenants().budget(account)
+            return self._voting_tenants().audited_budget(provider, account)
         return {
             **self._budget(account, provider),
             "failures": self.state.failures(window.window_id, account),

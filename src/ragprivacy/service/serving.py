@@ -476,7 +476,7 @@ class Serving:
                 completion=Completion(voted.text, voted.response.tokens),
                 window_id=provider.window_id(),
                 documents=[],
-                receipt=None if receipt is None else SignedReceipt(receipt),
+                receipt=SignedReceipt(receipt),
                 privacy=_VOTED_PRIVACY.validate_python(voted.privacy),
                 budget=VotingBudget.model_validate(voted.budget),
             )

@@ -47,7 +47,7 @@ from ragprivacy.audit import (
 )
 from ragprivacy.dp import BudgetStore
 from ragprivacy.embed import Embedder, create_embedder
-from ragprivacy.errors import AuthError, BudgetExhaustedError, ConfigError, DataError
+from ragprivacy.errors import AuthError, ConfigError, DataError
 from ragprivacy.rag import DPVoteConfig
 from ragprivacy.service.backend import SqliteBackend, StateBackend, open_backend
 from ragprivacy.service.idempotency import PENDING_S, TTL_S
@@ -342,39 +342,6 @@ class ServiceState:
         outlive windows)."""
         return self._db.budget_store(check_id("tenant", tenant), capacity)
 
-    # ------------------------------------------------------------------ voted answers
-    def reserve_answer(self, window_id: str, account: str, cap: int) -> int:
-        """Count one voted answer of ``account`` in the window, atomically across
-        processes; refuse (nothing counted) when it has ``cap`` already. Returns the
-        answer's number (1-based)."""
-        with self._write() as conn:
-            row = conn.execute(
-                "SELECT used FROM answers WHERE window_id = ? AND account = ?",
-                (window_id, account),
-            ).fetchone()
-            used = 0 if row is None else int(row[0])
-            if used >= cap:
-                raise BudgetExhaustedError(
-                    f"Account {account!r} has used its {cap} answers in this window; wait for "
-                    "the next window."
-                )
-            conn.execute(
-                "INSERT INTO answers VALUES (?, ?, ?) ON CONFLICT (window_id, account) "
-                "DO UPDATE SET used = excluded.used",
-                (window_id, account, used + 1),
-            )
-        return used + 1
-
-    def release_answer(self, window_id: str, account: str) -> None:
-        """Give back one answer :meth:`reserve_answer` counted (it was never released)."""
-        with self._write() as conn:
-            conn.execute(
-                "UPDATE answers SET used = used - 1 WHERE window_id = ? AND account = ? "
-                "AND used > 0",
-                (window_id, account),
-            )
-
-    # ------------------------------------------------------------------ failures
     def count_failure(self, window_id: str, account: str, *, charged: bool) -> bool:
         """Count one failed request of ``account`` after retrieval, atomically across
         processes. A failure that does not depend on the data (``charged=False``: the
@@ -570,13 +537,6 @@ class ServiceState:
                 "DELETE FROM idempotency WHERE account = ? AND key = ? AND response IS NULL",
                 (account, key),
             )
-
-    def answers_used(self, window_id: str, account: str) -> int:
-        row = self._one(
-            "SELECT used FROM answers WHERE window_id = ? AND account = ?",
-            (window_id, account),
-        )
-        return 0 if row is None else int(row[0])
 
     def _tenant(self, tenant: str) -> dict[str, Any]:
         known = self.tenants()

@@ -7,45 +7,35 @@ accounts. Its systems are the library's own :class:`~ragprivacy.rag.DPVoteRAG`,
 the window's snapshot of the tenant's documents and their stored embeddings (exact inner
 product top-K: the vote's guarantee covers the retrieval, so it needs no noise of its own).
 
-Accounting:
+Accounting — every answer is a record of the audit window (:mod:`ragprivacy.audit.votes`):
 
 * every answer costs the account the tenant's ε_q (pure DP); an account may get
   ``min(r, ⌊ε_acc / ε_q⌋)`` answers per window (sequential composition: at most ε_acc),
-  counted by the window's ledger (below; in a window that does not audit the tenant,
-  durably in the state, one SQLite transaction that server workers share);
+  counted by the window's ledger, which every server worker appends to;
 * MURAG/-ADA also charge each screened document's filter (budget M·ε_q for its lifetime,
   Thm 1–2), kept in ``DIR/filters/<tenant>.sqlite`` across windows (below);
-* a failure is an answer: the answer is counted before it is computed and stays counted
-  if the vote fails after retrieval (the systems keep their filter charges too), because
-  whether it fails can depend on the documents; it is given back only when nothing was
-  read (a refusal before retrieval) or the generator was never reached at the vote's
-  first call (the first
-  :data:`~ragprivacy.service.state.FREE_FAILURES` times in a window); a crash between the
-  count and the reply charges an answer nobody got — the safe direction;
+* a failure is an answer: a vote that fails after the documents were read appends its
+  record with the trace so far (and keeps its filter charges), because whether it fails
+  can depend on the documents; nothing is appended when nothing was read (a refusal
+  before retrieval) or the generator was never reached at the vote's first call (the
+  first :data:`~ragprivacy.service.state.FREE_FAILURES` times in a window);
 * prompts have a data-independent size: each retrieved document is cut and padded to the
   service's :class:`~ragprivacy.generate.PromptBudget`, and a query whose voter prompt
   could overflow the generator's context is refused before retrieval.
 
-**Audited votes.** A voting tenant's answers are records of the audit window
-(:meth:`VotingTenants.answer_audited`, :mod:`ragprivacy.audit.votes`): its accounts are
-in the window's commitments with the tenant's vote settings (:func:`vote_settings`), the
-window retrieves the committed top m·k (``dp_vote``) or screens the tenant's documents
-against the committed filters (``murag``/``murag_ada``, :mod:`ragprivacy.audit.filters`:
-the filter state every worker replays from the ledger, the threshold's noise derived),
-derives the vote's partition and noise from (s_W, rec_q), the ledger counts the answers
-(at most min(r, ⌊ε_acc/ε_q⌋)), and the account gets a signed receipt of its answer. A
-failure after retrieval appends the record with the trace so far (and keeps its filter
-charges). When a window opens, each filtered tenant's documents' spent ε is read from
-its lifetime store (:func:`filter_start`) and committed; when it closes, the window's
-charges are copied back (:func:`settle_filters`). Windows opened before an account's
-tenant was audited kept it outside the commitments; it is served by
-:meth:`VotingTenants.answer` until they close (its filter charges then go to the store
-directly).
+The window (:meth:`VotingTenants.answer_audited`) holds the accounts in its commitments
+with the tenant's vote settings (:func:`vote_settings`), retrieves the committed top m·k
+(``dp_vote``) or screens the tenant's documents against the committed filters
+(``murag``/``murag_ada``, :mod:`ragprivacy.audit.filters`: the filter state every worker
+replays from the ledger, the threshold's noise derived), derives the vote's partition and
+noise from (s_W, rec_q), and signs the account a receipt of its answer. When a window
+opens, each filtered tenant's documents' spent ε is read from its lifetime store
+(:func:`filter_start`) and committed; when it closes, the window's charges are copied
+back (:func:`settle_filters`).
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,8 +46,6 @@ from ragprivacy.corpus import Corpus
 from ragprivacy.dp import ChaCha20Bits, VoteRecorder, VoteTrace
 from ragprivacy.embed import Embedder
 from ragprivacy.errors import (
-    BudgetExhaustedError,
-    ChargedFailureError,
     ConfigError,
     GeneratorUnavailableError,
 )
@@ -80,7 +68,6 @@ from ragprivacy.types import Document, Response
 __all__ = [
     "VotedAnswer",
     "VotingTenants",
-    "answer_cap",
     "filter_start",
     "settle_filters",
     "vote_settings",
@@ -180,13 +167,6 @@ def _check_settings(system: RAGSystem, settings: VoteSettings) -> DPVoteRAG | Mu
     return system
 
 
-def answer_cap(account: dict[str, Any], tenant: dict[str, Any]) -> int:
-    """How many answers an account of a voting tenant gets in a window: its rate limit,
-    and no more than its ε_acc buys at the tenant's ε_q each."""
-    by_budget = math.floor(float(account["epsilon"]) / float(tenant["epsilon_q"]) + 1e-9)
-    return max(0, min(int(account["rate_limit"]), by_budget))
-
-
 @dataclass(frozen=True, slots=True)
 class VotedAnswer:
     """One voted answer and what it cost the account."""
@@ -199,34 +179,27 @@ class VotedAnswer:
 
 class VotingTenants:
     """The voting tenants of one window: their systems, built on first use per
-    generator, and the accounts' durable answer counts (thread-safe)."""
+    generator (thread-safe); their answers are records of the window."""
 
     def __init__(
         self,
         state: ServiceState,
         window_id: str,
         snapshot: dict[str, int],
-        accounts: dict[str, str],
         embedder: Embedder,
         *,
         prompt_budget: PromptBudget | None = None,
-        policies: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.state = state
-        # the accounts' policies as the window fixed them (windows opened before they were
-        # kept read them from the state)
-        self.policies = dict(policies or {})
         self.prompt_budget = prompt_budget if prompt_budget is not None else PromptBudget()
         self.window_id = window_id
         self.snapshot = dict(snapshot)
-        self.accounts = dict(accounts)
         self.embedder = embedder
         self._lock = threading.Lock()
         self._kbs: dict[str, KnowledgeBase] = {}
         # keyed by the generator itself (held, so an id is never reused while cached)
         self._systems: dict[tuple[str, Generator], RAGSystem] = {}
         self._options: dict[str, dict[str, Any]] = {}
-        self._caps: dict[str, int] = {}
 
     def _kb(self, tenant: str) -> KnowledgeBase:
         if tenant not in self._kbs:
@@ -252,18 +225,12 @@ class VotingTenants:
             self._options[tenant] = self.state.tenants()[tenant]
         return self._options[tenant]
 
-    def _cap(self, account: str) -> int:
-        """The account's answers in this window (its policy as the window fixed it)."""
-        if account not in self._caps:
-            policy = self.policies.get(account) or self.state.accounts()[account]
-            self._caps[account] = answer_cap(policy, self._tenant(self.accounts[account]))
-        return self._caps[account]
-
     def _build(self, tenant: str, generator: Generator) -> RAGSystem:
         opts = self._tenant(tenant)
         eps_q = float(opts["epsilon_q"])
         # dp_vote takes its per-answer ε as 'epsilon'; MURAG/-ADA take 'epsilon_q', M and
-        # their own threshold (τ, ε_thr), and keep their filters in the tenant's store
+        # their own threshold (τ, ε_thr). Only their vote runs here: the window screens
+        # the documents and charges the filters (ragprivacy.audit.filters)
         privacy: dict[str, Any] = (
             {"epsilon": eps_q}
             if opts["mode"] == "dp_vote"
@@ -280,31 +247,7 @@ class VotingTenants:
             prompt_budget=self.prompt_budget.for_generator(generator),
             **privacy,
         )
-        store = (
-            None
-            if spec.max_retrievals is None
-            else self.state.budget_store(tenant, spec.max_retrievals * eps_q)
-        )
-        return build_system(spec, kb=self._kb(tenant), generator=generator, store=store)
-
-    def budget(self, account: str) -> dict[str, Any]:
-        """What ``account`` has used and has left in the window."""
-        tenant = self.accounts[account]
-        opts = self._tenant(tenant)
-        cap = self._cap(account)
-        used = self.state.answers_used(self.window_id, account)
-        eps_q = float(opts["epsilon_q"])
-        return {
-            "window_id": self.window_id,
-            "tenant": tenant,
-            "mode": opts["mode"],
-            "used": used,
-            "answers": cap,
-            "remaining": max(cap - used, 0),
-            "epsilon_per_answer": eps_q,
-            "epsilon_spent": used * eps_q,
-            "failures": self.state.failures(self.window_id, account),
-        }
+        return build_system(spec, kb=self._kb(tenant), generator=generator)
 
     def answer_audited(
         self,
@@ -316,8 +259,8 @@ class VotingTenants:
         *,
         nonce: str = "",
     ) -> tuple[VotedAnswer, dict[str, Any]]:
-        """A ``dp_vote`` tenant's answer as a record of ``window`` (module docstring):
-        the answer and its signed receipt. ``texts``: the tenant's texts by id."""
+        """A voting tenant's answer as a record of ``window`` (module docstring): the
+        answer and its signed receipt. ``texts``: the tenant's texts by id."""
         tenant = window.tenant_of(account)
         settings = window.vote_settings(account)
         assert settings is not None  # routed here for a voting tenant's account
@@ -367,7 +310,7 @@ class VotingTenants:
         return VotedAnswer(trace.text, response, privacy, budget), receipt
 
     def audited_budget(self, window: AuditWindow, account: str) -> dict[str, Any]:
-        """What a ``dp_vote`` account has used and has left in ``window`` (its records)."""
+        """What a voting account has used and has left in ``window`` (its records)."""
         settings = window.vote_settings(account)
         assert settings is not None  # a voting tenant's account
         used, cap = window.used(account), window.limit(account)
@@ -382,47 +325,3 @@ class VotingTenants:
             "epsilon_spent": used * settings.epsilon_q,
             "failures": self.state.failures(self.window_id, account),
         }
-
-    def answer(self, account: str, query: str, generator: Generator) -> VotedAnswer:
-        """One voted answer for ``account``: counted first; a failure after retrieval stays
-        counted (module docstring)."""
-        tenant = self.accounts[account]
-        opts = self._tenant(tenant)
-        cap = self._cap(account)
-        if cap == 0:
-            raise BudgetExhaustedError(
-                f"Account {account!r} cannot afford one answer: its ε_acc is below the "
-                f"tenant's ε per answer ({opts['epsilon_q']})."
-            )
-        system = self.system(tenant, generator)
-        self.state.reserve_answer(self.window_id, account, cap)
-        try:
-            response = system.answer(query, account=account)
-        except ChargedFailureError as exc:  # after retrieval: the answer stays counted
-            record_failure(self.state, self.window_id, account, exc)
-            raise
-        except GeneratorUnavailableError as exc:  # never reached: free, a few times
-            if record_failure(self.state, self.window_id, account, exc):
-                raise charged_failure(exc) from None
-            self.state.release_answer(self.window_id, account)
-            raise
-        except ConfigError:  # the prompt check, before retrieval: from the query alone
-            self.state.release_answer(self.window_id, account)
-            raise
-        except Exception as exc:  # after the scores were read (a screening that lost every
-            # race for its documents' budgets, a retrieval backend): it may depend on them
-            record_failure(self.state, self.window_id, account, exc)
-            raise charged_failure(exc) from None
-        cost = response.privacy
-        budget = self.budget(account)
-        privacy = {
-            "mechanism": opts["mode"],
-            "epsilon": float(opts["epsilon_q"]),
-            "epsilon_vote": cost.epsilon,
-            "delta": 0.0,
-            "cumulative_epsilon": budget["epsilon_spent"],
-            "scope": "answer",
-        }
-        if opts["mode"] != "dp_vote":
-            privacy["document_budget"] = float(opts["max_retrievals"]) * float(opts["epsilon_q"])
-        return VotedAnswer(response.text, response, privacy, budget)
