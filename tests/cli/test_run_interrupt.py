@@ -26,7 +26,9 @@ pytestmark = pytest.mark.skipif(
     reason="finds the run's child processes through /proc",
 )
 
-# six cells (one per eps_acc row) of about a second each on one core, in two workers
+# six cells (one per eps_acc row) of about half a second each on one core, in two
+# workers: long enough that a signal sent when the first cell is written finds four or
+# more still to run, short enough that the reference run and the resumed cells are cheap
 GRID = """
 name: stoppable
 seed: 3
@@ -39,7 +41,7 @@ experiments:
     eps_acc: [1, 2, 3, 4, 5, 6]
     coalition_sizes: [1, 2]
     n: 1000
-    trials: 400000
+    trials: 200000
 """
 
 
