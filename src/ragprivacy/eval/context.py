@@ -77,6 +77,7 @@ class RunContext:
         self._kbs: dict[str, KnowledgeBase] = {}
         self._generators: dict[str, Generator] = {}
         self._vocabularies: dict[str, tuple[str, ...]] = {}
+        self._backgrounds: dict[str, list[str]] = {}
         self.progress: Callable[[int], None] | None = None  # units done, set by the runner
         # a remote endpoint's calls as they happen (a CallTally), set by the runner
         self.calls: Callable[[Any], None] | None = None
@@ -99,13 +100,22 @@ class RunContext:
     def background_texts(self, name: str) -> list[str]:
         """Non-member text for the reference reader's background model: the same kind of
         synthetic text from an independent seed (plain prose when the corpus is not
-        synthetic)."""
-        from ragprivacy.corpus import background_texts
+        synthetic).
 
-        spec = self.config.corpora[name]
-        kind = spec.synthetic or "knowledge"
-        seed = derive_seed(self.config.seed, "background", name)
-        return background_texts(kind, self.config.models.background_n, seed=seed)
+        Generated once per corpus and context (most of a second each time at the default
+        ``background_n``): every experiment's generator asks for it, the same texts each
+        time. Each call gets a list of its own.
+        """
+        if name not in self._backgrounds:
+            from ragprivacy.corpus import background_texts
+
+            spec = self.config.corpora[name]
+            kind = spec.synthetic or "knowledge"
+            seed = derive_seed(self.config.seed, "background", name)
+            self._backgrounds[name] = background_texts(
+                kind, self.config.models.background_n, seed=seed
+            )
+        return list(self._backgrounds[name])
 
     def vocabulary(self, name: str) -> tuple[str, ...]:
         """DP voting's word domain for the corpus: its words and its background's (the
