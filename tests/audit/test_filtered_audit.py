@@ -43,7 +43,7 @@ from ragprivacy.dp import ChaCha20Bits, VoteTrace
 from ragprivacy.embed import create_embedder
 from ragprivacy.errors import ConfigError
 from ragprivacy.index import create_index
-from ragprivacy.rag import MuRAG, MuRAGAda
+from ragprivacy.rag import DPVoteRAG, MuRAG, MuRAGAda
 from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
 from ragprivacy.types import Document
 
@@ -80,43 +80,51 @@ ADA = VoteSettings(
     bin_size=round(0.05 * GRID),
 )
 Runner = Callable[[tuple[str, ...], ChaCha20Bits], VoteTrace]
+KEY = ProviderKey.generate()  # the provider's long-term key, the same every window
 
 
-def _policy() -> AuditPolicy:
+def _policy(start: int = 0) -> AuditPolicy:
     return AuditPolicy(
         epsilon_acc=16.0,  # a voting account gets ⌊16 / 4⌋ = 4 answers
         delta_acc=1e-6,
         rate_limit=6,
         k_max=4,
         delta_policy=5e-6,
-        window_id="W-filters",
-        window_start=0,
+        window_id=f"W-filters-{start}",
+        window_start=start,
         window_end=2**62,
         top_k=3,
     )
 
 
-def _runner(settings: VoteSettings) -> Callable[[str], Runner]:
-    """The honest vote of the library's own MURAG/-ADA system, over the documents the
-    window's screening passes on."""
+def _runner(settings: VoteSettings, ids: list[str] | None = None) -> Callable[[str], Runner]:
+    """The honest vote of the library's own system for the tenant's mode, over the
+    documents the window's screening (or its top m·k) passes on."""
     embedder = create_embedder(EMBEDDER)
-    docs = [Document(f"d{i}", t) for i, t in enumerate(DOCS)]
+    docs = [Document(i, t) for i, t in zip(ids or [f"d{i}" for i in range(len(DOCS))], DOCS)]
     index = create_index("exact", dim=embedder.dim)
     index.add(embedder.encode(DOCS), [d.id for d in docs])
     kb = KnowledgeBase(Corpus(docs, name="v"), embedder, index)
-    system_type = MuRAG if settings.mode == "murag" else MuRAGAda
-    system = system_type(
-        TopKRetriever(kb, k=settings.slots),
-        FakeLLM(),
-        tau=settings.tau / GRID,
-        epsilon_q=settings.epsilon_q,
-        epsilon_thr=settings.epsilon_thr or 1.0,
-        max_retrievals=settings.max_retrievals,
-        epsilon_token=settings.epsilon_token,
-        theta=settings.theta,
-        max_tokens=settings.max_tokens,
-        vocabulary=VOCAB,
-    )
+    vote: dict[str, Any] = {
+        "epsilon_token": settings.epsilon_token,
+        "theta": settings.theta,
+        "max_tokens": settings.max_tokens,
+        "vocabulary": VOCAB,
+    }
+    top = TopKRetriever(kb, k=settings.slots)
+    system: MuRAG | DPVoteRAG
+    if settings.mode == "dp_vote":
+        system = DPVoteRAG(top, FakeLLM(), epsilon=settings.epsilon_q, **vote)
+    else:
+        system = (MuRAG if settings.mode == "murag" else MuRAGAda)(
+            top,
+            FakeLLM(),
+            tau=settings.tau / GRID,
+            epsilon_q=settings.epsilon_q,
+            epsilon_thr=settings.epsilon_thr or 1.0,
+            max_retrievals=settings.max_retrievals,
+            **vote,
+        )
     assert system.describe()["max_discoveries"] == settings.max_discoveries
     text_of = {d.id: d.text for d in docs}
 
@@ -151,11 +159,13 @@ def run_window(
     asks: tuple[tuple[str, str], ...] = (("b", SECRET), ("c", ALPHA), ("b", ROUTINE)),
     start: np.ndarray | FilterState | None = None,
     seed: bytes = bytes(range(32)),
+    ids: list[str] | None = None,
+    published_at: int = 0,
 ) -> Ran:
     embedder = create_embedder(EMBEDDER)
     w = window_type(
-        policy=_policy(),
-        tenants={"v": ([f"d{i}" for i in range(len(DOCS))], embedder.encode(DOCS))},
+        policy=_policy(published_at),
+        tenants={"v": (ids or [f"d{i}" for i in range(len(DOCS))], embedder.encode(DOCS))},
         accounts={"b": "v", "c": "v"},
         embedder=embedder,
         embedder_spec=EMBEDDER,
@@ -163,9 +173,10 @@ def run_window(
         contents={"v": [query_hash(t) for t in DOCS]},
         voting={"v": settings},
         filters=None if start is None else {"v": start},
+        key=KEY,
     )
-    w.commit(published_at=0)
-    runner = _runner(settings)
+    w.commit(published_at=published_at)
+    runner = _runner(settings, ids)
     receipts, texts, ids = [], [], []
     for n, (account, question) in enumerate(asks):
         answer, trace = w.vote(account, question, runner(question), nonce=f"{n:032x}")
@@ -232,8 +243,19 @@ def test_the_exported_window_verifies_through_the_cli(honest: Ran, tmp_path, cap
 class _Forgetful(FilterState):
     """The provider's own filter state: it never applies a charge (budgets reset)."""
 
-    def catch_up(self, first: int, screens: Sequence[FilterScreen]) -> None:
-        pass
+    def catch_up(
+        self, positions: Sequence[int], load: Callable[[Sequence[int]], Sequence[FilterScreen]]
+    ) -> tuple[np.ndarray, int]:
+        return self.start.copy(), len(positions)
+
+
+class _Unlimited(_Forgetful):
+    """Commits the secret notes as having spent −∞ (its own state class, past the
+    library's check), so they can pay for ever."""
+
+    def __init__(self, start: np.ndarray) -> None:
+        super().__init__(start)
+        self.start = np.where(np.arange(start.size) < 4, -np.inf, start)
 
 
 class _OwnThreshold(AuditWindow):
@@ -295,9 +317,26 @@ def test_a_reset_leaks_what_the_filters_protect_and_sampling_still_replays_every
     assert sorted(ran.voted_over[1]) == ["d0", "d1", "d2", "d3"]  # spent notes, voted again
     s = sample_size(0.5, 0.5)
     assert s < len(ran.receipts)  # so the verifier samples
-    v = ran.verify(mode="sampled", beta=0.5, eta=0.5, rng=0)
-    assert v.records_checked == s and not v.passed
-    assert any("record 1: claim A3" in f.detail for f in v.failures), v.failures
+    # the provider also hands the auditor a decoy witness for the overspending record
+    # (a query that scores nothing), hoping it is not among the sampled ones
+    w = ran.package.witnesses[1]
+    ran.package.witnesses[1] = replace(w, query_fixed=bytes(4 * 64).hex())
+    unsampled = 0
+    for seed in range(12):
+        v = ran.verify(mode="sampled", beta=0.5, eta=0.5, rng=seed)
+        assert v.records_checked == s and not v.passed, seed
+        sampled = any(f.detail.startswith("record 1: claim binding") for f in v.failures)
+        unsampled += not sampled
+        assert any(f.detail.startswith("record 1: claim A3") for f in v.failures), v.failures
+    assert unsampled  # the replay caught it where re-execution did not look
+
+
+def test_a_committed_state_below_zero_fails() -> None:
+    ran = run_window(start=_Unlimited(np.zeros(len(DOCS))), asks=(("b", SECRET), ("c", ALPHA)))
+    assert sorted(ran.voted_over[1]) == ["d0", "d1", "d2", "d3"]  # paid by −∞
+    v = ran.verify()
+    assert v.failed_check == "commitment_integrity"
+    assert any("[0, M·ε_q]" in f.detail for f in v.failures), v.failures
 
 
 def test_a_package_that_does_not_open_c_filters_fails() -> None:
@@ -394,9 +433,10 @@ def test_a_window_that_resets_the_filters_it_inherited_fails_against_the_previou
 ) -> None:  # type: ignore[no-untyped-def]
     left = honest.window.document_spent("v")
     previous = filter_end_states(honest.transcript, honest.package)
-    assert previous == {"v": dict(zip(honest.window.document_ids("v"), left.tolist()))}
-    carried = run_window(asks=(("c", ALPHA),), start=left, seed=bytes(range(2, 34)))
-    reset = run_window(asks=(("c", ALPHA),), seed=bytes(range(2, 34)))  # starts from 0
+    assert previous["v"].by_id == dict(zip(honest.window.document_ids("v"), left.tolist()))
+    later = {"seed": bytes(range(2, 34)), "published_at": 1}
+    carried = run_window(asks=(("c", ALPHA),), start=left, **later)
+    reset = run_window(asks=(("c", ALPHA),), **later)  # starts from 0
     # the secret notes, spent in the previous window, answer again
     assert sorted(reset.voted_over[0]) == ["d0", "d1", "d2", "d3"]
     assert reset.verify().passed  # alone, its own package opens its C_filters
@@ -417,3 +457,37 @@ def test_a_window_that_resets_the_filters_it_inherited_fails_against_the_previou
     assert main([*verify, "--dir", str(tmp_path / "carried")]) == 0, capsys.readouterr()
     assert main([*verify, "--dir", str(tmp_path / "reset")]) == 1
     assert "reset" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("settings", "ids", "words"),
+    [
+        (replace(MURAG, max_retrievals=3), None, "lifetime budget M·ε_q grew"),
+        (
+            VoteSettings(mode="dp_vote", **VOTE, epsilon_token=1.0, max_discoveries=4),
+            None,
+            "has none here",
+        ),
+        # the secret notes erased and added again under new ids: matched by content
+        (MURAG, [f"x{i}" if i < 4 else f"d{i}" for i in range(len(DOCS))], "4 document(s)"),
+    ],
+    ids=["budget-grows", "no-longer-filtered", "re-added-under-new-ids"],
+)
+def test_the_next_window_cannot_restart_the_budgets_another_way(
+    honest: Ran, settings: VoteSettings, ids: list[str] | None, words: str
+) -> None:
+    previous = filter_end_states(honest.transcript, honest.package)
+    left = honest.window.document_spent("v")
+    start = np.where(np.arange(len(DOCS)) < 4, 0.0, left) if ids else left
+    nxt = run_window(
+        settings,
+        asks=(("c", ALPHA),),
+        start=None if not settings.filtered else start,
+        seed=bytes(range(3, 35)),
+        ids=ids,
+        published_at=1,
+    )
+    assert nxt.verify().passed  # alone, it is consistent
+    v = Verifier().verify(nxt.transcript, nxt.receipts, nxt.package, previous_filters=previous)
+    assert v.failed_check == "commitment_integrity"
+    assert any(words in f.detail for f in v.failures), v.failures

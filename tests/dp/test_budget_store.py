@@ -16,3 +16,23 @@ def test_a_store_path_that_is_no_sqlite_file_is_one_clear_error(tmp_path) -> Non
     with pytest.raises(DataError, match="cannot be opened as a SQLite store"):
         SqliteBudgetStore(junk, 1.0)
     assert junk.read_text().startswith("not a database")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_recorded_charges_are_kept_whatever_the_capacity_and_only_once(tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
+    """``record`` keeps spending that already happened (an audit window's settled
+    charges): past the capacity too, all at once, each charge id once."""
+    from ragprivacy.dp import MemoryBudgetStore
+
+    store = (
+        MemoryBudgetStore(4.0)
+        if kind == "memory"
+        else SqliteBudgetStore(tmp_path / "b.sqlite", 4.0)
+    )
+    charges = [("W1/0/0", ["a", "b"], 3.0), ("W1/1/0", ["a"], 3.0)]
+    store.record(charges)
+    store.record(charges)  # a close retried: nothing twice
+    assert store.spent(["a", "b", "c"])[:, 0].tolist() == [6.0, 3.0, 0.0]
+    with pytest.raises(ConfigError):
+        store.record([("W1/0/0", ["a"], 1.0)])  # the same id for another charge
+    assert not store.can_afford(["a"], 1.0)[0]  # the recorded spending counts

@@ -41,7 +41,7 @@ the pure filter (M·ε_q per document, Private-RAG Thm 1–2) is audited, not th
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,15 +173,20 @@ class FilterState:
         self.applied = 0  # the tenant's records whose charges are in
         self._lock = threading.Lock()
 
-    def catch_up(self, first: int, screens: Sequence[FilterScreen]) -> None:
-        """Apply the charges of the tenant's records ``first``, ``first + 1``, ... (their
-        screenings, in ledger order) that are not in yet."""
+    def catch_up(
+        self,
+        positions: Sequence[int],
+        load: Callable[[Sequence[int]], Sequence[FilterScreen]],
+    ) -> tuple[np.ndarray, int]:
+        """Apply the charges of the tenant's records at ``positions`` (all of them so far,
+        in ledger order) not applied yet, their screenings read by ``load``; returns the
+        state and how many records it holds, read together (another thread may catch up
+        meanwhile)."""
         with self._lock:
-            if first > self.applied:
-                raise DataError("A filter state must catch up on every record in order.")
-            for result in screens[self.applied - first :]:
+            for result in load(positions[self.applied :]):
                 apply_charges(self._spent, result)
-            self.applied = max(self.applied, first + len(screens))
+            self.applied = max(self.applied, len(positions))
+            return self._spent.copy(), self.applied
 
     def spent(self) -> np.ndarray:
         """Each document's spent ε as far as caught up (a copy)."""

@@ -69,6 +69,7 @@ from ragprivacy.audit.commitments import (
     AuditPolicy,
     TenantCommitment,
     embedding_commitment,
+    fixed_point,
     index_salt_key,
     name_salt,
     names_key,
@@ -81,7 +82,7 @@ from ragprivacy.audit.filters import apply_charges, filters_commitment, replay_f
 from ragprivacy.audit.merkle import MerkleLog, verify_consistency, verify_inclusion
 from ragprivacy.audit.noise import integer_scores
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, VerificationContext
-from ragprivacy.audit.records import QueryRecord, Receipt, verify_signature
+from ragprivacy.audit.records import QueryRecord, Receipt, query_commitment, verify_signature
 from ragprivacy.audit.transcript import (
     AuditorPackage,
     CoalitionClaim,
@@ -91,13 +92,14 @@ from ragprivacy.audit.transcript import (
 from ragprivacy.audit.votes import VoteSettings
 from ragprivacy.dp import derived_bits
 from ragprivacy.embed import Embedder, create_embedder
-from ragprivacy.errors import ConfigError, RagPrivacyError
+from ragprivacy.errors import ConfigError, RagPrivacyError, VerificationError
 
 __all__ = [
     "CHECKS",
     "OUTCOMES",
     "CheckFailure",
     "Verdict",
+    "FilterEnd",
     "Verifier",
     "filter_end_states",
     "sample_size",
@@ -233,7 +235,7 @@ class Verifier:
         package: AuditorPackage | None = None,
         *,
         unanswered: Sequence[tuple[str | None, str]] = (),
-        previous_filters: Mapping[str, Mapping[str, float]] | None = None,
+        previous_filters: Mapping[str, FilterEnd] | None = None,
     ) -> Verdict:
         """The verdict on one window (checks 1–6, docs/audit.md).
 
@@ -248,9 +250,10 @@ class Verifier:
         rule that a submitting account's records all carry one of its receipts.
 
         ``previous_filters``: where the previous window left each filtered tenant's
-        documents (tenant name → document id → spent ε, :func:`filter_end_states` of that
-        window); with the auditor package, a committed filter state that starts any of
-        them lower (budgets reset between windows) FAILs ``commitment_integrity``."""
+        documents (:func:`filter_end_states` of that window, verified on its own); with
+        the auditor package, a committed filter state that starts any of them lower, a
+        larger lifetime budget, or a tenant no longer filtered (budgets reset between
+        windows) FAILs ``commitment_integrity``."""
         failures: list[CheckFailure] = []
         com = transcript.commitments
         key = self.provider_key or com.provider_key
@@ -353,7 +356,10 @@ class Verifier:
                             f"C_filters[{t}] ≠ the given document budgets",
                         )
                     )
-            failures.extend(_carried_over(package, previous_filters or {}))
+                elif t in voting:
+                    failures.extend(_start_state(t, start, voting[t], package))
+            if previous_filters:
+                failures.extend(_carried_over(com, package, voting, previous_filters))
         # 2. ledger integrity
         sth = transcript.tree_head
         records: list[QueryRecord | None] = []
@@ -543,7 +549,7 @@ class Verifier:
                         CheckFailure("per_record", f"record {pos}: claim {f.claim}: {f.detail}")
                     )
             if package is not None:  # every record of a filtered tenant, sampled or not
-                failures.extend(_replay_filters(records, package, voting, policy))
+                failures.extend(_replay_filters(records, package, voting, policy, embedder))
             # 6. policy cap
             failures.extend(self._policy_cap(transcript.coalition, policy, records, package, log))
         failures.sort(key=lambda f: CHECKS.index(f.check))
@@ -709,49 +715,135 @@ def _pseudonyms(com: Commitments, package: AuditorPackage) -> list[CheckFailure]
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class FilterEnd:
+    """Where a window left one filtered tenant's documents (:func:`filter_end_states`):
+    each document's spent ε by id and by committed content hash, the tenant's mode and
+    lifetime budget M·ε_q, and the window's provider key and publication time."""
+
+    mode: str
+    document_budget: float
+    by_id: dict[str, float]
+    by_content: dict[str, float]
+    provider_key: str
+    published_at: int
+
+
 def filter_end_states(
     transcript: PublicTranscript, package: AuditorPackage
-) -> dict[str, dict[str, float]]:
-    """Where a window left each filtered tenant's documents: tenant name → document id
-    → spent ε, the committed state plus the witnessed charges of the tenant's records
-    (checked by :meth:`Verifier.verify`); what the next window's verification takes as
-    ``previous_filters``."""
-    out: dict[str, dict[str, float]] = {}
+) -> dict[str, FilterEnd]:
+    """Where a window left each filtered tenant's documents, by tenant name: its
+    committed state plus the witnessed charges of the tenant's records — what the next
+    window's verification takes as ``previous_filters``. Verify the window itself first;
+    this only checks that its commitments are signed, that its package opens C_filters
+    and that every record of a filtered tenant has a witnessed screening
+    (:class:`VerificationError` otherwise)."""
+    com = transcript.commitments
+    if not com.verify():
+        raise VerificationError("The previous window's commitments are not signed by its key.")
+    out: dict[str, FilterEnd] = {}
     records = [QueryRecord.from_bytes(r) for r in transcript.records]
-    for t, start in sorted(package.filters.items()):
+    for t, c in sorted(com.filters.items()):
+        start = package.filters.get(t)
+        if start is None or filters_commitment(package.seed, t, np.array(start)) != c:
+            raise VerificationError(
+                f"The previous window's package does not open its C_filters[{t}]."
+            )
+        settings = VoteSettings.from_dict(com.voting[t])
         spent = np.array(start, dtype=np.float64)
         for pos, rec in enumerate(records):
+            if rec.tenant != t:
+                continue
             w = package.witnesses.get(pos)
-            if rec.tenant == t and w is not None and w.screen is not None:
-                apply_charges(spent, w.screen)
+            if w is None or w.screen is None or w.digest() != rec.proof:
+                raise VerificationError(
+                    f"Record {pos} of the previous window has no witnessed screening."
+                )
+            apply_charges(spent, w.screen)
         ids = package.tenant_ids.get(t, [])
-        out[package.names.get(t, t)] = dict(zip(ids, spent.tolist()))
+        contents = package.tenant_contents.get(t, [])
+        by_content: dict[str, float] = {}
+        for h, v in zip(contents, spent.tolist()):
+            if h:
+                by_content[h] = max(by_content.get(h, 0.0), v)
+        out[package.names.get(t, t)] = FilterEnd(
+            mode=settings.mode,
+            document_budget=settings.document_budget,
+            by_id=dict(zip(ids, spent.tolist())),
+            by_content=by_content,
+            provider_key=com.provider_key,
+            published_at=com.published_at,
+        )
     return out
 
 
-def _carried_over(
-    package: AuditorPackage, previous: Mapping[str, Mapping[str, float]]
+def _start_state(
+    tenant: str, start: Sequence[float], settings: VoteSettings, package: AuditorPackage
 ) -> list[CheckFailure]:
-    """Every document a filtered tenant shares with the previous window starts where
-    that window left it, or higher (tolerance 10⁻⁹, the store's: a lifetime store sums
-    the charges in another order)."""
+    """A committed filter state is one spent ε per committed document, each finite and
+    within [0, M·ε_q] (a negative or infinite one would give the document more budget)."""
+    values = np.asarray(start, dtype=np.float64)
+    cap = settings.document_budget * (1 + 1e-9)
+    if values.shape != (len(package.tenant_ids.get(tenant, ())),) or not (
+        np.all(np.isfinite(values)) and np.all(values >= 0) and np.all(values <= cap)
+    ):
+        return [
+            CheckFailure(
+                "commitment_integrity",
+                f"C_filters[{tenant}] commits budgets that are not one value in [0, M·ε_q] "
+                "per committed document",
+            )
+        ]
+    return []
+
+
+def _carried_over(
+    com: Commitments,
+    package: AuditorPackage,
+    voting: Mapping[str, VoteSettings],
+    previous: Mapping[str, FilterEnd],
+) -> list[CheckFailure]:
+    """Each tenant filtered in the previous window is filtered here too, by the same
+    provider, after it, with no larger lifetime budget, and every document it shares
+    with that window (by id, or by committed content) starts where that window left it
+    or higher (tolerance 10⁻⁹, the store's: a lifetime store sums the charges in
+    another order)."""
     out = []
-    for t, start in sorted(package.filters.items()):
-        before = previous.get(package.names.get(t, ""))
-        if before is None:
+    tenants = {name: t for t, name in package.names.items() if t.startswith("t-")}
+
+    def fail(detail: str) -> None:
+        out.append(CheckFailure("commitment_integrity", detail))
+
+    for name, before in sorted(previous.items()):
+        if before.provider_key != com.provider_key or before.published_at >= com.published_at:
+            fail("the previous window is another provider's, or not earlier than this one")
             continue
-        lower = sum(
-            1
-            for doc, now in zip(package.tenant_ids.get(t, []), start)
-            if doc in before and now < before[doc] * (1 - 1e-9) - 1e-12
-        )
+        t = tenants.get(name)
+        if t is None or t not in com.c_idx:
+            continue  # the tenant is not served in this window
+        settings = voting.get(t)
+        if settings is None or not settings.filtered or t not in package.filters:
+            fail(
+                f"tenant {t} had per-document filters in the previous window and has none "
+                "here: its documents' budgets would start again"
+            )
+            continue
+        if settings.document_budget > before.document_budget * (1 + 1e-9):
+            fail(
+                f"tenant {t}'s lifetime budget M·ε_q grew from {before.document_budget:g} to "
+                f"{settings.document_budget:g} since the previous window"
+            )
+        lower = 0
+        contents = package.tenant_contents.get(t, [])
+        for i, (doc, now) in enumerate(zip(package.tenant_ids.get(t, []), package.filters[t])):
+            was = before.by_id.get(doc, 0.0)
+            if i < len(contents) and contents[i]:
+                was = max(was, before.by_content.get(contents[i], 0.0))
+            lower += now < was * (1 - 1e-9) - 1e-12
         if lower:
-            out.append(
-                CheckFailure(
-                    "commitment_integrity",
-                    f"C_filters[{t}] commits {lower} document(s) as having spent less than "
-                    "the previous window left them (their budgets were reset)",
-                )
+            fail(
+                f"C_filters[{t}] commits {lower} document(s) as having spent less than "
+                "the previous window left them (their budgets were reset)"
             )
     return out
 
@@ -761,10 +853,17 @@ def _replay_filters(
     package: AuditorPackage,
     voting: Mapping[str, VoteSettings],
     policy: AuditPolicy,
+    embedder: Embedder | None,
 ) -> list[CheckFailure]:
     """Every filtered tenant's screenings replayed in ledger order from its committed
-    document budgets (:func:`ragprivacy.audit.filters.replay_filters`)."""
+    document budgets (:func:`ragprivacy.audit.filters.replay_filters`). Every record's
+    witness must open it and, for a text query, hold Emb(q) — also for the records a
+    sampled verification does not re-execute, since their charges decide the others'."""
     out = []
+
+    def fail(pos: int, detail: str) -> None:
+        out.append(CheckFailure("per_record", f"record {pos}: claim A3: {detail}"))
+
     for t, settings in sorted(voting.items()):
         fixed, start = package.tenant_fixed.get(t), package.filters.get(t)
         if not settings.filtered or fixed is None or start is None:
@@ -775,21 +874,27 @@ def _replay_filters(
             if rec is None or rec.tenant != t:
                 continue
             w = package.witnesses.get(pos)
-            if w is None:
-                out.append(
-                    CheckFailure(
-                        "per_record",
-                        f"record {pos}: claim A3: no witness, so the filters cannot be replayed",
-                    )
-                )
-                return out  # the state after it is unknown
-            scores = integer_scores(matrix, w.query_vector(), policy.grid_bits)
+            if w is None or w.digest() != rec.proof:
+                fail(pos, "no witness that opens it, so the filters cannot be replayed")
+                break  # the state after it is unknown
+            q = w.query_vector()
+            if query_commitment(w.salt, w.query_hash(), w.nonce) != rec.query_commit:
+                fail(pos, "the witnessed query does not open the record")
+                break
+            if w.query_text is not None and (
+                embedder is None
+                or not np.array_equal(fixed_point(embedder.encode([w.query_text]))[0], q)
+            ):
+                fail(pos, "the witnessed query embedding is not Emb(q) (or cannot be checked)")
+                break
+            scores = integer_scores(matrix, q, policy.grid_bits)
             bits = derived_bits(package.seed, rec.rec(policy.window_id, w.query_hash(), w.nonce))
             screens.append((pos, scores, bits, w.screen))
-        out.extend(
-            CheckFailure("per_record", f"record {pos}: claim A3: {detail}")
-            for pos, detail in replay_filters(screens, np.array(start), settings)
-        )
+        else:
+            out.extend(
+                CheckFailure("per_record", f"record {pos}: claim A3: {detail}")
+                for pos, detail in replay_filters(screens, np.array(start), settings)
+            )
     return out
 
 

@@ -315,6 +315,11 @@ class AuditWindow:
                 state = np.zeros(size)
             if not isinstance(state, FilterState):
                 state = FilterState(np.asarray(state, dtype=np.float64))
+            elif state.applied:
+                raise ConfigError(
+                    f"Tenant {self.names[t]!r}: a filter state that caught up on another "
+                    "window's records cannot start this one; give its document_spent()."
+                )
             if state.start.shape != (size,):
                 raise ConfigError(
                     f"Tenant {self.names[t]!r}: give one spent ε per document "
@@ -594,8 +599,9 @@ class AuditWindow:
         t = self.tenant_id(tenant)
         if t not in self.filters:
             raise ConfigError(f"Tenant {tenant!r} has no per-document filters.")
-        self.counter.refresh()
-        return self._filters_now(t)[0]
+        with self._account_lock(t):  # not while an answer of the tenant screens
+            self.counter.refresh()
+            return self._filters_now(t)[0]
 
     def document_ids(self, tenant: str) -> list[str]:
         """The committed document ids of tenant ``tenant`` (by name), in index order."""
@@ -627,10 +633,7 @@ class AuditWindow:
     def _filters_now(self, tenant: str) -> tuple[np.ndarray, int]:
         """A filtered tenant's documents' spent ε after its committed records (as far as
         the counter last read the ledger), and how many records that is."""
-        state = self.filters[tenant]
-        positions = self.counter.positions(tenant)
-        state.catch_up(state.applied, self._screens(positions[state.applied :]))
-        return state.spent(), len(positions)
+        return self.filters[tenant].catch_up(self.counter.positions(tenant), self._screens)
 
     def _screen(
         self, scores: np.ndarray, spent: np.ndarray, settings: VoteSettings, bits: ChaCha20Bits

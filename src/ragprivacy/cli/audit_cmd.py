@@ -102,7 +102,7 @@ def _verdict(
 ) -> dict:
     from ragprivacy.audit import Verifier, filter_end_states, load_window
     from ragprivacy.embed import create_embedder
-    from ragprivacy.errors import ConfigError
+    from ragprivacy.errors import ConfigError, VerificationError
 
     previous_filters = None
     if previous is not None:
@@ -112,7 +112,10 @@ def _verdict(
                 f"--previous {previous} holds no auditor package (auditor.json): the previous "
                 "window's filter state can only be replayed from it."
             )
-        previous_filters = filter_end_states(before, before_package)
+        try:
+            previous_filters = filter_end_states(before, before_package)
+        except VerificationError as exc:
+            raise ConfigError(f"--previous {previous}: {exc}") from None
 
     unanswered: list[tuple[str | None, str]] = []
     if remote is not None:

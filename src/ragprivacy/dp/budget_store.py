@@ -207,6 +207,14 @@ class BudgetStore(ABC):
         request released nothing to its caller: the guarantee covers what was released.
         """
 
+    @abstractmethod
+    def record(self, charges: Sequence[tuple[str, Sequence[str], Amount]]) -> None:
+        """Record ``charges`` — (charge id, documents, amount) — that were already spent
+        elsewhere (an audit window's replayed screenings), all at once and without the
+        capacity check: refusing them would not undo the spending, only lose its trace.
+        Idempotent: a charge id already recorded with the same documents and amount is
+        skipped (a :class:`ConfigError` when they differ)."""
+
     def _refuse(self, ids: Sequence[str], ok: np.ndarray, amount: np.ndarray) -> None:
         bad = [d for d, good in zip(ids, ok) if not good]
         raise DocumentBudgetExhaustedError(
@@ -258,6 +266,19 @@ class MemoryBudgetStore(BudgetStore):
             receipt = ChargeReceipt(cid, ids, tuple(a.tolist()))
             self._charges[cid] = receipt
         return receipt
+
+    def record(self, charges: Sequence[tuple[str, Sequence[str], Amount]]) -> None:
+        with self._lock:
+            for cid, doc_ids, amount in charges:
+                ids, a = _doc_ids(doc_ids), self._amount(amount)
+                prev = self._charges.get(cid)
+                if prev is not None:
+                    _check_replay(cid, prev.doc_ids, prev.amount, ids, a)
+                    continue
+                zero = np.zeros(self.dims)
+                for d in ids:
+                    self._spent[d] = self._spent.get(d, zero) + a
+                self._charges[cid] = ChargeReceipt(cid, ids, tuple(a.tolist()))
 
     def release(self, charge_id: str) -> bool:
         with self._lock:
@@ -450,7 +471,15 @@ class _SqlBudgetStore(BudgetStore):
             raise outcome
         return outcome
 
-    def _commit_charges(self, items: list[_Charge]) -> list[ChargeReceipt | BaseException]:
+    def record(self, charges: Sequence[tuple[str, Sequence[str], Amount]]) -> None:
+        items = [(_doc_ids(ids), self._amount(a), cid) for cid, ids, a in charges]
+        for outcome in self._commit_charges(items, check=False):
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    def _commit_charges(
+        self, items: list[_Charge], *, check: bool = True
+    ) -> list[ChargeReceipt | BaseException]:
         """Check and debit ``items`` in one transaction (one sync of the disk).
 
         Each charge is checked against what the database holds plus the charges before
@@ -465,7 +494,7 @@ class _SqlBudgetStore(BudgetStore):
             outcomes: list[ChargeReceipt | BaseException] = []
             for ids, a, cid in items:
                 try:
-                    outcomes.append(self._charge_in(tx, ids, a, cid, delta, new))
+                    outcomes.append(self._charge_in(tx, ids, a, cid, delta, new, check))
                 except (DocumentBudgetExhaustedError, ConfigError) as refused:
                     outcomes.append(refused)
             tx.executemany(
@@ -503,6 +532,7 @@ class _SqlBudgetStore(BudgetStore):
         cid: str,
         delta: dict[str, np.ndarray],
         new: dict[str, ChargeReceipt],
+        check: bool = True,
     ) -> ChargeReceipt:
         """One charge inside an open transaction (``delta``/``new``: the batch so far)."""
         earlier = new.get(cid)
@@ -518,7 +548,7 @@ class _SqlBudgetStore(BudgetStore):
             if d in delta:
                 spent[i] += delta[d]
         ok = self._fits(spent, a)
-        if not ok.all():
+        if check and not ok.all():
             self._refuse(ids, ok, a)
         for d in ids:
             delta[d] = delta[d] + a if d in delta else a.copy()

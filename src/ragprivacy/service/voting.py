@@ -121,22 +121,26 @@ def filter_start(state: ServiceState, tenant: str, count: int) -> list[float]:
 
 
 def settle_filters(state: ServiceState, window: AuditWindow, window_id: str) -> None:
-    """Copy the charges of every filtered tenant's records in ``window`` (closed) into
-    the tenant's lifetime filter store, which the next window commits from. Each charge
-    keeps one id per record and amount, so settling again (a close retried after a
-    crash) charges nothing twice."""
+    """Record the charges of every filtered tenant's records in ``window`` (closed) in
+    the tenant's lifetime filter store, which the next window commits from: one
+    transaction per tenant, without the store's capacity check (the spending happened;
+    the window's replay already kept it within budget), one charge id per record and
+    amount, so settling again (a close retried after a crash) records nothing twice."""
     for t, settings in window.voting.items():
         if not settings.filtered:
             continue
         tenant = window.names[t]
-        store = state.budget_store(tenant, settings.document_budget)
         ids = window.document_ids(tenant)
+        charges: list[tuple[str, list[str], float]] = []
         for position, screen in window.screenings(tenant):
             by_amount: dict[float, list[str]] = {}
             for p, amount in screen.charges:
                 by_amount.setdefault(amount, []).append(ids[p])
-            for n, (amount, docs) in enumerate(sorted(by_amount.items())):
-                store.charge(docs, amount, charge_id=f"{window_id}/{position}/{n}")
+            charges.extend(
+                (f"{window_id}/{position}/{n}", docs, amount)
+                for n, (amount, docs) in enumerate(sorted(by_amount.items()))
+            )
+        state.budget_store(tenant, settings.document_budget).record(charges)
 
 
 def _check_settings(system: RAGSystem, settings: VoteSettings) -> DPVoteRAG | MuRAG:
