@@ -86,6 +86,7 @@ from ragprivacy.dp.gaussian_dp import (
     gaussian_epsilon,
     gaussian_mu,
 )
+from ragprivacy.dp.lazy_gaussian import TailMass, TopNoise, lazy_noise_first, top_noise
 from ragprivacy.dp.mechanisms import (
     hit_probability,
     laplace_counts,
@@ -180,8 +181,10 @@ __all__ = [
     "ScoreSensitivity",
     "SelfComposedEvent",
     "SqliteBudgetStore",
+    "TailMass",
     "ThresholdLoss",
     "TokenRelease",
+    "TopNoise",
     "VoteRecorder",
     "VoteStep",
     "VoteTrace",
@@ -216,6 +219,7 @@ __all__ = [
     "gaussian_sigma_classic",
     "hit_probability",
     "laplace_counts",
+    "lazy_noise_first",
     "max_auc_gdp",
     "max_auc_pure_dp",
     "max_pure_steps",
@@ -243,6 +247,7 @@ __all__ = [
     "stream",
     "threshold_epsilon",
     "top_k_indices",
+    "top_noise",
     "vote_histogram",
     "voter_slots",
 ]

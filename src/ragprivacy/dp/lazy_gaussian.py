@@ -1,0 +1,502 @@
+"""Exact discrete Gaussian noise for noisy top-K, drawn only where it can matter.
+
+Noise-first selection (:meth:`~ragprivacy.dp.GaussianNoisyTopK.select_units_noise_first`)
+scores only the slots whose noise leaves them a chance, but it draws the noise of every
+slot: n exact draws per query. Only the largest noise values can change the output, so
+this module draws those alone — the idea of lazy Gumbel sampling for the exponential
+mechanism (Mussmann, Levy & Ermon 2017) carried to the discrete Gaussian — and exactly:
+the positions and values it returns have the joint law of the slots of n i.i.d.
+DG(σ) draws (P(z) ∝ e^{−z²/(2σ²)}) whose noise is at least a threshold T, and every other
+slot is known to lie below T.
+
+* **Which slots** (:func:`top_noise`): the slots with noise ≥ T are the successes of n
+  independent coins of probability p_T = P(Z ≥ T). They are found by geometric skips —
+  the gap G to the next success has P(G ≥ g) = (1 − p_T)^g — decided by inversion of a
+  lazily refined uniform W (:class:`~ragprivacy.dp._exact.LazyUniform`): each test
+  "W < (1 − p_T)^g" is decided in float64 where a certified margin makes the answer
+  certain, and otherwise with brackets of p_T at increasing precision and more bits of
+  W, so no float approximation of a probability ever decides an outcome.
+* **p_T exactly bracketed** (:class:`TailMass`): p_T = Σ_{z≥T} f(z) / Σ_z f(z) with
+  f(z) = e^{−z²/(2σ²)}. The tail is summed term by term in :mod:`decimal` (its exp is
+  correctly rounded; each later term is the previous one times a correctly rounded
+  ratio) with a geometric bound on the rest; the normaliser is σ√(2π)·θ with θ bracketed
+  by Poisson summation (Σ_z f(z) = σ√(2π)·Σ_k e^{−2π²σ²k²}). Every bracket carries a
+  margin far above the rounding error it covers (a margin decides speed only: a W inside
+  it is refined).
+* **Their values**: Z | Z ≥ T by rejection from a geometric envelope, T + G with
+  P(G ≥ g) = e^{−gT/σ²} accepted with probability e^{−G²/(2σ²)}, since
+  f(T + g) = f(T)·e^{−gT/σ²}·e^{−g²/(2σ²)}; every test is one of the exact samplers'
+  comparisons of W with e^{−x} for rational x (:mod:`ragprivacy.dp.samplers`).
+* **Lower, lazily** (:meth:`TopNoise.lower`): when the slots above T do not settle the
+  selection, the band [T′, T) is drawn among the slots not yet drawn, each a success with
+  probability P(T′ ≤ Z < T | Z < T), values by the same envelope truncated below T; and
+  :meth:`TopNoise.complete` draws every remaining slot from Z | Z < T (rejection from the
+  full sampler) when the lazy path would draw more than the full one.
+
+:func:`lazy_noise_first` is noise-first selection on this noise: it draws above T, lowers
+T until the K largest drawn noises beat every undrawn slot whatever the scores
+(z_(K) + lo ≥ T + hi, so the top K lie among the drawn slots), and scores the same
+candidates the full rule would, so its output has the law of the full mechanism's. The
+thresholds depend on public parameters only (n, K, σ, the score range): T is set so that
+about 2·``min_scored`` slots exceed it, then lowered by σ/4 at a time.
+
+Deviation: the derivation differs from drawing all n values from the same bits, so an
+audited re-execution must run this same derivation (it is deterministic given the bits),
+not the full sampler.
+
+Limit: the tail masses are summed term by term, about digits·ln 10·σ²/T terms, so σ up to
+about 10^4 grid units is affordable (computed once per σ and threshold, then cached);
+beyond, :class:`TailMass` refuses rather than run for minutes. An Euler–Maclaurin tail
+with a certified remainder would lift the limit; it is not here yet, and nothing in the
+audited path uses this module yet.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from ragprivacy._typing import IntArray
+from ragprivacy.dp._exact import PREFIX_BITS, LazyUniform
+from ragprivacy.dp.mechanisms import top_k_indices
+from ragprivacy.dp.randomness import ChaCha20Bits
+from ragprivacy.dp.samplers import (
+    _ACC_REL,
+    _decide_exp,
+    _discrete_gaussian,
+    _geometric,
+    _prefix_only,
+    _split,
+    _truncated_geometric,
+)
+from ragprivacy.errors import ConfigError
+
+__all__ = ["TailMass", "TopNoise", "lazy_noise_first", "top_noise"]
+
+_DIGITS = 40  # first precision of the brackets (decimal digits); doubled on demand
+_FLOAT_REL = 2.0**-40  # certified margin of the float test of W < (1 − p)^g
+_MAX_TERMS = 3e6  # the longest tail sum bracketed term by term (about two seconds)
+_S = 2.0**-PREFIX_BITS
+_SHIFT = np.uint64(64 - PREFIX_BITS)
+
+
+def _context(digits: int) -> decimal.Context:
+    return decimal.Context(
+        prec=digits + 12,
+        rounding=decimal.ROUND_HALF_EVEN,
+        Emin=decimal.MIN_EMIN,
+        Emax=decimal.MAX_EMAX,
+    )
+
+
+def _dec(x: Fraction, ctx: decimal.Context) -> decimal.Decimal:
+    return ctx.divide(decimal.Decimal(x.numerator), decimal.Decimal(x.denominator))
+
+
+def _pi(ctx: decimal.Context) -> decimal.Decimal:
+    """π to the context's precision (the :mod:`decimal` documentation's series)."""
+    with decimal.localcontext(ctx) as c:
+        c.prec += 4
+        t = s = decimal.Decimal(3)
+        lasts = decimal.Decimal(0)
+        n, na, d, da = 1, 0, 0, 24
+        while s != lasts:
+            lasts = s
+            n, na = n + na, na + 8
+            d, da = d + da, da + 32
+            t = (t * n) / d
+            s += t
+    return ctx.plus(s)
+
+
+class TailMass:
+    """Brackets of the discrete Gaussian's tail probabilities for one σ (grid units).
+
+    ``tail(t, digits)`` brackets Σ_{z≥t} e^{−z²/(2σ²)} (t ≥ 1) and ``normaliser(digits)``
+    Σ_z e^{−z²/(2σ²)}, each with relative width about 10^{−digits}; results are cached
+    (they depend on public parameters only). Thread-safe."""
+
+    def __init__(self, sigma: Fraction) -> None:
+        if sigma < 1:
+            raise ConfigError(f"The lazy sampler needs σ ≥ 1 grid unit; got {float(sigma)}.")
+        self.sigma = Fraction(sigma)
+        self.s2 = self.sigma * self.sigma
+        self._cache: dict[tuple[str, int, int], tuple[Fraction, Fraction]] = {}
+        self._lock = threading.Lock()
+
+    def _cached(
+        self, key: tuple[str, int, int], make: Callable[[], tuple[Fraction, Fraction]]
+    ) -> tuple[Fraction, Fraction]:
+        with self._lock:
+            got = self._cache.get(key)
+        if got is None:
+            got = make()
+            with self._lock:
+                self._cache[key] = got
+        return got
+
+    def normaliser(self, digits: int = _DIGITS) -> tuple[Fraction, Fraction]:
+        return self._cached(("S", 0, digits), lambda: self._normaliser(digits))
+
+    def _normaliser(self, digits: int) -> tuple[Fraction, Fraction]:
+        ctx = _context(digits)
+        pi = _pi(ctx)
+        sigma = _dec(self.sigma, ctx)
+        base = ctx.multiply(sigma, ctx.sqrt(ctx.multiply(2, pi)))
+        a = ctx.multiply(ctx.multiply(2, ctx.multiply(pi, pi)), _dec(self.s2, ctx))
+        m = Fraction(1, 10**digits)
+        b = Fraction(base)
+        if a > (digits + 20) * 2.31:  # e^{−a} < 10^{−(digits+20)}: θ ∈ [1, 1 + 3e^{−a}]
+            return b * (1 - m), b * (1 + m)
+        e = Fraction(ctx.exp(ctx.minus(a)))  # θ ∈ [1 + 2e^{−a}, 1 + 2e^{−a}/(1 − e^{−3a})]
+        return b * (1 + 2 * e) * (1 - m), b * (1 + 2 * e / (1 - e**3)) * (1 + m)
+
+    def tail(self, t: int, digits: int = _DIGITS) -> tuple[Fraction, Fraction]:
+        if t < 1:
+            raise ConfigError(f"Tail masses are bracketed from t ≥ 1; got {t}.")
+        return self._cached(("G", int(t), digits), lambda: self._tail(int(t), digits))
+
+    def _tail(self, t: int, digits: int) -> tuple[Fraction, Fraction]:
+        # the terms shrink by about e^{−t/σ²} each (and faster further out): summing to
+        # a relative 10^{−digits} takes about min(digits·ln 10·σ²/t, σ·√(2·digits·ln 10))
+        # of them
+        s2 = float(self.s2)
+        need = min(digits * 2.31 * s2 / t, math.sqrt(s2 * 4.61 * digits))
+        if need > _MAX_TERMS:
+            raise ConfigError(
+                f"Bracketing this discrete Gaussian's tail term by term would take about "
+                f"{need:.2g} terms (σ = {float(self.sigma):.3g} grid units); the lazy "
+                f"sampler supports σ up to about 10^4 grid units. Use the full sampler."
+            )
+        ctx = _context(digits)
+        two_s2 = _dec(2 * self.s2, ctx)
+        term = ctx.exp(ctx.minus(ctx.divide(t * t, two_s2)))
+        ratio = ctx.exp(ctx.minus(ctx.divide(2 * t + 1, two_s2)))  # f(z + 1)/f(z) at z = t
+        q = ctx.exp(ctx.minus(_dec(1 / self.s2, ctx)))  # the ratio's own ratio
+        stop = decimal.Decimal(10) ** -(digits + 3)
+        total = decimal.Decimal(0)
+        steps = 0
+        while True:
+            total = ctx.add(total, term)
+            term = ctx.multiply(term, ratio)
+            ratio = ctx.multiply(ratio, q)
+            steps += 1
+            # every later ratio is below this one: the rest is at most term/(1 − ratio)
+            rest = ctx.divide(term, ctx.subtract(1, ratio))
+            if rest <= ctx.multiply(total, stop):
+                break
+        # 3 correctly rounded operations per step, each within 10^{−(digits+11)}: the
+        # relative error stays below 10^{−digits}/10 for fewer than 10^8 steps
+        if steps >= 10**8:
+            raise ConfigError("The tail of this discrete Gaussian is too wide to bracket.")
+        m = Fraction(1, 10**digits)
+        return Fraction(total) * (1 - m), (Fraction(total) + Fraction(rest)) * (1 + m)
+
+    def band(self, low: int, high: int | None, digits: int = _DIGITS) -> tuple[Fraction, Fraction]:
+        """P(low ≤ Z < high | Z < high) (``high`` None: P(Z ≥ low)), bracketed."""
+        key = ("B" if high is None else f"B{high}", int(low), digits)
+        return self._cached(key, lambda: self._band(low, high, digits))
+
+    def _band(self, low: int, high: int | None, digits: int) -> tuple[Fraction, Fraction]:
+        s_lo, s_hi = self.normaliser(digits)
+        g_lo, g_hi = self.tail(low, digits)
+        if high is None:
+            return g_lo / s_hi, min(Fraction(1), g_hi / s_lo)
+        h_lo, h_hi = self.tail(high, digits)
+        num_lo, num_hi = max(Fraction(0), g_lo - h_hi), g_hi - h_lo
+        return num_lo / (s_hi - h_lo), min(Fraction(1), num_hi / (s_lo - h_hi))
+
+
+_MASSES: dict[Fraction, TailMass] = {}
+_MASSES_LOCK = threading.Lock()
+
+
+def tail_mass(sigma: Fraction) -> TailMass:
+    """The shared :class:`TailMass` of σ (its brackets are computed once per process)."""
+    with _MASSES_LOCK:
+        got = _MASSES.get(sigma)
+        if got is None:
+            got = _MASSES[sigma] = TailMass(sigma)
+        return got
+
+
+def _pow_bounds(p: tuple[Fraction, Fraction], g: int, digits: int) -> tuple[Fraction, Fraction]:
+    """Brackets of (1 − p)^g for p in the bracket ``p``: e^{g·ln(1 − p)} in decimal
+    (correctly rounded ln and exp; the margin is 10^3 times their rounding and the
+    rounding of p), lower bound from the bracket's upper end."""
+    ctx = _context(digits)
+
+    def power(v: Fraction) -> tuple[Fraction, Fraction]:
+        if v >= 1:
+            return Fraction(0), Fraction(0)
+        y = ctx.multiply(g, ctx.ln(ctx.subtract(1, _dec(v, ctx))))
+        return Fraction(ctx.exp(y)), Fraction(int(-y) + 4, 10 ** (digits + 8))
+
+    low, m_low = power(p[1])
+    high, m_high = power(p[0])
+    return low * (1 - m_low), high * (1 + m_high)
+
+
+class _Coin:
+    """Geometric skips over a population: the gaps between successes of coins of one
+    probability p known only through brackets (module docstring)."""
+
+    def __init__(self, bracket: Callable[[int], tuple[Fraction, Fraction]]) -> None:
+        self.bracket = bracket
+        lo, hi = bracket(_DIGITS)
+        self.p = float((lo + hi) / 2)
+        self.log1mp = math.log1p(-self.p) if self.p < 1 else -math.inf
+
+    def _below(self, w: LazyUniform, g: int) -> bool:
+        """Exactly decide W < (1 − p)^g."""
+        if g == 0:
+            return True
+        if self.p >= 1:
+            return False
+        lo, hi = w.interval()
+        v = math.exp(g * self.log1mp)
+        rel = (g * -self.log1mp + 4) * _FLOAT_REL
+        if float(hi) <= v * (1 - rel) - 2.0**-1000:
+            return True
+        if float(lo) >= v * (1 + rel) + 2.0**-1000:
+            return False
+        digits = _DIGITS
+        while True:
+            b_lo, b_hi = _pow_bounds(self.bracket(digits), g, digits)
+            lo, hi = w.interval()
+            if hi <= b_lo:
+                return True
+            if lo >= b_hi:
+                return False
+            if w.bits >= digits * 3:  # W is finer than the bracket: refine the bracket
+                digits *= 2
+            else:
+                w.refine()
+
+    def gap(self, bits: ChaCha20Bits, extra: ChaCha20Bits, limit: int) -> int:
+        """G with P(G ≥ g) = (1 − p)^g, or ``limit`` when G ≥ limit."""
+        if self.p <= 0:
+            return limit
+        prefix = int(bits.uint64(1)[0] >> _SHIFT)
+        w = LazyUniform(prefix, extra)
+        mid = (prefix + 0.5) * _S
+        g = limit if self.log1mp == 0 else int(min(limit, math.log(mid) / self.log1mp))
+        g = max(0, g)
+        while g > 0 and not self._below(w, g):
+            g -= 1
+        while g < limit and self._below(w, g + 1):
+            g += 1
+        return g
+
+
+def _band_values(
+    mass: TailMass, low: int, high: int | None, m: int, bits: ChaCha20Bits, extra: ChaCha20Bits
+) -> IntArray:
+    """m draws of Z | low ≤ Z < high (module docstring: a geometric envelope from
+    ``low``, accepted with probability e^{−G²/(2σ²)}, redrawn when at or above ``high``)."""
+    s2 = mass.s2
+    out = np.empty(m, dtype=np.int64)
+    if high is not None and (high - low) * low < s2:
+        # a band narrower than the geometric envelope's scale σ²/low: a uniform envelope
+        # on it, accepted with probability f(z)/f(low) = e^{−(z² − low²)/(2σ²)}
+        for i in range(m):
+            while True:
+                z = low + bits.randbelow(high - low)
+                w = LazyUniform(int(bits.uint64(1)[0] >> _SHIFT), extra)
+                if w.less_than_exp(Fraction(z * z - low * low) / (2 * s2)):
+                    out[i] = z
+                    break
+        return out
+    t = s2 / low  # the envelope's scale: P(G ≥ g) = e^{−g·low/σ²}
+    split = _split(t)
+    todo = np.arange(m)
+    while todo.size:
+        k = todo.size
+        g = _geometric(_prefix_only(bits, k), t / split, extra, True)
+        if split > 1:
+            g *= split
+            g += _truncated_geometric(t, split, k, bits, extra, True)
+        prefix = _prefix_only(bits, k)
+        gf = g.astype(np.float64)
+        p = np.exp(-(gf * gf) / (2 * float(s2)))
+
+        def exact_x(i: int, vals: np.ndarray = g) -> Fraction:
+            return Fraction(int(vals[i]) ** 2) / (2 * s2)
+
+        keep = _decide_exp(prefix, p, _ACC_REL, exact_x, extra, True)
+        values = low + g
+        if high is not None:
+            keep &= values < high
+        out[todo[keep]] = values[keep]
+        todo = todo[~keep]
+    return out
+
+
+@dataclass
+class TopNoise:
+    """The drawn part of n slots' noise: every slot with noise ≥ :attr:`threshold` (its
+    position and value), the others known to lie below it (``complete`` once all are
+    drawn)."""
+
+    n: int
+    sigma: Fraction
+    threshold: int
+    positions: IntArray
+    values: IntArray
+    bits: ChaCha20Bits = field(repr=False)
+    extra: ChaCha20Bits = field(repr=False)
+    complete: bool = False
+
+    def lower(self, to: int) -> None:
+        """Draw the band [``to``, threshold) among the slots not drawn yet."""
+        if self.complete or to >= self.threshold:
+            return
+        mass = tail_mass(self.sigma)
+        high = self.threshold
+        coin = _Coin(lambda digits: mass.band(to, high, digits))
+        drawn = np.sort(self.positions)
+        population = self.n - drawn.size
+        offsets = []
+        cur = 0
+        while True:
+            cur += coin.gap(self.bits, self.extra, population - cur)
+            if cur >= population:
+                break
+            offsets.append(cur)
+            cur += 1
+        found = _nth_free(drawn, np.asarray(offsets, dtype=np.int64))
+        vals = _band_values(mass, to, high, found.size, self.bits, self.extra)
+        self._add(found, vals, to)
+
+    def fill(self) -> None:
+        """Draw every remaining slot from Z | Z < threshold (rejection from the full
+        sampler): the noise of all n slots."""
+        if self.complete:
+            return
+        drawn = np.zeros(self.n, dtype=bool)
+        drawn[self.positions] = True
+        rest = np.flatnonzero(~drawn)
+        vals = np.empty(rest.size, dtype=np.int64)
+        todo = np.arange(rest.size)
+        while todo.size:
+            got = _discrete_gaussian(self.sigma, todo.size, self.bits, self.extra, True)
+            ok = got < self.threshold
+            vals[todo[ok]] = got[ok]
+            todo = todo[~ok]
+        self._add(rest, vals, None)
+        self.complete = True
+
+    def _add(self, positions: IntArray, values: IntArray, threshold: int | None) -> None:
+        self.positions = np.concatenate([self.positions, positions]).astype(np.int64)
+        self.values = np.concatenate([self.values, values]).astype(np.int64)
+        if threshold is not None:
+            self.threshold = threshold
+
+    def dense(self) -> IntArray:
+        """Every slot's noise (only once :meth:`fill` ran)."""
+        if not self.complete:
+            raise ConfigError("Only the slots above the threshold are drawn; fill() first.")
+        z = np.empty(self.n, dtype=np.int64)
+        z[self.positions] = self.values
+        return z
+
+
+def _nth_free(taken: IntArray, offsets: IntArray) -> IntArray:
+    """The positions of the ``offsets``-th (0-based, increasing) slots not in ``taken``
+    (sorted)."""
+    # the o-th free slot is o + #{taken ≤ it}: solve by walking the sorted taken list
+    out = np.empty(offsets.size, dtype=np.int64)
+    j = 0
+    for i, o in enumerate(offsets.tolist()):
+        p = o + j
+        while j < taken.size and taken[j] <= p:
+            j += 1
+            p = o + j
+        out[i] = p
+    return out
+
+
+def top_noise(n: int, sigma: Fraction, threshold: int, bits: ChaCha20Bits) -> TopNoise:
+    """The slots of n i.i.d. DG(σ) draws whose noise is ≥ ``threshold`` (≥ 1), exactly in
+    law (module docstring), from ``bits`` (e.g. :func:`~ragprivacy.dp.derived_bits`)."""
+    if threshold < 1:
+        raise ConfigError(f"The lazy threshold must be ≥ 1 grid unit; got {threshold}.")
+    mass = tail_mass(Fraction(sigma))
+    extra = bits.fork("lazy-extra")
+    coin = _Coin(lambda digits: mass.band(threshold, None, digits))
+    found = []
+    cur = 0
+    while True:
+        cur += coin.gap(bits, extra, n - cur)
+        if cur >= n:
+            break
+        found.append(cur)
+        cur += 1
+    pos = np.asarray(found, dtype=np.int64)
+    vals = _band_values(mass, threshold, None, pos.size, bits, extra)
+    return TopNoise(n, Fraction(sigma), threshold, pos, vals, bits, extra)
+
+
+def first_threshold(n: int, sigma: Fraction, target: int) -> int:
+    """T with about ``target`` of n DG(σ) slots above it: ⌊σ·√(2·ln(n/target))⌋ in
+    correctly rounded decimal arithmetic (a function of public parameters only, the same
+    on every machine); at least 1."""
+    if n <= target:
+        return 1
+    ctx = _context(20)
+    ln = ctx.ln(ctx.divide(n, target))
+    t = ctx.multiply(_dec(Fraction(sigma), ctx), ctx.sqrt(ctx.multiply(2, ln)))
+    return max(1, int(t))
+
+
+def lazy_noise_first(
+    n: int,
+    k: int,
+    sigma: Fraction,
+    bounds: tuple[int, int],
+    units_at: Callable[[IntArray], IntArray],
+    bits: ChaCha20Bits,
+    *,
+    min_scored: int,
+    max_fraction: float,
+) -> tuple[IntArray, TopNoise]:
+    """TopK(clip(s) + z) over n slots with z drawn lazily (module docstring).
+
+    ``bounds`` = (lo, hi), the clip range in grid units; ``units_at(p)`` the exact
+    scores of positions ``p``. Returns the K positions (best first, ties to the lower
+    position) and the drawn noise. Falls back to drawing every slot when the lazy path
+    would draw more than ``max_fraction`` of them or the threshold reaches 1."""
+    lo, hi = int(bounds[0]), int(bounds[1])
+    width = hi - lo
+    kk = min(k, n)
+    step = max(1, int(sigma / 4))
+    t = first_threshold(n, sigma, 2 * max(min_scored, kk))
+    drawn = top_noise(n, sigma, t, bits)
+    while True:
+        m = drawn.positions.size
+        if m >= min(max(min_scored, kk), n) and m >= kk:
+            z_k = int(np.partition(drawn.values, m - kk)[m - kk])
+            if z_k - width >= drawn.threshold:  # z_(K) + lo ≥ T + hi: certified
+                break
+        if m > max_fraction * n or drawn.threshold - step < 1:
+            drawn.fill()
+            break
+        drawn.lower(drawn.threshold - step)
+    z, pos = drawn.values, drawn.positions
+    z_k = int(np.partition(z, z.size - kk)[z.size - kk])
+    near = z >= z_k - width  # the candidates: z_i + hi ≥ z_(K) + lo
+    if near.sum() < min_scored:  # padded with the next-largest noises (rows read: constant)
+        order = np.lexsort((pos, -z))[: min(min_scored, z.size)]
+        near[order] = True
+    cand_pos, cand_z = pos[near], z[near]
+    order = np.argsort(cand_pos, kind="stable")
+    cand_pos, cand_z = cand_pos[order], cand_z[order]
+    scores = np.clip(np.asarray(units_at(cand_pos), dtype=np.int64), lo, hi)
+    best = top_k_indices(scores + cand_z, kk)
+    return cand_pos[best], drawn

@@ -1,0 +1,174 @@
+"""The lazy exact discrete Gaussian (ragprivacy.dp.lazy_gaussian): its brackets hold the
+true tail masses, the slots it draws have the law of the largest of n i.i.d. draws, and
+noise-first selection on it has the law of the full mechanism's — on layouts with ties
+and clipped scores, K from 1 to the candidates' floor — while a planted bug is caught."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ragprivacy.dp import ChaCha20Bits, discrete_gaussian
+from ragprivacy.dp import lazy_gaussian as lg
+from ragprivacy.dp.mechanisms import top_k_indices
+
+SIGMA = Fraction(6)
+N = 40
+RUNS = 1500
+
+
+def _pmf(sigma: float, lo: int, hi: int) -> np.ndarray:
+    z = np.arange(lo, hi + 1)
+    w = np.exp(-(z.astype(float) ** 2) / (2 * sigma**2))
+    full = sum(
+        math.exp(-(k * k) / (2 * sigma**2)) for k in range(-20 * int(sigma), 20 * int(sigma))
+    )
+    return w / full
+
+
+def test_the_brackets_hold_the_tail_masses() -> None:
+    mass = lg.TailMass(SIGMA)
+    s_lo, s_hi = mass.normaliser()
+    direct = math.fsum(math.exp(-(k * k) / 72) for k in range(-200, 201))
+    assert s_lo <= Fraction(direct) * (1 + Fraction(1, 10**14)) and s_hi >= Fraction(direct) * (
+        1 - Fraction(1, 10**14)
+    )
+    assert (s_hi - s_lo) / s_lo < Fraction(1, 10**35)
+    for t in (1, 5, 13, 40):
+        g_lo, g_hi = mass.tail(t)
+        direct = math.fsum(math.exp(-(k * k) / 72) for k in range(t, 400))
+        assert float(g_lo) <= direct * (1 + 1e-13) and float(g_hi) >= direct * (1 - 1e-13)
+        assert (g_hi - g_lo) / g_lo < Fraction(1, 10**35)
+    p_lo, p_hi = mass.band(5, 13)  # P(5 ≤ Z < 13 | Z < 13)
+    exact = _pmf(6.0, 5, 12).sum() / (1 - _pmf(6.0, 13, 400).sum())
+    assert float(p_lo) <= exact * (1 + 1e-12) and float(p_hi) >= exact * (1 - 1e-12)
+
+
+def test_the_slots_above_the_threshold_have_the_law_of_the_largest_draws() -> None:
+    """Counts above T are Binomial(n, p_T); their values follow Z | Z ≥ T; and lowering
+    the threshold adds the band with its own law (χ² goodness of fit, p > 10⁻⁴)."""
+    t, low = 9, 4
+    counts, values, band = [], Counter(), Counter()
+    for r in range(RUNS):
+        drawn = lg.top_noise(N, SIGMA, t, ChaCha20Bits.derived(bytes(32), ("top", r)))
+        counts.append(drawn.positions.size)
+        values.update(drawn.values.tolist())
+        assert len(set(drawn.positions.tolist())) == drawn.positions.size
+        before = drawn.positions.size
+        drawn.lower(low)
+        band.update(drawn.values[before:].tolist())
+        assert (drawn.values[before:] < t).all() and (drawn.values[before:] >= low).all()
+    p_t = float(_pmf(6.0, t, 400).sum())
+    k = np.arange(0, 8)
+    expected = stats.binom.pmf(k, N, p_t) * RUNS
+    expected = np.append(expected, RUNS - expected.sum())
+    observed = np.bincount(np.minimum(counts, 8), minlength=9)
+    assert stats.chisquare(observed, expected).pvalue > 1e-4, (observed, expected)
+    tail = _pmf(6.0, t, 24)
+    obs = np.array([values.get(v, 0) for v in range(t, 25)])
+    obs[-1] += sum(c for v, c in values.items() if v > 24)
+    exp = tail / tail.sum() * obs.sum()
+    assert stats.chisquare(obs, exp).pvalue > 1e-4
+    b = _pmf(6.0, low, t - 1)
+    obs_b = np.array([band.get(v, 0) for v in range(low, t)])
+    assert stats.chisquare(obs_b, b / b.sum() * obs_b.sum()).pvalue > 1e-4
+
+
+LAYOUTS = {
+    # many ties at the top, scores clipped at both ends of the range [0, 4]
+    "ties-and-clipping": np.array([4] * 6 + [7] * 3 + [-5] * 8 + [2] * 23),
+    "one-leader": np.array([4] + [0] * 39),
+}
+
+
+def _full(scores: np.ndarray, k: int, bounds: tuple[int, int], seed: int) -> tuple[int, ...]:
+    z = discrete_gaussian(SIGMA, N, bits=ChaCha20Bits.derived(bytes(32), ("full", seed)))
+    return tuple(top_k_indices(np.clip(scores, *bounds) + z, k).tolist())
+
+
+def _lazy(scores: np.ndarray, k: int, bounds: tuple[int, int], seed: int) -> tuple[int, ...]:
+    pos, _ = lg.lazy_noise_first(
+        N,
+        k,
+        SIGMA,
+        bounds,
+        lambda p: scores[p],
+        ChaCha20Bits.derived(bytes(32), ("lazy", seed)),
+        min_scored=4,
+        max_fraction=0.5,
+    )
+    return tuple(pos.tolist())
+
+
+def _homogeneous(a: list[tuple[int, ...]], b: list[tuple[int, ...]]) -> float:
+    """p-value of a χ² test that two samples of outcomes share one law (rare outcomes
+    pooled so every expected count is at least 5)."""
+    ca, cb = Counter(a), Counter(b)
+    keys = sorted(set(ca) | set(cb), key=lambda o: -(ca[o] + cb[o]))
+    rows: list[list[int]] = []
+    rest = [0, 0]
+    for o in keys:
+        if ca[o] + cb[o] >= 20:
+            rows.append([ca[o], cb[o]])
+        else:
+            rest = [rest[0] + ca[o], rest[1] + cb[o]]
+    if sum(rest):
+        rows.append(rest)
+    return float(stats.chi2_contingency(np.array(rows)).pvalue)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("k", [1, 3])
+def test_lazy_selection_has_the_law_of_the_full_mechanism(layout: str, k: int) -> None:
+    scores, bounds = LAYOUTS[layout], (0, 4)
+    lazy = [_lazy(scores, k, bounds, r) for r in range(RUNS)]
+    full = [_full(scores, k, bounds, r) for r in range(RUNS)]
+    assert all(len(set(o)) == k for o in lazy)
+    # the leading slot (the top-1 law) and the whole ordered selection
+    assert _homogeneous([o[:1] for o in lazy], [o[:1] for o in full]) > 1e-4
+    assert _homogeneous(lazy, full) > 1e-4
+
+
+def test_the_same_bits_give_the_same_selection_and_the_fallback_draws_every_slot() -> None:
+    scores = LAYOUTS["ties-and-clipping"]
+    bits = ("lazy", 7)
+    a = lg.lazy_noise_first(
+        N, 3, SIGMA, (0, 4), lambda p: scores[p], ChaCha20Bits.derived(bytes(32), bits),
+        min_scored=4, max_fraction=0.5,
+    )  # fmt: skip
+    b = lg.lazy_noise_first(
+        N, 3, SIGMA, (0, 4), lambda p: scores[p], ChaCha20Bits.derived(bytes(32), bits),
+        min_scored=4, max_fraction=0.5,
+    )  # fmt: skip
+    assert a[0].tolist() == b[0].tolist() and a[1].values.tolist() == b[1].values.tolist()
+    # a range as wide as the noise: no threshold certifies, every slot is drawn
+    wide = lg.lazy_noise_first(
+        N, 3, SIGMA, (0, 400), lambda p: scores[p], ChaCha20Bits.derived(bytes(32), bits),
+        min_scored=4, max_fraction=0.5,
+    )  # fmt: skip
+    assert wide[1].complete and wide[1].positions.size == N
+
+
+def test_a_planted_bug_in_the_tail_values_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same goodness-of-fit test fails when the tail values skip the envelope's
+    acceptance step (they come out geometric, too heavy): the tests have power."""
+
+    def envelope_only(mass, low, high, m, bits, extra):  # type: ignore[no-untyped-def]
+        g = lg._geometric(lg._prefix_only(bits, m), mass.s2 / low, extra, True)
+        return low + g
+
+    monkeypatch.setattr(lg, "_band_values", envelope_only)
+    t = 9
+    values: Counter[int] = Counter()
+    for r in range(RUNS):
+        drawn = lg.top_noise(N, SIGMA, t, ChaCha20Bits.derived(bytes(32), ("top", r)))
+        values.update(drawn.values.tolist())
+    tail = _pmf(6.0, t, 24)
+    obs = np.array([values.get(v, 0) for v in range(t, 25)])
+    obs[-1] += sum(c for v, c in values.items() if v > 24)
+    assert stats.chisquare(obs, tail / tail.sum() * obs.sum()).pvalue < 1e-4
