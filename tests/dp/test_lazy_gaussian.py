@@ -172,3 +172,24 @@ def test_a_planted_bug_in_the_tail_values_is_caught(monkeypatch: pytest.MonkeyPa
     obs = np.array([values.get(v, 0) for v in range(t, 25)])
     obs[-1] += sum(c for v, c in values.items() if v > 24)
     assert stats.chisquare(obs, tail / tail.sum() * obs.sum()).pvalue < 1e-4
+
+
+@pytest.mark.parametrize(("sigma", "t"), [(6, 5), (50, 20), (3584, 1000), (3584, 15174)])
+def test_the_euler_maclaurin_tail_agrees_with_the_term_by_term_sum(sigma: int, t: int) -> None:
+    """Two independent brackets of the same tail overlap, each narrow: the certified
+    Euler–Maclaurin form that wide Gaussians use, and the direct sum."""
+    summed = lg.TailMass(Fraction(sigma))._tail(t, 40)
+    em = lg._euler_maclaurin_tail(Fraction(sigma), t, 40)
+    assert em[0] <= summed[1] and summed[0] <= em[1]
+    assert (em[1] - em[0]) / em[0] < Fraction(1, 10**40)
+
+
+def test_a_wide_gaussian_draws_its_top_slots_quickly() -> None:
+    """At an audit calibration's σ (about 7·10^7 grid units) the brackets come from
+    Euler–Maclaurin; n = 10^6 slots, the drawn ones all above the threshold."""
+    sigma = Fraction(2413856893571831, 33554432)
+    t = lg.first_threshold(10**6, sigma, 128)
+    drawn = lg.top_noise(10**6, sigma, t, ChaCha20Bits.derived(bytes(32), "wide"))
+    assert 0 < drawn.positions.size < 1000 and (drawn.values >= t).all()
+    lo, hi = lg.tail_mass(sigma).band(t, None)
+    assert (hi - lo) / lo < Fraction(1, 10**30)

@@ -44,11 +44,10 @@ Deviation: the derivation differs from drawing all n values from the same bits, 
 audited re-execution must run this same derivation (it is deterministic given the bits),
 not the full sampler.
 
-Limit: the tail masses are summed term by term, about digits·ln 10·σ²/T terms, so σ up to
-about 10^4 grid units is affordable (computed once per σ and threshold, then cached);
-beyond, :class:`TailMass` refuses rather than run for minutes. An Euler–Maclaurin tail
-with a certified remainder would lift the limit; it is not here yet, and nothing in the
-audited path uses this module yet.
+Tail masses of a narrow Gaussian (fewer than about 2·10^5 terms to sum) are summed term by
+term; wider ones — the audit's calibrations reach σ ≈ 10^8 grid units — by Euler–Maclaurin
+(:func:`_euler_maclaurin_tail`) with a certified remainder; both are computed once per σ
+and threshold, then cached. Nothing in the audited path uses this module yet.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ __all__ = ["TailMass", "TopNoise", "lazy_noise_first", "top_noise"]
 
 _DIGITS = 40  # first precision of the brackets (decimal digits); doubled on demand
 _FLOAT_REL = 2.0**-40  # certified margin of the float test of W < (1 − p)^g
-_MAX_TERMS = 3e6  # the longest tail sum bracketed term by term (about two seconds)
+_SUM_TERMS = 2e5  # the longest tail summed term by term; beyond, Euler–Maclaurin
 _S = 2.0**-PREFIX_BITS
 _SHIFT = np.uint64(64 - PREFIX_BITS)
 
@@ -113,6 +112,105 @@ def _pi(ctx: decimal.Context) -> decimal.Decimal:
             t = (t * n) / d
             s += t
     return ctx.plus(s)
+
+
+def _bernoulli(count: int) -> list[Fraction]:
+    """B_0 … B_{count−1} (B_1 = −1/2), exactly (the classical recurrence)."""
+    b = [Fraction(1)]
+    for m in range(1, count):
+        b.append(-sum((math.comb(m + 1, k) * b[k] for k in range(m)), Fraction(0)) / (m + 1))
+    return b
+
+
+def _erfc(x: decimal.Decimal, digits: int) -> tuple[Fraction, Fraction]:
+    """Brackets of erfc(x), x ≥ 0, relative width about 10^{−digits}: 1 − erf(x) with
+    erf's Taylor series (alternating; once its terms decrease, the first left out bounds
+    the rest) at a precision that covers the cancellation (erfc(x) ≈ e^{−x²})."""
+    xf = float(x)
+    extra = int(xf * xf / 2.3) + 10  # digits lost to the cancellation
+    ctx = _context(digits + 2 * extra)
+    pi = _pi(ctx)
+    x2 = ctx.multiply(x, x)
+    term = x  # (−1)^n x^{2n+1}/n!
+    total = decimal.Decimal(0)
+    n = 0
+    biggest = abs(term)
+    limit = decimal.Decimal(10) ** -(digits + extra + 5)
+    while True:
+        total = ctx.add(total, ctx.divide(term, 2 * n + 1))
+        n += 1
+        term = ctx.divide(ctx.multiply(ctx.minus(term), x2), n)
+        biggest = max(biggest, abs(term))
+        if n > xf * xf + 1 and abs(term) < limit:
+            break
+    # truncation ≤ |next term| (decreasing alternating tail); rounding: each term carries
+    # up to 2n rounded steps and each partial sum is below n times the largest term,
+    # so 4(n + 4)² ulps of the largest term bound it; √π and the last steps add a few
+    # ulps of 1
+    ulp = decimal.Decimal(10) ** -(ctx.prec - 1)
+    err = Fraction(abs(term)) + Fraction(4 * (n + 4) ** 2) * Fraction(biggest + 1) * Fraction(ulp)
+    scale = ctx.divide(2, ctx.sqrt(pi))
+    erfc = Fraction(ctx.subtract(1, ctx.multiply(scale, total)))
+    err = err * 2 + Fraction(ulp) * 8
+    return erfc - err, erfc + err
+
+
+def _euler_maclaurin_tail(sigma: Fraction, t: int, digits: int) -> tuple[Fraction, Fraction]:
+    """Brackets of Σ_{z≥t} f(z), f(x) = e^{−x²/(2σ²)}, by Euler–Maclaurin:
+
+    ∫_t^∞ f + f(t)/2 + Σ_{j≤p} B_{2j}/(2j)!·σ^{1−2j}·He_{2j−1}(t/σ)·f(t) + R_p,
+
+    (f^{(k)}(x) = (−1)^k σ^{−k} He_k(x/σ) f(x), He the probabilists' Hermite
+    polynomials), ∫_t^∞ f = σ√(π/2)·erfc(t/(σ√2)), and
+    |R_p| ≤ 2ζ(2p)/(2π)^{2p}·∫|f^{(2p)}| ≤ 2ζ(2p)/(2π)^{2p}·σ^{1−2p}·√(2π)·√((2p)!)
+    (Cauchy–Schwarz: E|He_k(U)| ≤ √(k!) for U standard normal). p grows until that
+    bound is below 10^{−(digits+3)} of the integral."""
+    work = digits + 25
+    ctx = _context(work)
+    sig = _dec(sigma, ctx)
+    y = ctx.divide(t, sig)
+    pi = _pi(ctx)
+    f_t = ctx.exp(ctx.minus(ctx.divide(ctx.multiply(y, y), 2)))
+    x = ctx.divide(y, ctx.sqrt(decimal.Decimal(2)))
+    e_lo, e_hi = _erfc(x, work)
+    half = Fraction(ctx.multiply(sig, ctx.sqrt(ctx.divide(pi, 2))))
+    integral = ((e_lo + e_hi) / 2) * half
+    target = integral * Fraction(1, 10 ** (digits + 3))
+    two_pi_s = 2 * math.pi * float(sigma)
+    p = 1
+    while True:  # the remainder bound, in logs first (it only chooses p), then exactly
+        log_r = (
+            math.log(4.0)  # 2ζ(2p) ≤ 2ζ(2) < 4
+            - 2 * p * math.log(two_pi_s)
+            + math.log(float(sigma) * math.sqrt(2 * math.pi))
+            + 0.5 * math.lgamma(2 * p + 1)
+        )
+        if log_r < math.log(float(target)) - 2 or p > 400:
+            break
+        p += 1
+    bern = _bernoulli(2 * p + 1)
+    he_prev, he = decimal.Decimal(1), y  # He_0, He_1
+    corr = Fraction(0)
+    s_pow = 1 / sigma  # σ^{1−2j}, j = 1
+    for j in range(1, p + 1):
+        k = 2 * j - 1  # He_k is he
+        corr += bern[2 * j] / math.factorial(2 * j) * s_pow * Fraction(he)
+        # He_{k+2} from He_k, He_{k+1}
+        he_next = ctx.subtract(ctx.multiply(y, he), ctx.multiply(k, he_prev))  # He_{k+1}
+        he_prev, he = he_next, ctx.subtract(ctx.multiply(y, he_next), ctx.multiply(k + 1, he))
+        s_pow /= sigma * sigma
+    corr *= Fraction(f_t)
+    rem = Fraction(4) * Fraction(1) / Fraction(two_pi_s) ** (2 * p)
+    rem *= Fraction(float(sigma)) * Fraction(math.sqrt(2 * math.pi) * 1.0001)
+    rem *= Fraction(math.isqrt(math.factorial(2 * p)) + 1)
+    ft = Fraction(f_t)
+    mid = integral + ft / 2 + corr
+    # the integral's bracket, and rounding of f(t), the Hermite values and σ√(π/2)
+    # (each within a few units of 10^{−work}) relative to the sum
+    slack = (e_hi - e_lo) * half + mid * Fraction(100, 10**work) + rem
+    if not mid > slack:
+        raise ConfigError("The Euler–Maclaurin tail failed to bracket a positive mass.")
+    return mid - slack, mid + slack
 
 
 class TailMass:
@@ -165,15 +263,11 @@ class TailMass:
     def _tail(self, t: int, digits: int) -> tuple[Fraction, Fraction]:
         # the terms shrink by about e^{−t/σ²} each (and faster further out): summing to
         # a relative 10^{−digits} takes about min(digits·ln 10·σ²/t, σ·√(2·digits·ln 10))
-        # of them
+        # of them; beyond _SUM_TERMS the Euler–Maclaurin form is used instead
         s2 = float(self.s2)
         need = min(digits * 2.31 * s2 / t, math.sqrt(s2 * 4.61 * digits))
-        if need > _MAX_TERMS:
-            raise ConfigError(
-                f"Bracketing this discrete Gaussian's tail term by term would take about "
-                f"{need:.2g} terms (σ = {float(self.sigma):.3g} grid units); the lazy "
-                f"sampler supports σ up to about 10^4 grid units. Use the full sampler."
-            )
+        if need > _SUM_TERMS:
+            return _euler_maclaurin_tail(self.sigma, t, digits)
         ctx = _context(digits)
         two_s2 = _dec(2 * self.s2, ctx)
         term = ctx.exp(ctx.minus(ctx.divide(t * t, two_s2)))
