@@ -389,6 +389,20 @@ class _Coin:
         return g
 
 
+def _uniform_below(bits: ChaCha20Bits, width: int, k: int) -> IntArray:
+    """k exactly uniform integers in [0, width) (64-bit words, those at or above the
+    largest multiple of ``width`` redrawn)."""
+    limit = np.uint64(((1 << 64) // width) * width - 1)  # the largest word kept
+    out = np.empty(k, dtype=np.int64)
+    todo = np.arange(k)
+    while todo.size:
+        w = bits.uint64(todo.size)
+        ok = w <= limit
+        out[todo[ok]] = (w[ok] % np.uint64(width)).astype(np.int64)
+        todo = todo[~ok]
+    return out
+
+
 def _band_values(
     mass: TailMass, low: int, high: int | None, m: int, bits: ChaCha20Bits, extra: ChaCha20Bits
 ) -> IntArray:
@@ -398,14 +412,22 @@ def _band_values(
     out = np.empty(m, dtype=np.int64)
     if high is not None and (high - low) * low < s2:
         # a band narrower than the geometric envelope's scale σ²/low: a uniform envelope
-        # on it, accepted with probability f(z)/f(low) = e^{−(z² − low²)/(2σ²)}
-        for i in range(m):
-            while True:
-                z = low + bits.randbelow(high - low)
-                w = LazyUniform(int(bits.uint64(1)[0] >> _SHIFT), extra)
-                if w.less_than_exp(Fraction(z * z - low * low) / (2 * s2)):
-                    out[i] = z
-                    break
+        # on it, accepted with probability f(z)/f(low) = e^{−u(u + 2·low)/(2σ²)}, u = z − low
+        width, s2f = high - low, float(s2)
+        todo = np.arange(m)
+        while todo.size:
+            k = todo.size
+            u = _uniform_below(bits, width, k)
+            prefix = _prefix_only(bits, k)
+            uf = u.astype(np.float64)
+            p = np.exp(-(uf * (uf + 2 * low)) / (2 * s2f))
+
+            def exact_u(i: int, vals: np.ndarray = u) -> Fraction:
+                return Fraction(int(vals[i]) * (int(vals[i]) + 2 * low)) / (2 * s2)
+
+            keep = _decide_exp(prefix, p, _ACC_REL, exact_u, extra, True)
+            out[todo[keep]] = low + u[keep]
+            todo = todo[~keep]
         return out
     t = s2 / low  # the envelope's scale: P(G ≥ g) = e^{−g·low/σ²}
     split = _split(t)
