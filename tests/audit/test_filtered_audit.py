@@ -244,9 +244,11 @@ class _Forgetful(FilterState):
     """The provider's own filter state: it never applies a charge (budgets reset)."""
 
     def catch_up(
-        self, positions: Sequence[int], load: Callable[[Sequence[int]], Sequence[FilterScreen]]
+        self,
+        fetch: Callable[[int], tuple[Sequence[int], int]],
+        load: Callable[[Sequence[int]], Sequence[FilterScreen]],
     ) -> tuple[np.ndarray, int]:
-        return self.start.copy(), len(positions)
+        return self.start.copy(), fetch(0)[1]
 
 
 class _Unlimited(_Forgetful):

@@ -77,11 +77,13 @@ class LedgerCounter:
                 self._positions[rec.tenant].append(i)
         self._scanned = max(self._scanned, size)
 
-    def positions(self, tenant: str) -> list[int]:
-        """The committed records of a tracked ``tenant``, by ledger position, as far as
-        the last :meth:`used` read the ledger."""
+    def positions(self, tenant: str, start: int = 0) -> tuple[list[int], int]:
+        """The committed records of a tracked ``tenant`` from its ``start``-th on, by
+        ledger position, and how many it has in all, as far as the last :meth:`refresh`
+        read the ledger (only the new ones are copied: this runs on every answer)."""
         with self._lock:
-            return list(self._positions[tenant])
+            held = self._positions[tenant]
+            return held[start:], len(held)
 
     def guard(
         self,

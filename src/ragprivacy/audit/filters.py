@@ -175,23 +175,19 @@ class FilterState:
 
     def catch_up(
         self,
-        positions: Sequence[int],
+        fetch: Callable[[int], tuple[Sequence[int], int]],
         load: Callable[[Sequence[int]], Sequence[FilterScreen]],
     ) -> tuple[np.ndarray, int]:
-        """Apply the charges of the tenant's records at ``positions`` (all of them so far,
-        in ledger order) not applied yet, their screenings read by ``load``; returns the
-        state and how many records it holds, read together (another thread may catch up
-        meanwhile)."""
+        """Apply the charges of the tenant's records not applied yet: ``fetch(applied)``
+        gives their ledger positions and the tenant's record count, ``load`` their
+        screenings. Returns the state and how many records it holds, read together
+        (another thread may catch up meanwhile)."""
         with self._lock:
-            for result in load(positions[self.applied :]):
+            new, total = fetch(self.applied)
+            for result in load(new):
                 apply_charges(self._spent, result)
-            self.applied = max(self.applied, len(positions))
+            self.applied = max(self.applied, total)
             return self._spent.copy(), self.applied
-
-    def spent(self) -> np.ndarray:
-        """Each document's spent ε as far as caught up (a copy)."""
-        with self._lock:
-            return self._spent.copy()
 
 
 def replay_filters(

@@ -549,7 +549,9 @@ class Verifier:
                         CheckFailure("per_record", f"record {pos}: claim {f.claim}: {f.detail}")
                     )
             if package is not None:  # every record of a filtered tenant, sampled or not
-                failures.extend(_replay_filters(records, package, voting, policy, embedder))
+                failures.extend(
+                    _replay_filters(records, package, voting, policy, embedder, set(positions))
+                )
             # 6. policy cap
             failures.extend(self._policy_cap(transcript.coalition, policy, records, package, log))
         failures.sort(key=lambda f: CHECKS.index(f.check))
@@ -854,11 +856,14 @@ def _replay_filters(
     voting: Mapping[str, VoteSettings],
     policy: AuditPolicy,
     embedder: Embedder | None,
+    reexecuted: set[int],
 ) -> list[CheckFailure]:
     """Every filtered tenant's screenings replayed in ledger order from its committed
     document budgets (:func:`ragprivacy.audit.filters.replay_filters`). Every record's
-    witness must open it and, for a text query, hold Emb(q) — also for the records a
-    sampled verification does not re-execute, since their charges decide the others'."""
+    witness must open it and, for a text query, hold Emb(q) — checked here for the
+    records a sampled verification does not re-execute (``reexecuted``: those the
+    per-record check already opened and re-embedded), since their charges decide the
+    others'."""
     out = []
 
     def fail(pos: int, detail: str) -> None:
@@ -878,10 +883,12 @@ def _replay_filters(
                 fail(pos, "no witness that opens it, so the filters cannot be replayed")
                 break  # the state after it is unknown
             q = w.query_vector()
-            if query_commitment(w.salt, w.query_hash(), w.nonce) != rec.query_commit:
+            if pos in reexecuted:
+                pass  # opened and re-embedded by the per-record check (its failures stand)
+            elif query_commitment(w.salt, w.query_hash(), w.nonce) != rec.query_commit:
                 fail(pos, "the witnessed query does not open the record")
                 break
-            if w.query_text is not None and (
+            elif w.query_text is not None and (
                 embedder is None
                 or not np.array_equal(fixed_point(embedder.encode([w.query_text]))[0], q)
             ):

@@ -151,10 +151,10 @@ class AuditWindow:
         voting: tenant id → its committed :class:`~ragprivacy.audit.VoteSettings` (a
             ``dp_vote``, ``murag`` or ``murag_ada`` tenant).
         filters: filtered (``murag``, ``murag_ada``) tenant id → what each of its
-            documents had spent when the window opened (ε per index position), or the
-            :class:`~ragprivacy.audit.FilterState` that keeps it (a service's, shared by
-            its workers); committed as C_filters (:mod:`ragprivacy.audit.filters`).
-            Default: nothing spent.
+            documents had spent when the window opened (ε per index position; the
+            previous window's :meth:`document_spent`), or a fresh
+            :class:`~ragprivacy.audit.FilterState` holding it; committed as C_filters
+            (:mod:`ragprivacy.audit.filters`). Default: nothing spent.
         embedder_spec: the registry spec of ``embedder`` (e.g. ``"hashing:384"``),
             published so a verifier can rebuild it; default: its name.
         contents: tenant id → the hex SHA-256 of each document's text, in index order,
@@ -615,7 +615,7 @@ class AuditWindow:
         if t not in self.filters:
             raise ConfigError(f"Tenant {tenant!r} has no per-document filters.")
         self.counter.refresh()
-        positions = self.counter.positions(t)
+        positions, _ = self.counter.positions(t)
         return list(zip(positions, self._screens(positions)))
 
     def _screens(self, positions: Sequence[int]) -> list[FilterScreen]:
@@ -633,7 +633,9 @@ class AuditWindow:
     def _filters_now(self, tenant: str) -> tuple[np.ndarray, int]:
         """A filtered tenant's documents' spent ε after its committed records (as far as
         the counter last read the ledger), and how many records that is."""
-        return self.filters[tenant].catch_up(self.counter.positions(tenant), self._screens)
+        return self.filters[tenant].catch_up(
+            lambda applied: self.counter.positions(tenant, applied), self._screens
+        )
 
     def _screen(
         self, scores: np.ndarray, spent: np.ndarray, settings: VoteSettings, bits: ChaCha20Bits
