@@ -36,7 +36,6 @@ from ragprivacy.audit import AuditPolicy
 from ragprivacy.audit.commitments import fixed_point, scoring_matrix
 from ragprivacy.audit.noise import integer_scores
 from ragprivacy.dp import ChaCha20Bits, lazy_noise_first, noise_first_min_scored
-from ragprivacy.dp.account import NOISE_FIRST_MAX_FRACTION
 
 
 def _vectors(n: int, dim: int, seed: int) -> np.ndarray:
@@ -75,7 +74,7 @@ def run(n: int, queries: int, dim: int = 384, k: int = 5) -> tuple[list[Row], di
             n, k, sigma, bounds,
             lambda p: integer_scores(matrix[p], q, policy.grid_bits),
             ChaCha20Bits.derived(bytes(32), ("lazy", r)),
-            min_scored=min_scored, max_fraction=NOISE_FIRST_MAX_FRACTION,
+            min_scored=min_scored,
         )  # fmt: skip
         drawn.append(noise.positions.size)
         return pos

@@ -100,7 +100,6 @@ def _lazy(scores: np.ndarray, k: int, bounds: tuple[int, int], seed: int) -> tup
         lambda p: scores[p],
         ChaCha20Bits.derived(bytes(32), ("lazy", seed)),
         min_scored=4,
-        max_fraction=0.5,
     )
     return tuple(pos.tolist())
 
@@ -139,17 +138,17 @@ def test_the_same_bits_give_the_same_selection_and_the_fallback_draws_every_slot
     bits = ("lazy", 7)
     a = lg.lazy_noise_first(
         N, 3, SIGMA, (0, 4), lambda p: scores[p], ChaCha20Bits.derived(bytes(32), bits),
-        min_scored=4, max_fraction=0.5,
+        min_scored=4,
     )  # fmt: skip
     b = lg.lazy_noise_first(
         N, 3, SIGMA, (0, 4), lambda p: scores[p], ChaCha20Bits.derived(bytes(32), bits),
-        min_scored=4, max_fraction=0.5,
+        min_scored=4,
     )  # fmt: skip
     assert a[0].tolist() == b[0].tolist() and a[1].values.tolist() == b[1].values.tolist()
     # a range as wide as the noise: no threshold certifies, every slot is drawn
     wide = lg.lazy_noise_first(
         N, 3, SIGMA, (0, 400), lambda p: scores[p], ChaCha20Bits.derived(bytes(32), bits),
-        min_scored=4, max_fraction=0.5,
+        min_scored=4,
     )  # fmt: skip
     assert wide[1].complete and wide[1].positions.size == N
 
@@ -193,3 +192,19 @@ def test_a_wide_gaussian_draws_its_top_slots_quickly() -> None:
     assert 0 < drawn.positions.size < 1000 and (drawn.values >= t).all()
     lo, hi = lg.tail_mass(sigma).band(t, None)
     assert (hi - lo) / lo < Fraction(1, 10**30)
+
+
+def test_the_lazy_path_is_chosen_from_public_parameters_and_then_certifies_at_once() -> None:
+    """``lazy_suits`` takes the audit calibration (σ ≫ range) and refuses small σ or few
+    slots; where it takes it, the first draw certifies (no lowering: the threshold stays)."""
+    sigma = Fraction(2413856893571831, 33554432)  # the default policy's σ, grid units
+    width = 2 * 2**20
+    assert lg.lazy_suits(10**6, 5, sigma, width, min_scored=64)
+    assert lg.lazy_suits(10**5, 64, sigma, width, min_scored=512)
+    assert not lg.lazy_suits(10**6, 5, Fraction(width // 4), width, min_scored=64)
+    assert not lg.lazy_suits(1000, 5, sigma, width, min_scored=64)
+    for r in range(5):
+        drawn = lg.first_noise(10**5, 5, sigma, ChaCha20Bits.derived(bytes(32), r), min_scored=64)
+        t0 = drawn.threshold
+        pos = lg.lazy_select(drawn, 5, (-(2**20), 2**20), lambda p: p % 7, min_scored=64)
+        assert drawn.threshold == t0 and not drawn.complete and len(set(pos.tolist())) == 5

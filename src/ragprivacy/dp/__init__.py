@@ -86,7 +86,15 @@ from ragprivacy.dp.gaussian_dp import (
     gaussian_epsilon,
     gaussian_mu,
 )
-from ragprivacy.dp.lazy_gaussian import TailMass, TopNoise, lazy_noise_first, top_noise
+from ragprivacy.dp.lazy_gaussian import (
+    TailMass,
+    TopNoise,
+    first_noise,
+    lazy_noise_first,
+    lazy_select,
+    lazy_suits,
+    top_noise,
+)
 from ragprivacy.dp.mechanisms import (
     hit_probability,
     laplace_counts,
@@ -212,6 +220,7 @@ __all__ = [
     "event_from_dict",
     "exact_gaussian_epsilon",
     "exponential_mechanism",
+    "first_noise",
     "gaussian_epsilon",
     "gaussian_mu",
     "gaussian_noise_float",
@@ -220,6 +229,8 @@ __all__ = [
     "hit_probability",
     "laplace_counts",
     "lazy_noise_first",
+    "lazy_select",
+    "lazy_suits",
     "max_auc_gdp",
     "max_auc_pure_dp",
     "max_pure_steps",

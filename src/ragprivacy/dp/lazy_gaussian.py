@@ -33,12 +33,14 @@ slot is known to lie below T.
   :meth:`TopNoise.complete` draws every remaining slot from Z | Z < T (rejection from the
   full sampler) when the lazy path would draw more than the full one.
 
-:func:`lazy_noise_first` is noise-first selection on this noise: it draws above T, lowers
-T until the K largest drawn noises beat every undrawn slot whatever the scores
-(z_(K) + lo ≥ T + hi, so the top K lie among the drawn slots), and scores the same
-candidates the full rule would, so its output has the law of the full mechanism's. The
-thresholds depend on public parameters only (n, K, σ, the score range): T is set so that
-about 2·``min_scored`` slots exceed it, then lowered by σ/4 at a time.
+:func:`lazy_noise_first` is noise-first selection on this noise (:func:`first_noise`, then
+:func:`lazy_select`): it draws above T, lowers T until the K largest drawn noises beat
+every undrawn slot whatever the scores (z_(K) + lo ≥ T + hi, so the top K lie among the
+drawn slots), and scores the same candidates the full rule would, so its output has the
+law of the full mechanism's. The thresholds depend on public parameters only (n, K, σ,
+the score range): T is set so that about 3·``min_scored`` slots exceed it, then lowered
+by σ/4 at a time. Whether a query takes this path at all is :func:`lazy_suits`, a
+function of public parameters only, chosen so that the lowering almost never runs.
 
 Deviation: the derivation differs from drawing all n values from the same bits, so an
 audited re-execution must run this same derivation (it is deterministic given the bits),
@@ -76,7 +78,15 @@ from ragprivacy.dp.samplers import (
 )
 from ragprivacy.errors import ConfigError
 
-__all__ = ["TailMass", "TopNoise", "lazy_noise_first", "top_noise"]
+__all__ = [
+    "TailMass",
+    "TopNoise",
+    "first_noise",
+    "lazy_noise_first",
+    "lazy_select",
+    "lazy_suits",
+    "top_noise",
+]
 
 _DIGITS = 40  # first precision of the brackets (decimal digits); doubled on demand
 _FLOAT_REL = 2.0**-40  # certified margin of the float test of W < (1 − p)^g
@@ -560,50 +570,93 @@ def top_noise(n: int, sigma: Fraction, threshold: int, bits: ChaCha20Bits) -> To
 
 
 def first_threshold(n: int, sigma: Fraction, target: int) -> int:
-    """T with about ``target`` of n DG(σ) slots above it: ⌊σ·√(2·ln(n/target))⌋ in
-    correctly rounded decimal arithmetic (a function of public parameters only, the same
-    on every machine); at least 1."""
+    """T with at least about ``target`` of n DG(σ) slots above it: ⌊σ·x⌋ with x solving
+    n·φ(x)·x/(x² + 1) = target, where φ(x)·x/(x² + 1) is the classical lower bound of the
+    normal tail P(N(0, 1) ≥ x) (so the expected count is at least the target, up to the
+    grid); a few fixed-point steps in correctly rounded decimal arithmetic (a function of
+    public parameters only, the same on every machine); at least 1."""
     if n <= target:
         return 1
     ctx = _context(20)
-    ln = ctx.ln(ctx.divide(n, target))
-    t = ctx.multiply(_dec(Fraction(sigma), ctx), ctx.sqrt(ctx.multiply(2, ln)))
-    return max(1, int(t))
+    root_2pi = ctx.sqrt(ctx.multiply(2, _pi(ctx)))
+    x = ctx.sqrt(ctx.multiply(2, ctx.ln(ctx.divide(n, target))))
+    for _ in range(8):
+        ratio = ctx.divide(ctx.multiply(n, x), ctx.multiply(target * root_2pi, x * x + 1))
+        if ratio <= 1:
+            break
+        x = ctx.sqrt(ctx.multiply(2, ctx.ln(ratio)))
+    return max(1, int(ctx.multiply(_dec(Fraction(sigma), ctx), x)))
 
 
-def lazy_noise_first(
-    n: int,
+def _certified(drawn: TopNoise, k: int, width: int, min_scored: int) -> bool:
+    """Whether the K largest drawn noises beat every undrawn slot whatever the scores
+    (z_(K) + lo ≥ T + hi), with at least ``min_scored`` slots drawn to pad the candidates."""
+    m = drawn.positions.size
+    if m < min(max(min_scored, k), drawn.n) or m < k:
+        return False
+    return int(np.partition(drawn.values, m - k)[m - k]) - width >= drawn.threshold
+
+
+def first_noise(
+    n: int, k: int, sigma: Fraction, bits: ChaCha20Bits, *, min_scored: int
+) -> TopNoise:
+    """The first draw of :func:`lazy_noise_first`: the slots above the threshold that about
+    c = 3·max(``min_scored``, K) of n slots exceed (:func:`first_threshold`), a function
+    of public parameters only. Everything after it reads the same bits on."""
+    return top_noise(n, sigma, first_threshold(n, sigma, _first_count(n, k, min_scored)), bits)
+
+
+def _first_count(n: int, k: int, min_scored: int) -> int:
+    return 3 * max(min_scored, min(k, n))
+
+
+def lazy_suits(n: int, k: int, sigma: Fraction, width: int, *, min_scored: int) -> bool:
+    """Whether lazy noise serves n slots at σ, top-``k``, score range ``width`` (grid
+    units): a function of public parameters only, so the path a query takes says nothing
+    about its data or its noise.
+
+    With c = 3·max(``min_scored``, K) and T₀ = :func:`first_threshold` (n, σ, c): lazy
+    when n ≥ 8c and 4·width·T₀ ≤ σ². The first draw then holds a Poisson number of slots
+    of mean at least about c, and each clears T₀ + width with probability above about
+    0.7 (P(Z ≥ T₀ + w | Z ≥ T₀) ≈ e^{−w·T₀/σ²}/(1 + w/T₀) with w·T₀ ≤ σ²/4); it
+    certifies unless fewer than ``min_scored`` = c/3 slots are drawn or fewer than K of
+    them clear T₀ + width, and Chernoff bounds put each below e^{−30} (c ≥ 192, K ≤
+    c/24). Only then does :func:`lazy_select` lower its threshold — the one time its work
+    depends on the noise beyond the number of slots drawn. Otherwise (σ not large against
+    the range, or few slots) the full derivation draws every slot."""
+    c = _first_count(n, k, min_scored)
+    if n < 8 * c:
+        return False
+    t0 = first_threshold(n, sigma, c)
+    return 4 * int(width) * t0 <= Fraction(sigma) ** 2
+
+
+def lazy_select(
+    drawn: TopNoise,
     k: int,
-    sigma: Fraction,
     bounds: tuple[int, int],
     units_at: Callable[[IntArray], IntArray],
-    bits: ChaCha20Bits,
     *,
     min_scored: int,
-    max_fraction: float,
-) -> tuple[IntArray, TopNoise]:
-    """TopK(clip(s) + z) over n slots with z drawn lazily (module docstring).
+) -> IntArray:
+    """TopK(clip(s) + z) over ``drawn.n`` slots, continuing the lazy draw ``drawn``
+    (module docstring): lowers the threshold by σ/4 until the K largest drawn noises beat
+    every undrawn slot whatever the scores, or draws every slot (threshold at 1, or more
+    than half of them drawn); then scores the candidates the full noise-first rule would.
 
     ``bounds`` = (lo, hi), the clip range in grid units; ``units_at(p)`` the exact
-    scores of positions ``p``. Returns the K positions (best first, ties to the lower
-    position) and the drawn noise. Falls back to drawing every slot when the lazy path
-    would draw more than ``max_fraction`` of them or the threshold reaches 1."""
+    scores of positions ``p``. Returns the K positions, best first, ties to the lower
+    position; ``drawn`` holds the noise drawn."""
     lo, hi = int(bounds[0]), int(bounds[1])
     width = hi - lo
+    n = drawn.n
     kk = min(k, n)
-    step = max(1, int(sigma / 4))
-    t = first_threshold(n, sigma, 2 * max(min_scored, kk))
-    drawn = top_noise(n, sigma, t, bits)
-    while True:
-        m = drawn.positions.size
-        if m >= min(max(min_scored, kk), n) and m >= kk:
-            z_k = int(np.partition(drawn.values, m - kk)[m - kk])
-            if z_k - width >= drawn.threshold:  # z_(K) + lo ≥ T + hi: certified
-                break
-        if m > max_fraction * n or drawn.threshold - step < 1:
+    step = max(1, int(drawn.sigma / 4))
+    while not drawn.complete and not _certified(drawn, kk, width, min_scored):
+        if 2 * drawn.positions.size > n or drawn.threshold - step < 1:
             drawn.fill()
-            break
-        drawn.lower(drawn.threshold - step)
+        else:
+            drawn.lower(drawn.threshold - step)
     z, pos = drawn.values, drawn.positions
     z_k = int(np.partition(z, z.size - kk)[z.size - kk])
     near = z >= z_k - width  # the candidates: z_i + hi ≥ z_(K) + lo
@@ -615,4 +668,21 @@ def lazy_noise_first(
     cand_pos, cand_z = cand_pos[order], cand_z[order]
     scores = np.clip(np.asarray(units_at(cand_pos), dtype=np.int64), lo, hi)
     best = top_k_indices(scores + cand_z, kk)
-    return cand_pos[best], drawn
+    return cand_pos[best]
+
+
+def lazy_noise_first(
+    n: int,
+    k: int,
+    sigma: Fraction,
+    bounds: tuple[int, int],
+    units_at: Callable[[IntArray], IntArray],
+    bits: ChaCha20Bits,
+    *,
+    min_scored: int,
+) -> tuple[IntArray, TopNoise]:
+    """TopK(clip(s) + z) over n slots with z drawn lazily: :func:`first_noise`, then
+    :func:`lazy_select`. Returns the K positions (best first, ties to the lower position)
+    and the drawn noise."""
+    drawn = first_noise(n, k, sigma, bits, min_scored=min_scored)
+    return lazy_select(drawn, k, bounds, units_at, min_scored=min_scored), drawn
