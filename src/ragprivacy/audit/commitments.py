@@ -382,6 +382,9 @@ def verify_opening(
     return verify_inclusion(leaf, position, size, proof, root)
 
 
+#: how an audited query's noise is derived from its bits (:attr:`AuditPolicy.noise`)
+NOISE_DERIVATIONS = ("full", "lazy")
+
 #: the fields an account's committed policy may set (only lower: :meth:`AuditPolicy.for_account`)
 POLICY_OVERRIDES = ("epsilon_acc", "delta_acc", "rate_limit", "sigma", "top_k")
 
@@ -414,6 +417,12 @@ class AuditPolicy:
             calibrated with that Δ. Default :data:`~ragprivacy.dp.DEFAULT_SCORE_RANGE`
             (−1, 1), the cosine range, Δ = 2; ``(0.0, 1.0)`` gives the paper's Δ = 1
             (§2.2) honestly.
+        noise: how z_q is derived from its bits (the wire format of A2):
+            ``"lazy"`` (the default) draws only the slots whose noise can change the
+            output where :func:`~ragprivacy.dp.lazy_suits` admits it, from public
+            parameters (n, K, σ, the range), and every slot otherwise;
+            ``"full"`` draws every slot, always (windows committed before the lazy
+            derivation: their C_policy has no ``noise`` field and reads as ``"full"``).
     """
 
     epsilon_acc: float
@@ -431,6 +440,7 @@ class AuditPolicy:
     stamp_unit: int = 1
     grid_bits: int = 20
     score_range: tuple[float, float] = DEFAULT_SCORE_RANGE
+    noise: str = "lazy"
 
     def __post_init__(self) -> None:
         check_positive("epsilon_acc", self.epsilon_acc)
@@ -466,6 +476,11 @@ class AuditPolicy:
         if not 8 <= int(self.grid_bits) <= 30:
             raise ConfigError(f"The 'grid_bits' must be in [8, 30]; got {self.grid_bits!r}.")
         object.__setattr__(self, "score_range", check_score_range(self.score_range))
+        if self.noise not in NOISE_DERIVATIONS:
+            raise ConfigError(
+                f"The 'noise' derivation must be one of {', '.join(NOISE_DERIVATIONS)}; got "
+                f"{self.noise!r}."
+            )
 
     @property
     def account(self) -> AccountPolicy:
@@ -545,11 +560,15 @@ class AuditPolicy:
         out = asdict(self)
         out["sigma"] = self.noise_sigma
         out["score_range"] = list(self.score_range)
+        if self.noise == "full":  # the wire format of windows before the lazy derivation
+            del out["noise"]
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AuditPolicy:
-        return cls(**dict(data))
+        """The policy of :meth:`to_dict`; one without a ``noise`` field is a window's from
+        before the lazy derivation, so its noise is ``"full"``."""
+        return cls(**{"noise": "full", **dict(data)})
 
     def commitment(self) -> bytes:
         """C_policy = H(ε_acc ‖ δ_acc ‖ σ ‖ k_max ‖ δ_policy ‖ W ‖ estimator settings)."""
