@@ -42,7 +42,7 @@ from ragprivacy.audit.filters import (
 )
 from ragprivacy.audit.ledger_store import LedgerStorage, PostgresLedgerStorage, SqliteLedgerStorage
 from ragprivacy.audit.merkle import LogSealedError, MerkleLog, verify_consistency, verify_inclusion
-from ragprivacy.audit.noise import derived_noise
+from ragprivacy.audit.noise import QueryNoise, derived_noise
 from ragprivacy.audit.proofs import (
     AuditorReexecution,
     ClaimFailure,
@@ -59,7 +59,7 @@ from ragprivacy.audit.records import (
     verify_signature,
 )
 from ragprivacy.audit.report import render_report
-from ragprivacy.audit.selection import answer_query, exact_selection
+from ragprivacy.audit.selection import answer_query, exact_selection, honest_selection
 from ragprivacy.audit.transcript import (
     AuditorPackage,
     CoalitionClaim,
@@ -112,6 +112,7 @@ __all__ = [
     "ProviderKey",
     "PublicTranscript",
     "QueryAnswer",
+    "QueryNoise",
     "QueryRecord",
     "Receipt",
     "RecordWitness",
@@ -137,6 +138,7 @@ __all__ = [
     "filter_end_states",
     "filters_commitment",
     "fixed_point",
+    "honest_selection",
     "load_window",
     "pseudonym",
     "query_hash",

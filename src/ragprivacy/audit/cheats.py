@@ -21,7 +21,7 @@ import numpy as np
 
 from ragprivacy._typing import FloatArray, IntArray
 from ragprivacy.audit.commitments import fixed_point
-from ragprivacy.audit.selection import ScoreAt
+from ragprivacy.audit.noise import QueryNoise, ScoreAt
 from ragprivacy.audit.window import AuditWindow
 from ragprivacy.dp import GaussianNoisyTopK, top_k_indices
 from ragprivacy.errors import ConfigError
@@ -126,14 +126,17 @@ class CheatingWindow(AuditWindow):
         if not self.misbehaviour.ignore_rate_limit:
             super()._check_rate_limit(account, used)
 
-    def _select(self, mechanism: GaussianNoisyTopK, noise: IntArray, score_at: ScoreAt) -> IntArray:
+    def _select(
+        self, mechanism: GaussianNoisyTopK, noise: QueryNoise, score_at: ScoreAt
+    ) -> IntArray:
         bad = self.misbehaviour
         if not (bad.select_before_noise or bad.skip_clipping):
             return super()._select(mechanism, noise, score_at)
-        everything = score_at(np.arange(np.asarray(noise).shape[0], dtype=np.int64))
+        z = noise.dense()  # the honest derivation's values: only the rule is wrong
+        everything = score_at(np.arange(z.shape[0], dtype=np.int64))
         if bad.select_before_noise:  # footnote 1's bug: select on clean scores
             return top_k_indices(mechanism.clip_units(everything), mechanism.k)
-        return top_k_indices(everything + noise, mechanism.k)  # Δ no longer bounded
+        return top_k_indices(everything + z, mechanism.k)  # Δ no longer bounded
 
 
 def tamper_ledger_file(directory: str | Path, position: int) -> None:

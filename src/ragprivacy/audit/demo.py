@@ -61,13 +61,16 @@ def demo_window(
     seed: int = 0,
     queries: str = "vector",
     ledger_path: str | Path | None = None,
+    noise: str = "lazy",
 ) -> DemoWindow:
     """Run one window (commit, queries, receipts, ĉ) and apply one tampering case.
 
     ``colluders`` same-tenant accounts of tenant 0 all send one probe (P-A); with
     ``tamper="coalition"``, ``"decoy-vectors"`` or ``"withheld-witnesses"`` there are
     k_max + 1 of them. ``queries="text"`` sends query texts embedded by the committed
-    hashing embedder (``"decoy-vectors"`` needs it), instead of query vectors.
+    hashing embedder (``"decoy-vectors"`` needs it), instead of query vectors. ``noise``
+    is the policy's committed derivation (:attr:`AuditPolicy.noise`; lazy only where the
+    tenants have enough ``docs`` for :func:`ragprivacy.dp.lazy_suits`).
     """
     if tamper not in TAMPER_CASES:
         raise ConfigError(
@@ -103,6 +106,7 @@ def demo_window(
         window_end=1_000_000,
         top_k=5,
         sigma=1e-3 if tamper == "low-sigma" else None,
+        noise=noise,
     )
     first = f"{tenant_ids[0]}/acct-0"
     misbehaviour = Misbehaviour(

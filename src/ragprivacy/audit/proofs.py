@@ -38,7 +38,7 @@ from ragprivacy.audit.commitments import (
     verify_opening,
 )
 from ragprivacy.audit.filters import FilterScreen
-from ragprivacy.audit.noise import derived_noise, integer_scores, noise_digest
+from ragprivacy.audit.noise import QueryNoise, integer_scores
 from ragprivacy.audit.records import (
     QueryRecord,
     query_commitment,
@@ -270,16 +270,21 @@ class AuditorReexecution(ProofSystem):
         fixed = ctx.tenant_fixed[record.tenant]
         if settings is not None and witness.vote is not None:
             return self._verify_vote(position, record, witness, ctx, settings, fixed, hq)
-        # A2: the noise is derived from the committed seed and the public record.
+        # A2: the noise is derived from the committed seed and the public record, by the
+        # committed derivation (full, or lazy where public parameters admit it).
         mech = policy.mechanism()
-        z = derived_noise(
-            ctx.seed, record.rec(policy.window_id, hq, witness.nonce), mech, fixed.shape[0]
-        )
-        if noise_digest(z) != witness.noise_digest:
+        rec = record.rec(policy.window_id, hq, witness.nonce)
+        z = QueryNoise(ctx.seed, rec, mech, fixed.shape[0], policy.noise)
+        if z.digest != witness.noise_digest:
             return fail("A2", "the noise was not derived from the committed seed and rec_q")
-        # A3: clip to the committed score range, noise every score, then top-K (the
-        # account's one rule, GaussianNoisyTopK.select_units, that the provider ran).
-        expected = mech.select_units(integer_scores(fixed, q, policy.grid_bits), z)
+        # A3: clip to the committed score range, noise every score, then top-K: the full
+        # derivation's rule over every slot (GaussianNoisyTopK.select_units), or the lazy
+        # one run again from the same bits (it scores the slots its noise leaves in the
+        # race, the provider's candidates).
+        if z.lazy:
+            expected = z.select(lambda p: integer_scores(fixed[p], q, policy.grid_bits))
+        else:
+            expected = mech.select_units(integer_scores(fixed, q, policy.grid_bits), z.dense())
         if tuple(int(p) for p in expected) != tuple(witness.positions):
             return fail(
                 "A3",

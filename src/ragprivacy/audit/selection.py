@@ -1,11 +1,12 @@
 """The one integer selection of an audited query (collusion paper eq. 2.1, §5.3).
 
 :func:`answer_query` is the step every audited path runs — an :class:`AuditWindow`'s
-queries, the service's, the demo's: noise z_q derived from (s_W, rec_q), the account's
-noise-then-select over its tenant's committed index (:func:`exact_selection`, which reads
-only the slots the noise leaves in the race), then the record r_q and its private
-witness. The verifier's re-execution runs the same rule over every slot
-(:meth:`ragprivacy.dp.GaussianNoisyTopK.select_units`) and must find the same positions.
+queries, the service's, the demo's: noise z_q derived from (s_W, rec_q) by the committed
+derivation (:class:`~ragprivacy.audit.noise.QueryNoise`), the account's noise-then-select
+over its tenant's committed index (:func:`honest_selection`, which reads only the slots
+the noise leaves in the race), then the record r_q and its private witness. The
+verifier's re-execution runs the same derivation and selection with every slot's score
+at hand and must find the same positions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from ragprivacy._typing import IntArray
 from ragprivacy.audit.commitments import TenantCommitment
-from ragprivacy.audit.noise import derived_noise, noise_digest
+from ragprivacy.audit.noise import QueryNoise, ScoreAt
 from ragprivacy.audit.proofs import ProofSystem, RecordWitness
 from ragprivacy.audit.records import (
     QueryRecord,
@@ -27,11 +28,7 @@ from ragprivacy.audit.records import (
 )
 from ragprivacy.dp import GaussianNoisyTopK, noise_first_min_scored, query_input
 
-__all__ = ["ScoreAt", "Selection", "answer_query", "exact_selection"]
-
-
-#: exact integer scores (grid units) of one query at the given positions of its index
-ScoreAt = Callable[[IntArray], IntArray]
+__all__ = ["ScoreAt", "Selection", "answer_query", "exact_selection", "honest_selection"]
 
 
 def exact_selection(mechanism: GaussianNoisyTopK, noise: IntArray, score_at: ScoreAt) -> IntArray:
@@ -65,9 +62,18 @@ def exact_selection(mechanism: GaussianNoisyTopK, noise: IntArray, score_at: Sco
     )
 
 
-#: a selection rule: the positions an account's query gets, from its mechanism, the noise
-#: of every slot and a way to read exact scores (:func:`exact_selection` is the honest one)
-Selection = Callable[[GaussianNoisyTopK, IntArray, ScoreAt], IntArray]
+#: a selection rule: the positions an account's query gets, from its mechanism, its derived
+#: noise and a way to read exact scores (:func:`honest_selection` is the honest one)
+Selection = Callable[[GaussianNoisyTopK, QueryNoise, ScoreAt], IntArray]
+
+
+def honest_selection(
+    mechanism: GaussianNoisyTopK, noise: QueryNoise, score_at: ScoreAt
+) -> IntArray:
+    """The account's noise-then-select on its derived noise (:meth:`QueryNoise.select`:
+    lazy where the policy commits it and public parameters admit it, else
+    :func:`exact_selection` over every slot's noise)."""
+    return noise.select(score_at)
 
 
 def answer_query(
@@ -87,9 +93,10 @@ def answer_query(
     proof_system: ProofSystem,
     scored_tenant: str | None = None,
     scores: np.ndarray | None = None,
-    select: Selection = exact_selection,
+    select: Selection = honest_selection,
     salt: str | None = None,
     nonce: str = "",
+    derivation: str = "full",
 ) -> tuple[QueryRecord, RecordWitness]:
     """Answer one query privately: the one implementation every audited path runs.
 
@@ -97,9 +104,10 @@ def answer_query(
     caller computed them already (they depend on neither the seed nor the record, so a
     provider computes them before it takes its lock); computed here otherwise.
 
-    Noise z_q derived from (s_W, rec_q = (W, a, t(a), H(q), j, n)) for every slot of the
-    tenant's index, exact integer scores of the fixed-point query against the slots that
-    noise leaves in the race (:func:`exact_selection`: the same positions as scoring every
+    Noise z_q derived from (s_W, rec_q = (W, a, t(a), H(q), j, n)) by ``derivation`` (the
+    policy's :attr:`~ragprivacy.audit.AuditPolicy.noise`) for the slots of the tenant's
+    index, exact integer scores of the fixed-point query against the slots that noise
+    leaves in the race (:func:`honest_selection`: the same positions as scoring every
     slot), the account mechanism's integer noise-then-select, then the record r_q (H(q) and
     H(top-K) committed under a fresh salt) with its attestation π_q and the private witness
     (the salt, Merkle openings of the selected positions). ``salt``: a fresh one unless
@@ -110,7 +118,7 @@ def answer_query(
     :mod:`ragprivacy.audit.cheats`).
     """
     rec = query_input(window_id, account, tenant, query_hash, seq, nonce)
-    z = derived_noise(seed, rec, mechanism, index.size)
+    z = QueryNoise(seed, rec, mechanism, index.size, derivation)
     given = scores
 
     def score_at(positions: IntArray) -> IntArray:
@@ -136,7 +144,7 @@ def answer_query(
         query_text=query_text,
         query_fixed=np.asarray(query_fixed).astype("<i4").tobytes().hex(),
         scored_tenant=scored_tenant or tenant,
-        noise_digest=noise_digest(z),
+        noise_digest=z.digest,
         positions=chosen,
         ids=chosen_ids,
         contents=chosen_contents,

@@ -66,6 +66,7 @@ from ragprivacy.audit.filters import (
     screen_documents,
 )
 from ragprivacy.audit.merkle import MerkleLog
+from ragprivacy.audit.noise import QueryNoise
 from ragprivacy.audit.proofs import AuditorReexecution, ProofSystem, RecordWitness
 from ragprivacy.audit.records import (
     NONCE,
@@ -79,7 +80,7 @@ from ragprivacy.audit.records import (
     topk_commitment,
     topk_hash,
 )
-from ragprivacy.audit.selection import ScoreAt, answer_query, exact_selection
+from ragprivacy.audit.selection import ScoreAt, answer_query, honest_selection
 from ragprivacy.audit.transcript import (
     AuditorPackage,
     CoalitionClaim,
@@ -486,7 +487,7 @@ class AuditWindow:
         q, hq = self._embed(text, vector)
         q = self._query_vector(account, text, q)
         # No scores yet: the selection reads them inside the account's lock, for the few
-        # slots the noise leaves in the race (exact_selection).
+        # slots the noise leaves in the race (honest_selection).
         # One query of an account at a time in this process (its record number j is the
         # count of its records before it); queries of different accounts derive their
         # noise in parallel and share the ledger's group commit. Other processes: the
@@ -589,9 +590,11 @@ class AuditWindow:
         """The fixed-point vector scored for ``account``'s query: Emb(q) itself."""
         return q
 
-    def _select(self, mechanism: GaussianNoisyTopK, noise: IntArray, score_at: ScoreAt) -> IntArray:
-        """The account's noise-then-select (:func:`~ragprivacy.audit.exact_selection`)."""
-        return exact_selection(mechanism, noise, score_at)
+    def _select(
+        self, mechanism: GaussianNoisyTopK, noise: QueryNoise, score_at: ScoreAt
+    ) -> IntArray:
+        """The account's noise-then-select (:func:`~ragprivacy.audit.honest_selection`)."""
+        return honest_selection(mechanism, noise, score_at)
 
     def document_spent(self, tenant: str) -> np.ndarray:
         """What each document of filtered tenant ``tenant`` (by name) has spent after
@@ -681,6 +684,7 @@ class AuditWindow:
             proof_system=self.proof_system,
             select=self._select,
             nonce=nonce,
+            derivation=self.policy.noise,
         )
         if before_append is not None:
             before_append(witness.ids)
