@@ -267,6 +267,7 @@ class AuditWindow:
         self.prompt_template = prompt_template
         self.tokenizer = tokenizer
         self._commitments: Commitments | None = commitments
+        self._commitments_digest: str | None = None  # H(commitments), once per window
         if commitments is not None:  # resumed: serve only the documents it committed
             if commitments.accounts != self.accounts:
                 raise DataError(
@@ -428,7 +429,15 @@ class AuditWindow:
         )
         signed = Commitments(**{**asdict(unsigned), "signature": self.key.sign(unsigned.message())})
         self._commitments = signed
+        self._commitments_digest = None
         return signed
+
+    def _digest_of_commitments(self) -> str:
+        """H(the signed commitments) every receipt and tree head names, computed once (it
+        serialises every commitment of the window)."""
+        if self._commitments_digest is None:
+            self._commitments_digest = self.commitments.digest()
+        return self._commitments_digest
 
     @property
     def commitments(self) -> Commitments:
@@ -748,7 +757,7 @@ class AuditWindow:
             position=pos,
             tree_size=size,
             root=self.ledger.root(size).hex(),
-            commitments=self.commitments.digest(),
+            commitments=self._digest_of_commitments(),
             answer=answer,
         )
         return replace(unsigned, signature=self.key.sign(unsigned.message()))
@@ -872,7 +881,7 @@ class AuditWindow:
             window_id=self.policy.window_id,
             size=size,
             root=self.ledger.root(size).hex(),
-            commitments=self.commitments.digest(),
+            commitments=self._digest_of_commitments(),
         )
         return replace(unsigned, signature=self.key.sign(unsigned.message()))
 
