@@ -208,3 +208,123 @@ def test_the_lazy_path_is_chosen_from_public_parameters_and_then_certifies_at_on
         t0 = drawn.threshold
         pos = lg.lazy_select(drawn, 5, (-(2**20), 2**20), lambda p: p % 7, min_scored=64)
         assert drawn.threshold == t0 and not drawn.complete and len(set(pos.tolist())) == 5
+
+
+def _rational_coin(p: Fraction) -> lg._Coin:
+    return lg._Coin(lambda digits: (p, p))
+
+
+def _word_prefixes(key: str, k: int) -> np.ndarray:
+    return ChaCha20Bits.derived(bytes(32), key).uint64(k) >> np.uint64(11)
+
+
+@pytest.mark.parametrize("p", [Fraction(3, 100), Fraction(9, 20)])
+def test_the_bulk_gaps_have_the_geometric_law(p: Fraction) -> None:
+    """Gaps decided in bulk (float candidates, certified) follow P(G = g) = (1 − p)^g·p
+    exactly (χ² goodness of fit, p > 10⁻⁴), capped at the population as asked."""
+    coin = _rational_coin(p)
+    draws = 20_000
+    gaps = coin.gaps(
+        _word_prefixes(f"gaps-{p}", draws), ChaCha20Bits.derived(bytes(32), "x"), 10**9
+    )
+    pf = float(p)
+    top = int(math.log(5 / (draws * pf)) / math.log1p(-pf))  # expected count ≥ 5 below it
+    expected = (1 - pf) ** np.arange(top) * pf * draws
+    expected = np.append(expected, draws - expected.sum())
+    observed = np.bincount(np.minimum(gaps, top), minlength=top + 1)
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
+    capped = coin.gaps(_word_prefixes(f"gaps-{p}", draws), ChaCha20Bits.derived(bytes(32), "x"), 7)
+    assert (capped == np.minimum(gaps, 7)).all()
+
+
+def test_the_float_certificate_defers_every_uniform_at_a_threshold() -> None:
+    """Uniforms whose 53-bit prefix lies at (1 − p)^g: the ones just below or above it get
+    their gap (g or g − 1) without extra bits; the one straddling it goes to the exact
+    path, and the bulk decision gives what the exact walk gives from the same bits."""
+    p = Fraction(1, 7)
+    coin = _rational_coin(p)
+    prefixes, truth = [], []
+    for g in range(1, 60):
+        b = math.floor((1 - p) ** g * 2**53)  # (6/7)^g is not dyadic: W at b straddles it
+        prefixes += [b - 1, b, b + 1]
+        truth += [g, None, g - 1]
+    words = np.array(prefixes, dtype=np.uint64)
+    slow: list[int] = []
+    exact = coin.exact_gap
+
+    def counted(prefix: int, extra: ChaCha20Bits, limit: int) -> int:
+        slow.append(prefix)
+        return exact(prefix, extra, limit)
+
+    bulk_extra = ChaCha20Bits.derived(bytes(32), "refine")
+    coin.exact_gap = counted  # type: ignore[method-assign]
+    bulk = coin.gaps(words, bulk_extra, 10**6)
+    assert {b for b, t in zip(prefixes, truth, strict=True) if t is None} <= set(slow)
+    del coin.exact_gap
+    walk_extra = ChaCha20Bits.derived(bytes(32), "refine")
+    walk = [coin.exact_gap(int(b), walk_extra, 10**6) for b in slow]
+    assert walk == [int(bulk[prefixes.index(b)]) for b in slow]
+    assert bulk_extra.bytes_used == walk_extra.bytes_used > 0
+    for got, want, b in zip(bulk.tolist(), truth, prefixes, strict=True):
+        if want is not None:
+            assert got == want and coin.exact_gap(b, bulk_extra, 10**6) == want
+
+
+@pytest.mark.parametrize(
+    ("sigma", "n", "low_step"),
+    [(SIGMA, N, 5), (Fraction(2413856893571831, 33554432), 10**5, None)],
+)
+@pytest.mark.parametrize("margin", [2.0**-6, math.inf])
+def test_the_exact_path_gives_what_the_float_path_gives(
+    monkeypatch: pytest.MonkeyPatch, sigma: Fraction, n: int, low_step: int | None, margin: float
+) -> None:
+    """A wider float margin (2^-6: some gaps go to the exact path; ∞: every one does)
+    changes nothing: the same slots, values and bits read, drawing and lowering."""
+
+    def draw(seed: int) -> tuple[list[int], list[int], int, int]:
+        t = 9 if low_step else lg.first_threshold(n, sigma, 192)
+        drawn = lg.top_noise(n, sigma, t, ChaCha20Bits.derived(bytes(32), ("fp", seed)))
+        drawn.lower(t - (low_step or int(sigma / 8)))
+        pos, val = drawn.positions.tolist(), drawn.values.tolist()
+        return pos, val, drawn.bits.bytes_used, drawn.extra.bytes_used
+
+    seeds = range(40 if low_step else 2)
+    calls = Counter[str]()
+    exact = lg._Coin.exact_gap
+
+    def counted(self: lg._Coin, prefix: int, extra: ChaCha20Bits, limit: int) -> int:
+        calls["exact"] += 1
+        return exact(self, prefix, extra, limit)
+
+    monkeypatch.setattr(lg._Coin, "exact_gap", counted)
+    fast = [draw(s) for s in seeds]
+    assert calls["exact"] == 0
+    monkeypatch.setattr(lg, "_FLOAT_REL", margin)
+    with np.errstate(invalid="ignore"):  # ∞ × 0 in the bounds: no certificate, as meant
+        slow = [draw(s) for s in seeds]
+    assert calls["exact"] > 0
+    assert slow == fast
+
+
+def test_the_free_slots_are_counted_past_the_taken_ones() -> None:
+    gen = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(gen.integers(1, 60))
+        taken = np.sort(gen.choice(n, int(gen.integers(0, n)), replace=False)).astype(np.int64)
+        free = np.setdiff1d(np.arange(n), taken)
+        offsets = np.sort(gen.choice(free.size, int(gen.integers(0, free.size + 1)), False))
+        assert lg._nth_free(taken, offsets.astype(np.int64)).tolist() == free[offsets].tolist()
+
+
+def test_the_derivation_is_pinned() -> None:
+    """The slots and values drawn from a key are part of what an auditor re-executes: a
+    change to the derivation shows here (update the pins only with a new derivation)."""
+    drawn = lg.top_noise(N, SIGMA, 9, ChaCha20Bits.derived(bytes(32), "pinned"))
+    drawn.lower(4)
+    assert drawn.positions.tolist() == [37, 0, 2, 4, 6, 7, 32, 36]
+    assert drawn.values.tolist() == [10, 5, 8, 8, 8, 4, 5, 6]
+    sigma = Fraction(2413856893571831, 33554432)
+    wide = lg.first_noise(10**6, 5, sigma, ChaCha20Bits.derived(bytes(32), "pinned"), min_scored=64)
+    assert (wide.threshold, wide.positions.size, wide.bits.bytes_used) == (255277806, 177, 9448)
+    assert wide.positions[:4].tolist() == [15925, 24243, 30199, 38751]
+    assert int(wide.values.sum()) == 47986447823

@@ -12,10 +12,25 @@ slot is known to lie below T.
 * **Which slots** (:func:`top_noise`): the slots with noise ≥ T are the successes of n
   independent coins of probability p_T = P(Z ≥ T). They are found by geometric skips —
   the gap G to the next success has P(G ≥ g) = (1 − p_T)^g — decided by inversion of a
-  lazily refined uniform W (:class:`~ragprivacy.dp._exact.LazyUniform`): each test
-  "W < (1 − p_T)^g" is decided in float64 where a certified margin makes the answer
-  certain, and otherwise with brackets of p_T at increasing precision and more bits of
-  W, so no float approximation of a probability ever decides an outcome.
+  uniform W: G = max{g : W < (1 − p_T)^g}, so the gaps of independent uniforms are
+  independent and exactly geometric. The gaps are decided in bulk (:meth:`_Coin.gaps`):
+  one 64-bit word per gap (its top 53 bits the prefix of W), a batch at a time; for each
+  W the candidate g = ⌊ln W/ln(1 − p_T)⌋ is computed in float64 and kept only where both
+  W < (1 − p_T)^g and W ≥ (1 − p_T)^{g+1} hold with a certified margin — with exp,
+  log1p and the rounding of p_T each within a few units in the last place, the float
+  values of (1 − p_T)^g err by at most (g·|ln(1 − p_T)| + 1)·2^{−49} relative (p_T ≤
+  1/2 keeps ln(1 − p_T) well conditioned; otherwise every gap is decided exactly) and
+  the margin is 2^9 times that, so a kept candidate is exactly G on every machine. Any
+  other W (a fraction about 10^{−11}/p_T of them) is decided exactly, as a lazily
+  refined uniform (:class:`~ragprivacy.dp._exact.LazyUniform`): brackets of p_T at
+  increasing precision and more bits of W, walking from a start computed in correctly
+  rounded decimal. So no float approximation of a probability ever decides an outcome,
+  and the fast and exact paths give the same gap from the same bits. A batch holds the
+  expected number of successes plus four standard deviations (public parameters only);
+  the batches are drawn until the gaps pass the n slots and the rest of the last one is
+  discarded, so the words read depend on the bits alone. The extra bits of W come only
+  from the exact path, and only where W's 53-bit prefix cannot tell W from a threshold
+  — which no certified float test can either — so they are the same on every machine.
 * **p_T exactly bracketed** (:class:`TailMass`): p_T = Σ_{z≥T} f(z) / Σ_z f(z) with
   f(z) = e^{−z²/(2σ²)}. The tail is summed term by term in :mod:`decimal` (its exp is
   correctly rounded; each later term is the previous one times a correctly rounded
@@ -27,10 +42,12 @@ slot is known to lie below T.
   P(G ≥ g) = e^{−gT/σ²} accepted with probability e^{−G²/(2σ²)}, since
   f(T + g) = f(T)·e^{−gT/σ²}·e^{−g²/(2σ²)}; every test is one of the exact samplers'
   comparisons of W with e^{−x} for rational x (:mod:`ragprivacy.dp.samplers`).
+  Proposals come in rounds of a quarter more than the values still needed, and the
+  first accepted ones are kept (the accepted proposals are i.i.d. from the target).
 * **Lower, lazily** (:meth:`TopNoise.lower`): when the slots above T do not settle the
   selection, the band [T′, T) is drawn among the slots not yet drawn, each a success with
   probability P(T′ ≤ Z < T | Z < T), values by the same envelope truncated below T; and
-  :meth:`TopNoise.complete` draws every remaining slot from Z | Z < T (rejection from the
+  :meth:`TopNoise.fill` draws every remaining slot from Z | Z < T (rejection from the
   full sampler) when the lazy path would draw more than the full one.
 
 :func:`lazy_noise_first` is noise-first selection on this noise (:func:`first_noise`, then
@@ -49,12 +66,17 @@ not the full sampler.
 Tail masses of a narrow Gaussian (fewer than about 2·10^5 terms to sum) are summed term by
 term; wider ones — the audit's calibrations reach σ ≈ 10^8 grid units — by Euler–Maclaurin
 (:func:`_euler_maclaurin_tail`) with a certified remainder; both are computed once per σ
-and threshold, then cached. Nothing in the audited path uses this module yet.
+and threshold, then cached, as are the coins built on them, the first threshold and
+:func:`lazy_suits` (functions of public parameters). The audited provider derives z_q with
+this module where its policy says ``noise: lazy`` (:mod:`ragprivacy.audit.noise`): any
+change to how the bits are read changes that wire format, which a pinned test in
+``tests/dp/test_lazy_gaussian.py`` guards.
 """
 
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 import threading
 from collections.abc import Callable
@@ -90,6 +112,8 @@ __all__ = [
 
 _DIGITS = 40  # first precision of the brackets (decimal digits); doubled on demand
 _FLOAT_REL = 2.0**-40  # certified margin of the float test of W < (1 − p)^g
+_FLOAT_ABS = 2.0**-1000  # its absolute part (probabilities that underflow)
+_BATCH_MAX = 1 << 16  # the most gap words drawn at once
 _SUM_TERMS = 2e5  # the longest tail summed term by term; beyond, Euler–Maclaurin
 _S = 2.0**-PREFIX_BITS
 _SHIFT = np.uint64(64 - PREFIX_BITS)
@@ -236,6 +260,7 @@ class TailMass:
         self.sigma = Fraction(sigma)
         self.s2 = self.sigma * self.sigma
         self._cache: dict[tuple[str, int, int], tuple[Fraction, Fraction]] = {}
+        self._coins: dict[tuple[int, int | None], _Coin] = {}
         self._lock = threading.Lock()
 
     def _cached(
@@ -307,6 +332,17 @@ class TailMass:
         key = ("B" if high is None else f"B{high}", int(low), digits)
         return self._cached(key, lambda: self._band(low, high, digits))
 
+    def coin(self, low: int, high: int | None) -> _Coin:
+        """The coin of probability :meth:`band` (``low``, ``high``), built once."""
+        key = (int(low), None if high is None else int(high))
+        with self._lock:
+            got = self._coins.get(key)
+        if got is None:
+            got = _Coin(lambda digits: self.band(key[0], key[1], digits))
+            with self._lock:
+                got = self._coins.setdefault(key, got)
+        return got
+
     def _band(self, low: int, high: int | None, digits: int) -> tuple[Fraction, Fraction]:
         s_lo, s_hi = self.normaliser(digits)
         g_lo, g_hi = self.tail(low, digits)
@@ -354,22 +390,27 @@ class _Coin:
     def __init__(self, bracket: Callable[[int], tuple[Fraction, Fraction]]) -> None:
         self.bracket = bracket
         lo, hi = bracket(_DIGITS)
-        self.p = float((lo + hi) / 2)
+        self.mid = (lo + hi) / 2
+        self.one = lo >= 1  # p = 1 exactly (brackets never exceed 1)
+        self.p = float(self.mid)
         self.log1mp = math.log1p(-self.p) if self.p < 1 else -math.inf
+        # the float tests' error bound needs p away from 1 (callers: p ≤ 1/2)
+        self.fast = 0 < self.p <= 0.5
 
     def _below(self, w: LazyUniform, g: int) -> bool:
         """Exactly decide W < (1 − p)^g."""
         if g == 0:
             return True
-        if self.p >= 1:
+        if self.one:
             return False
-        lo, hi = w.interval()
-        v = math.exp(g * self.log1mp)
-        rel = (g * -self.log1mp + 4) * _FLOAT_REL
-        if float(hi) <= v * (1 - rel) - 2.0**-1000:
-            return True
-        if float(lo) >= v * (1 + rel) + 2.0**-1000:
-            return False
+        if self.fast:
+            lo, hi = w.interval()
+            v = math.exp(g * self.log1mp)
+            rel = (g * -self.log1mp + 4) * _FLOAT_REL
+            if float(hi) <= v * (1 - rel) - _FLOAT_ABS:
+                return True
+            if float(lo) >= v * (1 + rel) + _FLOAT_ABS:
+                return False
         digits = _DIGITS
         while True:
             b_lo, b_hi = _pow_bounds(self.bracket(digits), g, digits)
@@ -383,20 +424,102 @@ class _Coin:
             else:
                 w.refine()
 
-    def gap(self, bits: ChaCha20Bits, extra: ChaCha20Bits, limit: int) -> int:
-        """G with P(G ≥ g) = (1 − p)^g, or ``limit`` when G ≥ limit."""
-        if self.p <= 0:
-            return limit
-        prefix = int(bits.uint64(1)[0] >> _SHIFT)
+    def exact_gap(self, prefix: int, extra: ChaCha20Bits, limit: int) -> int:
+        """min(G, ``limit``) for the uniform W with 53-bit ``prefix`` (refined from
+        ``extra``), G = max{g : W < (1 − p)^g}, decided exactly: a walk from a start
+        computed in correctly rounded decimal (the same on every machine)."""
         w = LazyUniform(prefix, extra)
-        mid = (prefix + 0.5) * _S
-        g = limit if self.log1mp == 0 else int(min(limit, math.log(mid) / self.log1mp))
-        g = max(0, g)
+        if self.one:
+            return 0
+        ctx = _context(18)
+        ln_1mp = ctx.ln(ctx.subtract(1, _dec(self.mid, ctx)))
+        if ln_1mp == 0:
+            g = limit
+        else:
+            ln_w = ctx.ln(ctx.divide(2 * prefix + 1, 1 << (PREFIX_BITS + 1)))
+            g = min(limit, int(ctx.divide(ln_w, ln_1mp)))
         while g > 0 and not self._below(w, g):
             g -= 1
         while g < limit and self._below(w, g + 1):
             g += 1
         return g
+
+    def gaps(self, prefix: np.ndarray, extra: ChaCha20Bits, limit: int) -> IntArray:
+        """min(G_i, ``limit``) for the uniforms W_i with 53-bit prefixes ``prefix``
+        (uint64): the candidate ⌊ln W/ln(1 − p)⌋ of each is certified in float64 —
+        W < (1 − p)^g and W ≥ (1 − p)^{g+1}, each with :meth:`_below`'s margin — and the
+        uncertified ones are decided by :meth:`exact_gap`, in order."""
+        k = prefix.size
+        if not self.fast:
+            g = np.empty(k, dtype=np.int64)
+            slow = np.arange(k)
+        else:
+            lo = prefix.astype(np.float64)
+            lo *= _S
+            hi = lo + _S
+            neg_log = -self.log1mp
+            gf = lo + _S / 2
+            np.log(gf, out=gf)
+            gf /= self.log1mp
+            np.floor(gf, out=gf)
+            np.minimum(gf, float(limit), out=gf)  # ≥ 0: ln W < 0
+            # W < (1 − p)^g surely (or g = 0)
+            e = gf * neg_log
+            bound = np.exp(-e)
+            e += 4
+            e *= _FLOAT_REL
+            np.subtract(1, e, out=e)
+            bound *= e
+            bound -= _FLOAT_ABS
+            ok = hi <= bound
+            ok |= gf == 0
+            # W ≥ (1 − p)^{g+1} surely (or g = limit)
+            e = gf + 1
+            e *= neg_log
+            np.exp(-e, out=bound)
+            e += 4
+            e *= _FLOAT_REL
+            e += 1
+            bound *= e
+            bound += _FLOAT_ABS
+            low_ok = lo >= bound
+            low_ok |= gf >= limit
+            ok &= low_ok
+            g = gf.astype(np.int64)
+            slow = np.flatnonzero(~ok)
+        for i in slow.tolist():
+            g[i] = self.exact_gap(int(prefix[i]), extra, limit)
+        return g
+
+    def batch(self, population: int) -> int:
+        """How many uniforms to draw at once: the expected number of successes in
+        ``population`` plus four standard deviations (from public parameters only)."""
+        m = population * min(self.p, 1.0)
+        return min(_BATCH_MAX, int(m + 4 * math.sqrt(m)) + 16)
+
+    def successes(self, population: int, bits: ChaCha20Bits, extra: ChaCha20Bits) -> IntArray:
+        """The successes among ``population`` coins (offsets, increasing): each gap from
+        one word of ``bits``, drawn :meth:`batch` words at a time; the words of the last
+        batch left over once the population is passed are discarded, so the number of
+        words read depends on the bits alone."""
+        if self.p <= 0 or population <= 0:
+            return np.empty(0, dtype=np.int64)
+        size = self.batch(population)
+        found = []
+        cur = 0
+        while True:
+            prefix = bits.uint64(size)
+            prefix >>= _SHIFT
+            pos = self.gaps(prefix, extra, population)
+            pos += 1
+            np.cumsum(pos, out=pos)
+            pos += cur - 1
+            stop = int(np.searchsorted(pos, population))
+            found.append(pos[:stop])
+            if stop < size:
+                break
+            cur = int(pos[-1]) + 1
+        return found[0] if len(found) == 1 else np.concatenate(found)
 
 
 def _uniform_below(bits: ChaCha20Bits, width: int, k: int) -> IntArray:
@@ -417,16 +540,20 @@ def _band_values(
     mass: TailMass, low: int, high: int | None, m: int, bits: ChaCha20Bits, extra: ChaCha20Bits
 ) -> IntArray:
     """m draws of Z | low ≤ Z < high (module docstring: a geometric envelope from
-    ``low``, accepted with probability e^{−G²/(2σ²)}, redrawn when at or above ``high``)."""
+    ``low``, accepted with probability e^{−G²/(2σ²)}, redrawn when at or above ``high``).
+
+    Each round proposes a quarter more than the draws still needed (and 8) and keeps the
+    first accepted ones in order: the accepted proposals of a rejection sampler are
+    i.i.d. from its target whatever their number, so stopping at m of them is exact."""
     s2 = mass.s2
-    out = np.empty(m, dtype=np.int64)
+    parts: list[IntArray] = []
+    need = m
     if high is not None and (high - low) * low < s2:
         # a band narrower than the geometric envelope's scale σ²/low: a uniform envelope
         # on it, accepted with probability f(z)/f(low) = e^{−u(u + 2·low)/(2σ²)}, u = z − low
         width, s2f = high - low, float(s2)
-        todo = np.arange(m)
-        while todo.size:
-            k = todo.size
+        while need > 0:
+            k = need + need // 4 + 8
             u = _uniform_below(bits, width, k)
             prefix = _prefix_only(bits, k)
             uf = u.astype(np.float64)
@@ -436,32 +563,37 @@ def _band_values(
                 return Fraction(int(vals[i]) * (int(vals[i]) + 2 * low)) / (2 * s2)
 
             keep = _decide_exp(prefix, p, _ACC_REL, exact_u, extra, True)
-            out[todo[keep]] = low + u[keep]
-            todo = todo[~keep]
-        return out
-    t = s2 / low  # the envelope's scale: P(G ≥ g) = e^{−g·low/σ²}
-    split = _split(t)
-    todo = np.arange(m)
-    while todo.size:
-        k = todo.size
-        g = _geometric(_prefix_only(bits, k), t / split, extra, True)
-        if split > 1:
-            g *= split
-            g += _truncated_geometric(t, split, k, bits, extra, True)
-        prefix = _prefix_only(bits, k)
-        gf = g.astype(np.float64)
-        p = np.exp(-(gf * gf) / (2 * float(s2)))
+            got = low + u[keep][:need]
+            parts.append(got)
+            need -= got.size
+    else:
+        t = s2 / low  # the envelope's scale: P(G ≥ g) = e^{−g·low/σ²}
+        split = _split(t)
+        t_part = t / split
+        two_s2 = 2 * float(s2)
+        while need > 0:
+            k = need + need // 4 + 8
+            g = _geometric(_prefix_only(bits, k), t_part, extra, True)
+            if split > 1:
+                g *= split
+                g += _truncated_geometric(t, split, k, bits, extra, True)
+            prefix = _prefix_only(bits, k)
+            gf = g.astype(np.float64)
+            p = np.exp(-(gf * gf) / two_s2)
 
-        def exact_x(i: int, vals: np.ndarray = g) -> Fraction:
-            return Fraction(int(vals[i]) ** 2) / (2 * s2)
+            def exact_x(i: int, vals: np.ndarray = g) -> Fraction:
+                return Fraction(int(vals[i]) ** 2) / (2 * s2)
 
-        keep = _decide_exp(prefix, p, _ACC_REL, exact_x, extra, True)
-        values = low + g
-        if high is not None:
-            keep &= values < high
-        out[todo[keep]] = values[keep]
-        todo = todo[~keep]
-    return out
+            keep = _decide_exp(prefix, p, _ACC_REL, exact_x, extra, True)
+            g += low
+            if high is not None:
+                keep &= g < high
+            got = g[keep][:need]
+            parts.append(got)
+            need -= got.size
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
 @dataclass
@@ -485,18 +617,10 @@ class TopNoise:
             return
         mass = tail_mass(self.sigma)
         high = self.threshold
-        coin = _Coin(lambda digits: mass.band(to, high, digits))
+        coin = mass.coin(to, high)
         drawn = np.sort(self.positions)
-        population = self.n - drawn.size
-        offsets = []
-        cur = 0
-        while True:
-            cur += coin.gap(self.bits, self.extra, population - cur)
-            if cur >= population:
-                break
-            offsets.append(cur)
-            cur += 1
-        found = _nth_free(drawn, np.asarray(offsets, dtype=np.int64))
+        offsets = coin.successes(self.n - drawn.size, self.bits, self.extra)
+        found = _nth_free(drawn, offsets)
         vals = _band_values(mass, to, high, found.size, self.bits, self.extra)
         self._add(found, vals, to)
 
@@ -536,16 +660,10 @@ class TopNoise:
 def _nth_free(taken: IntArray, offsets: IntArray) -> IntArray:
     """The positions of the ``offsets``-th (0-based, increasing) slots not in ``taken``
     (sorted)."""
-    # the o-th free slot is o + #{taken ≤ it}: solve by walking the sorted taken list
-    out = np.empty(offsets.size, dtype=np.int64)
-    j = 0
-    for i, o in enumerate(offsets.tolist()):
-        p = o + j
-        while j < taken.size and taken[j] <= p:
-            j += 1
-            p = o + j
-        out[i] = p
-    return out
+    # the o-th free slot is o + j, j the number of taken slots before it: those t_j with
+    # t_j − j ≤ o (t_j − j, the free slots before t_j, does not decrease)
+    free_before = taken - np.arange(taken.size, dtype=np.int64)
+    return offsets + np.searchsorted(free_before, offsets, side="right")
 
 
 def top_noise(n: int, sigma: Fraction, threshold: int, bits: ChaCha20Bits) -> TopNoise:
@@ -555,16 +673,7 @@ def top_noise(n: int, sigma: Fraction, threshold: int, bits: ChaCha20Bits) -> To
         raise ConfigError(f"The lazy threshold must be ≥ 1 grid unit; got {threshold}.")
     mass = tail_mass(Fraction(sigma))
     extra = bits.fork("lazy-extra")
-    coin = _Coin(lambda digits: mass.band(threshold, None, digits))
-    found = []
-    cur = 0
-    while True:
-        cur += coin.gap(bits, extra, n - cur)
-        if cur >= n:
-            break
-        found.append(cur)
-        cur += 1
-    pos = np.asarray(found, dtype=np.int64)
+    pos = mass.coin(threshold, None).successes(n, bits, extra)
     vals = _band_values(mass, threshold, None, pos.size, bits, extra)
     return TopNoise(n, Fraction(sigma), threshold, pos, vals, bits, extra)
 
@@ -574,7 +683,12 @@ def first_threshold(n: int, sigma: Fraction, target: int) -> int:
     n·φ(x)·x/(x² + 1) = target, where φ(x)·x/(x² + 1) is the classical lower bound of the
     normal tail P(N(0, 1) ≥ x) (so the expected count is at least the target, up to the
     grid); a few fixed-point steps in correctly rounded decimal arithmetic (a function of
-    public parameters only, the same on every machine); at least 1."""
+    public parameters only, the same on every machine, cached); at least 1."""
+    return _first_threshold(int(n), Fraction(sigma), int(target))
+
+
+@functools.lru_cache(maxsize=256)
+def _first_threshold(n: int, sigma: Fraction, target: int) -> int:
     if n <= target:
         return 1
     ctx = _context(20)
@@ -624,11 +738,16 @@ def lazy_suits(n: int, k: int, sigma: Fraction, width: int, *, min_scored: int) 
     c/24). Only then does :func:`lazy_select` lower its threshold — the one time its work
     depends on the noise beyond the number of slots drawn. Otherwise (σ not large against
     the range, or few slots) the full derivation draws every slot."""
+    return _lazy_suits(int(n), int(k), Fraction(sigma), int(width), int(min_scored))
+
+
+@functools.lru_cache(maxsize=256)
+def _lazy_suits(n: int, k: int, sigma: Fraction, width: int, min_scored: int) -> bool:
     c = _first_count(n, k, min_scored)
     if n < 8 * c:
         return False
     t0 = first_threshold(n, sigma, c)
-    return 4 * int(width) * t0 <= Fraction(sigma) ** 2
+    return 4 * width * t0 <= sigma**2
 
 
 def lazy_select(
