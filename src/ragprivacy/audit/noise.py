@@ -14,9 +14,8 @@ is exact in int64 (units 2^-30) and is rounded once to the noise grid (2^-grid_b
 
     TopK( clip(s, ⌈lo·2^b⌉, ⌊hi·2^b⌋) + z_q )      (integers; ties to the lower position)
 
-with (lo, hi) = ``AuditPolicy.score_range`` (committed in C_policy). The provider runs it,
-the re-execution proof system runs it again, and the multi-tenant retriever serving a
-query with a window seed runs it on the same derived bits.
+with (lo, hi) = ``AuditPolicy.score_range`` (committed in C_policy). The provider runs it, and
+the re-execution proof system runs it again on the same derived bits.
 
 **How z_q is drawn from its bits** is committed in C_policy (``AuditPolicy.noise``, the
 wire format of A2; :class:`QueryNoise`): ``"full"`` draws every slot's value in order;
