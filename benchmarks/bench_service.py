@@ -216,28 +216,52 @@ def serve_private(state_dir: Path, threads: int) -> Server:
     return Server([*cmd, "--port", str(port)], port, threads, "/v1/audit/windows")
 
 
-def serve_baseline(state_dir: Path, threads: int) -> Server:
+def serve_baseline(state_dir: Path, threads: int, index_path: Path | None = None) -> Server:
     port = _free_port()
     cmd = [sys.executable, __file__, "--serve-baseline", str(state_dir), "--port", str(port)]
+    if index_path is not None:
+        cmd += ["--plain-index-path", str(index_path)]
     return Server(cmd, port, threads, "/health")
 
 
-def baseline_app(state_dir: Path) -> Any:
+def build_plain_hnsw(state: Any, path: Path) -> float:
+    """A FAISS HNSW index (M = 32, efSearch = 64) of the tenant's vectors, built with 2
+    threads and saved at ``path`` for the baseline server (which searches with one);
+    returns the build seconds."""
+    from ragprivacy.index import FaissHnswIndex
+
+    ids, _, vectors = state.documents(TENANT)
+
+    def build() -> None:
+        index = FaissHnswIndex(vectors.shape[1], m=32, ef_search=64, num_threads=2)
+        index.add(vectors, ids)
+        index.save(path)
+
+    return once(build).seconds
+
+
+def baseline_app(state_dir: Path, index_path: Path | None = None) -> Any:
     """Privacy off: the same request model (``RetrieveRequest``) and body-size middleware,
-    no auth, the same embedder, plain exact top-K (``TopKRetriever`` over a
-    ``KnowledgeBase`` of the state's documents and vectors)."""
+    no auth, the same embedder, plain top-K (``TopKRetriever`` over a ``KnowledgeBase`` of
+    the state's documents and vectors): exact, or over the HNSW index saved at
+    ``index_path`` (:func:`build_plain_hnsw`), searched with one thread."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
     from ragprivacy.corpus import Corpus
-    from ragprivacy.index import create_index
+    from ragprivacy.index import create_index, load_index
     from ragprivacy.retrieval import KnowledgeBase, TopKRetriever
     from ragprivacy.service import ServiceState
 
     state = ServiceState(state_dir, create=False)
     ids, texts, vectors = state.documents(TENANT)
-    index = create_index("exact", dim=vectors.shape[1], num_threads=1)
-    index.add(vectors, ids)
+    if index_path is not None:
+        index = load_index(index_path)
+        index.num_threads = 1  # type: ignore[attr-defined]  # a FAISS index
+        del vectors  # the index holds its own copy
+    else:
+        index = create_index("exact", dim=vectors.shape[1], num_threads=1)
+        index.add(vectors, ids)
     kb = KnowledgeBase(
         Corpus([Document(i, t) for i, t in zip(ids, texts)]), state.embedder(), index
     )
@@ -310,6 +334,7 @@ def bench_http(
     concurrency: Sequence[int],
     rounds: int,
     threads: int,
+    plain_index: Path | None = None,
 ) -> dict[str, Any]:
     import httpx
 
@@ -317,7 +342,7 @@ def bench_http(
     accounts = sorted(keys)
     out: dict[str, Any] = {"levels": []}
     private = serve_private(state_dir, threads)
-    plain = serve_baseline(state_dir, threads)
+    plain = serve_baseline(state_dir, threads, plain_index)
     try:
         # the first private request loads the window (documents, fixed point, Merkle tree)
         first = once(
@@ -393,14 +418,13 @@ def bench_closed_window_reads(state: Any, threads: int, repeats: int = 3) -> dic
 # ---------------------------------------------------------------------------- profile
 def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) -> dict[str, Any]:
     """Median exclusive ms per stage of one private request, in process."""
+    from ragprivacy.audit import QueryNoise
     from ragprivacy.audit import noise as audit_noise
-    from ragprivacy.audit import selection as audit_selection
     from ragprivacy.audit import window as audit_window
     from ragprivacy.audit.commitments import TenantCommitment
     from ragprivacy.audit.merkle import MerkleLog
     from ragprivacy.audit.proofs import AuditorReexecution
     from ragprivacy.audit.records import ProviderKey
-    from ragprivacy.dp import GaussianNoisyTopK
     from ragprivacy.service import ServiceProvider, ServiceState, StateWitnessStore
 
     sp = ServiceProvider(state)
@@ -411,9 +435,8 @@ def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) 
         (ServiceProvider, "_current", "window lookup (SQLite)"),
         (audit_window.AuditWindow, "_embed", "embedding + fixed point + H(q)"),
         (audit_noise, "integer_scores", "integer scores (the slots the noise leaves)"),
-        (audit_selection, "derived_noise", "derived noise (DGS, all N)"),
-        (audit_selection, "noise_digest", "noise digest (SHA-256)"),
-        (GaussianNoisyTopK, "select_units", "clip + noise + top-K select"),
+        (QueryNoise, "__init__", "derived noise, first draw (lazy) or every slot"),
+        (QueryNoise, "select", "clip + noise + top-K select (lazy: lower if needed)"),
         (TenantCommitment, "opening", "Merkle openings (K)"),
         (AuditorReexecution, "prove_record", "witness digest pi_q"),
         (StateWitnessStore, "put", "witness write (SQLite, fsync)"),
@@ -776,7 +799,8 @@ def rows(res: dict[str, Any]) -> list[Row]:
     latency); the kept float64 scoring matrix against the per-query conversion; sampled
     against full verification."""
     out = []
-    base = "privacy off (plain top-K, same HTTP stack)"
+    hnsw = res.get("args", {}).get("plain_index") == "hnsw"
+    base = f"privacy off (plain {'HNSW ' if hnsw else ''}top-K, same HTTP stack)"
     for level in res.get("http", {}).get("levels", []):
         c = level["concurrency"]
         config = {"docs": res["docs"], "k": K, "clients": c, "threads": res["threads"]}
@@ -843,6 +867,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     p.add_argument("--threads", type=int, default=1, help="BLAS threads (servers and here)")
     p.add_argument("--skip", nargs="*", default=[], choices=["http", "profile", "verify", "timing"])
     p.add_argument("--out", default=None, help="directory for results.json and results.md")
+    p.add_argument(
+        "--plain-index",
+        choices=["exact", "hnsw"],
+        default="exact",
+        help="privacy off searches exactly, or a FAISS HNSW index (M 32, efSearch 64)",
+    )
+    p.add_argument("--plain-index-path", default=None, help=argparse.SUPPRESS)
     p.add_argument("--serve-baseline", default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     run = start("service", p, argv)
@@ -851,7 +882,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         import uvicorn
 
         uvicorn.run(
-            baseline_app(Path(a.serve_baseline)),
+            baseline_app(
+                Path(a.serve_baseline),
+                None if a.plain_index_path is None else Path(a.plain_index_path),
+            ),
             host="127.0.0.1",
             port=a.port,
             log_level="warning",
@@ -868,7 +902,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         "threads": a.threads,
         "docs": a.docs,
         "args": {
-            k: v for k, v in vars(a).items() if k not in ("serve_baseline", "port", "json", "out")
+            k: v
+            for k, v in vars(a).items()
+            if k not in ("serve_baseline", "plain_index_path", "port", "json", "out")
         },
     }
     with tempfile.TemporaryDirectory(prefix="bench_service_") as tmp:
@@ -885,6 +921,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         if "timing" not in a.skip:  # first, while the member ledger is as short as the other
             res["timing"] = bench_timing(state, ("tm", "tm2"), root, docs, a.timing_queries)
         if "http" not in a.skip:
+            plain_index = None
+            if a.plain_index == "hnsw":
+                plain_index = root / "plain-hnsw"
+                res["plain_hnsw_build_s"] = build_plain_hnsw(state, plain_index)
             res["http"] = bench_http(
                 state.directory,
                 {k: v for k, v in keys.items() if k.startswith("c")},
@@ -892,6 +932,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
                 concurrency=a.concurrency,
                 rounds=a.repeats,
                 threads=a.threads,
+                plain_index=plain_index,
             )
         if "profile" not in a.skip:
             res["profile"] = profile_query(
