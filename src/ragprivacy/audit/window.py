@@ -267,7 +267,8 @@ class AuditWindow:
         self.prompt_template = prompt_template
         self.tokenizer = tokenizer
         self._commitments: Commitments | None = commitments
-        self._commitments_digest: str | None = None  # H(commitments), once per window
+        # H(commitments), computed once for the commitments object it is of
+        self._commitments_digest: tuple[Commitments, str] | None = None
         if commitments is not None:  # resumed: serve only the documents it committed
             if commitments.accounts != self.accounts:
                 raise DataError(
@@ -429,15 +430,15 @@ class AuditWindow:
         )
         signed = Commitments(**{**asdict(unsigned), "signature": self.key.sign(unsigned.message())})
         self._commitments = signed
-        self._commitments_digest = None
         return signed
 
     def _digest_of_commitments(self) -> str:
         """H(the signed commitments) every receipt and tree head names, computed once (it
         serialises every commitment of the window)."""
-        if self._commitments_digest is None:
-            self._commitments_digest = self.commitments.digest()
-        return self._commitments_digest
+        com = self.commitments
+        if self._commitments_digest is None or self._commitments_digest[0] is not com:
+            self._commitments_digest = (com, com.digest())
+        return self._commitments_digest[1]
 
     @property
     def commitments(self) -> Commitments:
