@@ -46,7 +46,7 @@ def test_honest_window_passes_with_eq_5_2(honest) -> None:
     md = render_report(
         v.to_dict(), honest.transcript.commitments.to_dict(), honest.transcript.coalition.to_dict()
     )
-    assert "PASS" in md and "zero-knowledge" in md
+    assert "PASS" in md and "zero-knowledge" in md and "| noise | lazy |" in md
 
 
 def test_sampled_mode_size_and_guarantee(honest) -> None:

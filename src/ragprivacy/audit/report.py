@@ -50,6 +50,8 @@ def render_report(
         "tau",
     ):
         lines.append(f"| {k} | {policy.get(k)} |")
+    # how z_q is derived from its bits; a policy without the field predates the lazy one
+    lines.append(f"| noise | {policy.get('noise', 'full')} |")
     lines += ["", "## Checks", ""]
     if verdict["failures"]:
         for f in verdict["failures"]:
