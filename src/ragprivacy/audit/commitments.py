@@ -47,14 +47,18 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from ragprivacy._typing import FloatArray
 from ragprivacy._validation import check_positive, check_positive_int
-from ragprivacy.audit.merkle import EMPTY_ROOT, MerkleLog, verify_inclusion
+from ragprivacy.audit.merkle import (
+    EMPTY_ROOT,
+    PackedMerkleTree,
+    leaf_hash,
+    verify_inclusion,
+)
 from ragprivacy.dp import (
     DEFAULT_SCORE_RANGE,
     AccountPolicy,
@@ -175,32 +179,64 @@ def fixed_point(vectors: FloatArray) -> np.ndarray:
 
 def scoring_matrix(fixed_vectors: np.ndarray) -> np.ndarray:
     """The fixed-point embeddings as float64, the form :func:`integer_scores` multiplies
-    (every entry an integer, so exact). Keep it beside the index: converting the int32
-    entries on every query was most of a query's scoring time (benchmarks/README.md, "The
-    service"), and keeping them costs 8 bytes per entry."""
+    (every entry an integer, so exact), read-only. 8 bytes an entry: a tenant commitment
+    does not keep one (:meth:`TenantCommitment.scores` converts its int32 rows block by
+    block instead); a verifier re-executing many queries over one index makes it once."""
     out = np.asarray(fixed_vectors, dtype=np.float64)
     out.flags.writeable = False
     return out
 
 
-class EmbeddingSource(ABC):
-    """A tenant's committed embeddings read where they are stored, not held in memory.
+#: bytes of float64 rows :func:`_block_scores` converts at a time: 256 rows at d = 384
+#: (768 KiB), a buffer that stays in a core's cache while BLAS reads it
+_SCORE_BLOCK_BYTES = 3 << 18
 
-    The provider keeps only the Merkle tree of their hashes (32 bytes a document) and
-    reads vectors when it needs them: every row, in position order, for the exact scores
-    of a query and for the commitment (:meth:`chunks`), and single positions for the
-    openings of the selected slots (:meth:`vectors_at`). The vectors must be the same
-    float32 values the in-memory path would hold (bit for bit): they are turned into the
-    committed fixed point by :func:`fixed_point`, so the verifier's re-execution, which
-    scores the auditor's copy of the fixed-point rows in numpy, computes the same integer
-    scores. A service keeps them in a pgvector table
-    (:class:`ragprivacy.service.PgvectorTenantVectors`).
+
+def _block_scores(fixed_vectors: np.ndarray, fixed_query: np.ndarray, grid_bits: int) -> np.ndarray:
+    """:func:`~ragprivacy.audit.integer_scores` of every int32 row of ``fixed_vectors``,
+    without a float64 copy of the matrix: the rows are converted block by block
+    (:data:`_SCORE_BLOCK_BYTES`) into one float64 buffer, reused, and each block is
+    scored by ``integer_scores``. Every score is exact wherever it is computed, so the
+    result is the same integers, bit for bit, as scoring the whole matrix at once."""
+    from ragprivacy.audit.noise import integer_scores
+
+    fixed = np.asarray(fixed_vectors)
+    if fixed.ndim != 2:
+        raise ConfigError(f"Fixed-point rows must be a matrix [n, d]; got shape {fixed.shape}.")
+    n, dim = fixed.shape
+    rows = max(1, _SCORE_BLOCK_BYTES // (8 * max(dim, 1)))
+    out = np.empty(n, dtype=np.int64)
+    buffer = np.empty((min(rows, n), dim), dtype=np.float64)
+    for start in range(0, n, rows):
+        block = buffer[: min(rows, n - start)]
+        np.copyto(block, fixed[start : start + block.shape[0]], casting="safe")
+        out[start : start + block.shape[0]] = integer_scores(block, fixed_query, grid_bits)
+    return out
+
+
+class EmbeddingSource(ABC):
+    """A tenant's committed embeddings read where they are stored.
+
+    By default the provider keeps only the Merkle tree of their hashes (32 bytes a
+    document) and reads vectors when it needs them: every row, in position order, for the
+    exact scores of a query and for the commitment (:meth:`chunks`), and single positions
+    for the openings of the selected slots (:meth:`vectors_at`). A source that is
+    :attr:`resident` is read once instead, block by block, when the commitment is made,
+    which keeps its rows in fixed point (4 bytes an entry, no float copy of the whole
+    matrix even while it is built). The vectors must be the same float32 values the
+    in-memory path would hold (bit for bit): they are turned into the committed fixed
+    point by :func:`fixed_point`, so the verifier's re-execution, which scores the
+    auditor's copy of the fixed-point rows in numpy, computes the same integer scores. A
+    service keeps them in a pgvector table (:class:`ragprivacy.service.PgvectorTenantVectors`).
     """
 
     #: number of rows (positions 0 .. size - 1)
     size: int
     #: vector width
     dim: int
+    #: whether a commitment reads every row once and keeps it (in fixed point) instead of
+    #: reading rows when it needs them: a store that is slow to read by position
+    resident: bool = False
 
     @abstractmethod
     def vectors_at(self, positions: Sequence[int]) -> FloatArray:
@@ -215,19 +251,85 @@ class EmbeddingSource(ABC):
 SOURCE_CHUNK = 1024
 
 
+class _Contents(Sequence[str]):
+    """The committed content hashes of a tenant's documents, held as 32 bytes each (not a
+    64-character string each); an item reads as its hex string, as given."""
+
+    def __init__(self, packed: bytes) -> None:
+        self._packed = packed
+
+    def __len__(self) -> int:
+        return len(self._packed) // 32
+
+    def _item(self, i: int) -> str:
+        return self._packed[32 * i : 32 * i + 32].hex()
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._item(i) for i in range(*index.indices(len(self)))]
+        i = int(index)
+        if not -len(self) <= i < len(self):
+            raise IndexError("content index out of range")
+        return self._item(i % len(self))
+
+
+class _Blank(Sequence[str]):
+    """No text committed for any of ``size`` documents: every content hash is ""."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [""] * len(range(*index.indices(self._size)))
+        if not -self._size <= int(index) < self._size:
+            raise IndexError("content index out of range")
+        return ""
+
+
+def _packed_contents(contents: Sequence[str] | None, size: int) -> Sequence[str]:
+    """``contents`` in the smallest form that reads back the same strings: 32 bytes each
+    when every one is a lower-case hex SHA-256, none when every one is "", else as given."""
+    if contents is None:
+        return _Blank(size)
+    packed = bytearray()
+    for c in contents:
+        try:
+            digest = bytes.fromhex(c) if isinstance(c, str) and len(c) == 64 else b""
+        except ValueError:
+            digest = b""
+        if len(digest) != 32 or digest.hex() != c:
+            break
+        packed += digest
+    else:
+        return _Contents(bytes(packed)) if packed else list(contents)
+    if not any(contents):
+        return _Blank(len(contents))
+    return list(contents)
+
+
 class TenantCommitment:
     """C_{D_t}: an RFC 9162 Merkle root over the salted leaves :func:`index_leaf` of the
     tenant's documents (fixed-point embedding, id, content hash) in index order.
 
     ``vectors`` are the tenant's embeddings ``[N_t, d]`` held in memory, or an
-    :class:`EmbeddingSource` they are read from (only the tree of their hashes is kept);
-    ``ids`` one id per row; ``salt_key`` is K_idx (:func:`index_salt_key`); ``contents``
-    the hex SHA-256 of each document's text (default: none committed).
+    :class:`EmbeddingSource` they are read from (only the tree of their hashes is kept,
+    unless the source is :attr:`~EmbeddingSource.resident`); ``ids`` one id per row;
+    ``salt_key`` is K_idx (:func:`index_salt_key`); ``contents`` the hex SHA-256 of each
+    document's text (default: none committed).
     ``opening(i)`` returns the vector bytes, its inclusion proof and its salt; the auditor
-    checks it against the root with :func:`verify_opening`. :meth:`scores` and :meth:`scores_at` are
-    the exact integer scores (:func:`~ragprivacy.audit.integer_scores`) of a fixed-point
-    query against every committed row or chosen positions, the same numbers from either
-    storage.
+    checks it against the root with :func:`verify_opening`. :meth:`scores` and
+    :meth:`scores_at` are the exact integer scores
+    (:func:`~ragprivacy.audit.integer_scores`) of a fixed-point query against every
+    committed row or chosen positions, the same numbers from either storage.
+
+    What it holds: rows in memory as int32 fixed point (4 bytes an entry, the size of a
+    float32 index; converted block by block, never as a whole float64 matrix), the tree
+    packed (:class:`~ragprivacy.audit.merkle.PackedMerkleTree`, about 64 bytes a
+    document), the content hashes as 32 bytes each, and the ids.
     """
 
     def __init__(
@@ -241,35 +343,56 @@ class TenantCommitment:
     ) -> None:
         self.tenant = tenant
         self.ids = list(ids)
-        self.contents = list(contents) if contents is not None else [""] * len(self.ids)
+        self.contents: Sequence[str] = _packed_contents(contents, len(self.ids))
         if len(self.contents) != len(self.ids):
             raise ConfigError(f"Tenant {tenant!r}: give one content hash per document.")
         self._salt_key = salt_key
-        self._log = MerkleLog()
         self._source: EmbeddingSource | None = None
         self._fixed: np.ndarray | None = None
         if isinstance(vectors, EmbeddingSource):
-            self._source = vectors
             self.dim = int(vectors.dim)
-            for block in vectors.chunks(SOURCE_CHUNK):
-                self._append(fixed_point(block))
-            if self._log.size != vectors.size:
+            if vectors.resident:
+                self._fixed = np.empty((int(vectors.size), self.dim), dtype="<i4")
+            else:
+                self._source = vectors
+            blocks = (fixed_point(b) for b in vectors.chunks(SOURCE_CHUNK))
+            self._tree = PackedMerkleTree(self._leaves(blocks, keep=self._fixed))
+            if self._tree.size != vectors.size:
                 raise DataError(
-                    f"Tenant {tenant!r}: its store returned {self._log.size} embeddings, "
+                    f"Tenant {tenant!r}: its store returned {self._tree.size} embeddings, "
                     f"not {vectors.size}; another writer changed it."
                 )
         else:
-            self._fixed = fixed_point(vectors)
-            self.dim = int(self._fixed.shape[1])
-            self._append(self._fixed)
-        if self._log.size != len(self.ids):
+            v = np.asarray(vectors)
+            if v.ndim == 1:
+                v = v[None, :]
+            self.dim = int(v.shape[1]) if v.ndim == 2 else 0
+            self._fixed = np.empty((v.shape[0], self.dim), dtype="<i4")
+            blocks = (
+                fixed_point(v[s : s + SOURCE_CHUNK]) for s in range(0, v.shape[0], SOURCE_CHUNK)
+            )
+            self._tree = PackedMerkleTree(self._leaves(blocks, keep=self._fixed))
+        if self._tree.size != len(self.ids):
             raise ConfigError(f"Tenant {tenant!r}: give one id per embedding.")
 
-    def _append(self, rows: np.ndarray) -> None:
-        start = self._log.size
-        if start + rows.shape[0] > len(self.ids):
-            raise ConfigError(f"Tenant {self.tenant!r}: give one id per embedding.")
-        self._log.append_many(self._leaf(start + i, row.tobytes()) for i, row in enumerate(rows))
+    def _leaves(self, blocks: Iterator[np.ndarray], *, keep: np.ndarray | None) -> Iterator[bytes]:
+        """The leaf data of every row of ``blocks`` (fixed point), in order; each block
+        is also copied into ``keep`` at its positions when given."""
+        start = 0
+        for rows in blocks:
+            end = start + rows.shape[0]
+            if keep is not None and end > keep.shape[0]:
+                raise DataError(
+                    f"Tenant {self.tenant!r}: its store returned more than {keep.shape[0]} "
+                    "embeddings; another writer changed it."
+                )
+            if end > len(self.ids):
+                raise ConfigError(f"Tenant {self.tenant!r}: give one id per embedding.")
+            if keep is not None:
+                keep[start:end] = rows
+            for i, row in enumerate(rows):
+                yield self._leaf(start + i, row.tobytes())
+            start = end
 
     def salt(self, position: int) -> bytes:
         """salt_i of leaf ``position``."""
@@ -280,11 +403,11 @@ class TenantCommitment:
 
     @property
     def size(self) -> int:
-        return self._log.size
+        return self._tree.size
 
     @property
     def root(self) -> bytes:
-        return self._log.root()
+        return self._tree.root()
 
     @property
     def fixed(self) -> np.ndarray:
@@ -321,28 +444,24 @@ class TenantCommitment:
         rows = self.fixed_at(positions)
         out = []
         for p, row in zip(positions, rows):
-            if self._leaf(int(p), row.tobytes()) != self._log.leaf(int(p)):
+            if leaf_hash(self._leaf(int(p), row.tobytes())) != self._tree.leaf_hash_at(int(p)):
                 raise DataError(
                     f"Tenant {self.tenant!r}: the stored embedding at position {p} is not "
                     "the committed one; its store changed since the window opened."
                 )
-            out.append((row.tobytes(), self._log.inclusion_proof(int(p)), self.salt(int(p))))
+            out.append((row.tobytes(), self._tree.inclusion_proof(int(p)), self.salt(int(p))))
         return out
-
-    @cached_property
-    def scoring(self) -> np.ndarray:
-        """``fixed`` as float64, made once (:func:`scoring_matrix`; in-memory rows only —
-        a source's rows are streamed by :meth:`scores` instead)."""
-        return scoring_matrix(self.fixed)
 
     def scores(self, fixed_query: np.ndarray, grid_bits: int) -> np.ndarray:
         """Exact integer scores (grid units, int64) of ``fixed_query`` against every
-        committed row: the float64 matrix in memory, or the source's rows streamed block
-        by block (no more than :data:`SOURCE_CHUNK` rows held at once)."""
+        committed row: the int32 rows in memory converted block by block
+        (:func:`_block_scores`), or the source's rows streamed block by block (no more
+        than :data:`SOURCE_CHUNK` rows held at once)."""
         from ragprivacy.audit.noise import integer_scores
 
         if self._source is None:
-            return integer_scores(self.scoring, fixed_query, grid_bits)
+            assert self._fixed is not None
+            return _block_scores(self._fixed, fixed_query, grid_bits)
         parts = [
             integer_scores(fixed_point(b), fixed_query, grid_bits)
             for b in self._source.chunks(SOURCE_CHUNK)

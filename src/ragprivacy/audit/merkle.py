@@ -48,6 +48,7 @@ __all__ = [
     "EMPTY_ROOT",
     "LogSealedError",
     "MerkleLog",
+    "PackedMerkleTree",
     "leaf_hash",
     "node_hash",
     "root_from_leaf_hashes",
@@ -72,6 +73,29 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 def _split(n: int) -> int:
     """The largest power of two strictly smaller than ``n`` (n ≥ 2)."""
     return 1 << ((n - 1).bit_length() - 1)
+
+
+def _subtree_hash(node: Callable[[int, int], bytes], start: int, end: int) -> bytes:
+    """MTH of leaves [start, end) from the stored complete subtrees ``node(level, i)``
+    (the hash over leaves [i·2^level, (i+1)·2^level)); ``start`` is aligned to every
+    split below it."""
+    n = end - start
+    if n & (n - 1) == 0:  # complete subtree: stored
+        level = n.bit_length() - 1
+        return node(level, start >> level)
+    k = _split(n)
+    return node_hash(_subtree_hash(node, start, start + k), _subtree_hash(node, start + k, end))
+
+
+def _audit_path(node: Callable[[int, int], bytes], m: int, start: int, end: int) -> list[bytes]:
+    """PATH(m, D[start:end]) of RFC 9162 §2.1.3.1 from the stored subtrees ``node``."""
+    n = end - start
+    if n == 1:
+        return []
+    k = _split(n)
+    if m < k:
+        return [*_audit_path(node, m, start, start + k), _subtree_hash(node, start + k, end)]
+    return [*_audit_path(node, m - k, start + k, end), _subtree_hash(node, start, start + k)]
 
 
 def root_from_leaf_hashes(hashes: Sequence[bytes]) -> bytes:
@@ -519,12 +543,10 @@ class MerkleLog:
 
     def _subtree(self, start: int, end: int) -> bytes:
         """MTH of leaves [start, end); ``start`` is aligned to every split below it."""
-        n = end - start
-        if n & (n - 1) == 0:  # complete subtree: stored
-            level = n.bit_length() - 1
-            return self._levels[level][start >> level]
-        k = _split(n)
-        return node_hash(self._subtree(start, start + k), self._subtree(start + k, end))
+        return _subtree_hash(self._node, start, end)
+
+    def _node(self, level: int, index: int) -> bytes:
+        return self._levels[level][index]
 
     def root(self, size: int | None = None) -> bytes:
         """The root (tree head) over the first ``size`` leaves (default: all).
@@ -542,13 +564,7 @@ class MerkleLog:
         return self._path(index, 0, n)
 
     def _path(self, m: int, start: int, end: int) -> list[bytes]:
-        n = end - start
-        if n == 1:
-            return []
-        k = _split(n)
-        if m < k:
-            return [*self._path(m, start, start + k), self._subtree(start + k, end)]
-        return [*self._path(m - k, start + k, end), self._subtree(start, start + k)]
+        return _audit_path(self._node, m, start, end)
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         """The RFC 9162 consistency proof between tree sizes ``old_size`` ≤ ``new_size``."""
@@ -601,3 +617,66 @@ class MerkleLog:
                         raise VerificationError(
                             f"Merkle log node ({level}, {i}) does not match its children."
                         )
+
+
+class PackedMerkleTree:
+    """An RFC 9162 Merkle tree over a fixed sequence of leaves, built once and held packed.
+
+    Every complete, aligned subtree hash is kept, as :class:`MerkleLog` keeps them, but
+    each level is one bytes buffer of 32-byte hashes: about 64 bytes a leaf (its hash and
+    the interior nodes above it), not a Python object per hash, and not the leaves' data
+    (an opening is checked by the hash of its recomputed data, :meth:`leaf_hash_at`).
+    Roots and inclusion proofs are those of a :class:`MerkleLog` over the same leaves,
+    checked by :func:`verify_inclusion`. What a committed index keeps beside its rows: it
+    never grows after it is built, and is not stored.
+
+    >>> tree = PackedMerkleTree([b"a", b"b", b"c"])
+    >>> verify_inclusion(b"b", 1, 3, tree.inclusion_proof(1), tree.root())
+    True
+
+    Args:
+        leaves: the leaves' data, in order (an iterator is read once, leaf by leaf).
+    """
+
+    def __init__(self, leaves: Iterable[bytes]) -> None:
+        level = bytearray()
+        for data in leaves:
+            level += leaf_hash(data)
+        self.size = len(level) // HASH_SIZE
+        self._levels: list[bytearray] = [level]  # never written after this constructor
+        count = self.size
+        while count > 1:
+            below, count = self._levels[-1], count // 2
+            up = bytearray(count * HASH_SIZE)
+            for i in range(count):
+                at = 2 * i * HASH_SIZE
+                up[i * HASH_SIZE : (i + 1) * HASH_SIZE] = node_hash(
+                    bytes(below[at : at + HASH_SIZE]),
+                    bytes(below[at + HASH_SIZE : at + 2 * HASH_SIZE]),
+                )
+            self._levels.append(up)
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of hashes held (every level)."""
+        return sum(len(level) for level in self._levels)
+
+    def _node(self, level: int, index: int) -> bytes:
+        return bytes(self._levels[level][index * HASH_SIZE : (index + 1) * HASH_SIZE])
+
+    def leaf_hash_at(self, index: int) -> bytes:
+        """The hash of leaf ``index``."""
+        MerkleLog._check_index(index, self.size)
+        return self._node(0, index)
+
+    def root(self) -> bytes:
+        """The root over every leaf (SHA-256() for no leaves)."""
+        return EMPTY_ROOT if self.size == 0 else _subtree_hash(self._node, 0, self.size)
+
+    def inclusion_proof(self, index: int) -> list[bytes]:
+        """The RFC 9162 audit path of leaf ``index`` in the whole tree."""
+        MerkleLog._check_index(index, self.size)
+        return _audit_path(self._node, index, 0, self.size)

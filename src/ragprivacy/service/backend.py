@@ -143,6 +143,15 @@ class StateBackend(ABC):
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows of one query (sees every committed write)."""
 
+    def read_blocks(
+        self, sql: str, params: Sequence[Any] = (), rows: int = 4096
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of one read, ``rows`` at a time, from one snapshot of the state (here:
+        read whole, then cut; a backend that can stream them holds one block at a time)."""
+        result = self.read(sql, params)
+        for start in range(0, len(result), rows):
+            yield result[start : start + rows]
+
     @abstractmethod
     def write(self) -> Any:
         """A context manager: one transaction, the only writer of the state while it
@@ -260,6 +269,17 @@ class SqliteBackend(StateBackend):
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return list(self._conn().execute(sql, tuple(params)).fetchall())
+
+    def read_blocks(
+        self, sql: str, params: Sequence[Any] = (), rows: int = 4096
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        # one statement: one read snapshot (WAL) while its cursor is read
+        cursor = self._conn().execute(sql, tuple(params))
+        try:
+            while block := cursor.fetchmany(rows):
+                yield block
+        finally:
+            cursor.close()
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

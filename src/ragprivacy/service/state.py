@@ -26,7 +26,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,15 @@ from ragprivacy.service.idempotency import PENDING_S, TTL_S
 from ragprivacy.service.keys import ApiKey, hash_secret, new_key, parse_key, secret_matches
 from ragprivacy.types import Document
 
-__all__ = ["FREE_FAILURES", "MODES", "AuthError", "ServiceState", "StateWitnessStore", "Window"]
+__all__ = [
+    "FREE_FAILURES",
+    "MODES",
+    "AuthError",
+    "ServiceState",
+    "StateWitnessStore",
+    "StoredEmbeddings",
+    "Window",
+]
 
 #: Privacy modes a tenant may run (collusion paper §2.1 and Private-RAG).
 MODES = ("noisy_topk", "murag", "murag_ada", "dp_vote")
@@ -640,26 +648,58 @@ class ServiceState:
     ) -> tuple[list[str], FloatArray | EmbeddingSource]:
         """(ids, embeddings) of the first ``count`` documents of ``tenant``: a source read
         from the tenant's pgvector table (nothing loaded yet) in a PostgreSQL state with
-        pgvector, the stored float32 rows ``[n, d]`` otherwise."""
+        pgvector, the stored float32 rows ``[n, d]`` otherwise (read block by block into
+        one array: no Python object per row is held while they are read)."""
         table = self._db.vector_table(tenant)
         if table is not None:
-            rows = self._rows(
-                "SELECT doc_id FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
-                (tenant, 2**62 if count is None else int(count)),
-            )
-            source = self._db.embeddings(tenant, len(rows), self.embedder().dim)
+            known = self._ids(tenant, count)
+            source = self._db.embeddings(tenant, len(known), self.embedder().dim)
             assert source is not None  # the table exists
-            return [r[0] for r in rows], source
-        rows = self._rows(
+            return known, source
+        limit = _count(count)
+        (n,) = self._one(
+            "SELECT count(*) FROM documents WHERE tenant = ? AND pos < ?", (tenant, limit)
+        ) or (0,)
+        ids: list[str] = []
+        vectors: np.ndarray | None = None
+        for block in self._db.read_blocks(
             "SELECT doc_id, vector FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
-            (tenant, 2**62 if count is None else int(count)),
+            (tenant, limit),
+            _READ_ROWS,
+        ):
+            rows = _float_rows(block, 1)
+            at = len(ids)
+            if vectors is None:
+                vectors = np.empty((max(int(n), len(block)), rows.shape[1]), dtype=np.float32)
+            if at + len(block) > vectors.shape[0]:  # appended since the count: grow
+                vectors = np.concatenate([vectors[:at], np.empty_like(vectors)])
+            ids.extend(r[0] for r in block)
+            vectors[at : len(ids)] = rows
+        if vectors is None:
+            return ids, np.zeros((0, 0), dtype=np.float32)
+        return ids, vectors[: len(ids)]
+
+    def embedding_source(
+        self, tenant: str, count: int | None = None
+    ) -> tuple[list[str], EmbeddingSource]:
+        """(ids, a source of the embeddings) of the first ``count`` documents of
+        ``tenant``: the tenant's pgvector table in a PostgreSQL state with pgvector, read
+        when needed; otherwise the stored rows as a :attr:`~EmbeddingSource.resident`
+        source (:class:`StoredEmbeddings`), which a tenant commitment reads once, block by
+        block, into its fixed-point rows (no float32 copy of the tenant held beside them)."""
+        if self._db.vector_table(tenant) is not None:
+            ids, source = self.embeddings(tenant, count)
+            assert isinstance(source, EmbeddingSource)  # the pgvector table's
+            return ids, source
+        ids = self._ids(tenant, count)
+        return ids, StoredEmbeddings(self._db, tenant, len(ids), self.embedder().dim)
+
+    def _ids(self, tenant: str, count: int | None) -> list[str]:
+        rows = self._rows(
+            "SELECT doc_id FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
+            (tenant, _count(count)),
         )
-        vectors = (
-            np.stack([np.frombuffer(r[1], dtype="<f4") for r in rows])
-            if rows
-            else np.zeros((0, 0), dtype=np.float32)
-        )
-        return [r[0] for r in rows], vectors
+        return [r[0] for r in rows]
 
     # ------------------------------------------------------------------ accounts
     def create_account(
@@ -959,6 +999,59 @@ class ServiceState:
         """Where the witnesses of ``window_id``'s ledger records are kept: this state's
         ``witnesses`` table (see :class:`StateWitnessStore`)."""
         return StateWitnessStore(self, window_id, group_commit=group_commit)
+
+
+#: rows per block when a tenant's stored embeddings are read
+_READ_ROWS = 4096
+
+
+def _count(count: int | None) -> int:
+    return 2**62 if count is None else int(count)
+
+
+def _float_rows(block: Sequence[tuple[Any, ...]], column: int) -> np.ndarray:
+    """The float32 blobs in ``column`` of ``block``'s rows as one array ``[rows, d]``."""
+    joined = b"".join(r[column] for r in block)
+    return np.frombuffer(joined, dtype="<f4").reshape(len(block), -1)
+
+
+class StoredEmbeddings(EmbeddingSource):
+    """A tenant's embeddings kept in its documents' rows (a SQLite state, or a PostgreSQL
+    one without pgvector), as a :attr:`~ragprivacy.audit.EmbeddingSource.resident`
+    source: a tenant commitment reads every row once, block by block, and keeps them in
+    fixed point, so no float32 copy of the tenant is held beside its fixed-point rows.
+    ``size``: the first ``size`` documents."""
+
+    resident = True
+
+    def __init__(self, backend: StateBackend, tenant: str, size: int, dim: int) -> None:
+        self._db = backend
+        self.tenant = tenant
+        self.size = int(size)
+        self.dim = int(dim)
+
+    def chunks(self, rows: int) -> Iterator[FloatArray]:
+        for block in self._db.read_blocks(
+            "SELECT vector FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
+            (self.tenant, self.size),
+            int(rows),
+        ):
+            yield _float_rows(block, 0)
+
+    def vectors_at(self, positions: Sequence[int]) -> FloatArray:
+        pos = [int(p) for p in positions]
+        if not pos:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        rows = dict(
+            self._db.read(
+                f"SELECT pos, vector FROM documents WHERE tenant = ? AND pos IN "
+                f"({','.join('?' * len(set(pos)))})",
+                (self.tenant, *sorted(set(pos))),
+            )
+        )
+        if len(rows) != len(set(pos)):
+            raise DataError(f"Tenant {self.tenant!r}: some of its embeddings were removed.")
+        return _float_rows([(rows[p],) for p in pos], 0)
 
 
 def _window(row: tuple[Any, ...]) -> Window:
