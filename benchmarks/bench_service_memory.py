@@ -3,27 +3,20 @@
 One ``noisy_topk`` tenant of ``--n`` documents whose embeddings are random unit float32
 vectors (d = 384: an embedder registered here draws each document's vector from its text),
 one account, an open window, in a state directory made first (in its own process, not
-measured). Then each set-up runs in a fresh process, so that its RSS is that process's
+measured). Then the worker runs in a fresh process, so that its RSS is that process's
 only: the server's worker object, :class:`ragprivacy.service.ServiceProvider`, loads the
-open window as a worker does on its first request (its texts, and the
+open window as a worker does on its first request (the
 :class:`~ragprivacy.audit.AuditWindow` that ``provider.audit_window`` builds over the
-tenant's stored embeddings), answers ``--queries`` retrieve requests (the lazy noise path,
-a few rows a query) and scores ``--full`` queries against every committed row
-(``TenantCommitment.scores``: the path of voting and small-σ tenants).
-
-* ``service``: the service as it is (``audit_window`` reads the rows with
-  ``ServiceState.embeddings``: the tenant's float32 matrix, which the tenant commitment
-  turns into its int32 fixed-point rows);
-* ``resident rows``: the same with ``ServiceState.embedding_source`` in its place (the
-  stored rows as a resident source: the commitment reads them block by block into its
-  fixed-point rows, so no float32 copy of the tenant is ever whole) — the one-line change
-  of ``audit_window`` it needs, substituted here.
+tenant's stored rows, read block by block into the commitment's fixed-point rows, and the
+texts' hashes), answers ``--queries`` retrieve requests (the lazy noise path, a few rows a
+query; the K texts of each answer read from the state) and scores ``--full`` queries
+against every committed row (``TenantCommitment.scores``: the path of voting and small-σ
+tenants).
 
 Rows: the peak RSS (``ru_maxrss``) and the RSS once the window is built, each against
 the float32 index n·d·4 bytes (goal: ≤ 1.2×). Details: the process's RSS after its
 imports, what the tenant's state holds part by part (int32 rows, packed Merkle tree,
-content hashes, ids and their lists, the texts by id), the build time and the time of a
-full scoring.
+content hashes, ids and their lists), the build time and the time of a full scoring.
 
 Usage::
 
@@ -55,7 +48,7 @@ from _harness import Row, bench_parser, start
 DIM = 384
 TENANT, ACCOUNT = "bench", "reader"
 EMBEDDER = f"bench-random:{DIM}"
-SETUPS = ("service", "resident rows")
+SETUPS = ("service",)
 
 
 def _register_embedder() -> None:
@@ -129,11 +122,9 @@ def measure(directory: Path, setup: str, queries: int, full: int) -> dict[str, A
 
     imported = _rss()
     state = ServiceState(directory, create=False)
-    if setup == "resident rows":
-        state.embeddings = state.embedding_source  # type: ignore[method-assign]
     provider = ServiceProvider(state)
     t = time.perf_counter()
-    provider.window_id()  # the window, its texts and its AuditWindow, as a first request
+    provider.window_id()  # the window and its AuditWindow, as a first request
     build_s = time.perf_counter() - t
     built = _rss()
     for i in range(queries):
@@ -152,7 +143,6 @@ def measure(directory: Path, setup: str, queries: int, full: int) -> dict[str, A
         "content hashes": len(contents) * 32 if not isinstance(contents, list) else _deep(contents),
         "ids (strings and the commitment's list)": _deep(commitment.ids),
         "the window's list of ids": sys.getsizeof(window._ids[window.tenant_id(TENANT)]),
-        "texts by id (the worker's)": _deep(provider._texts[TENANT]),
     }
     return {
         "n": commitment.size,

@@ -57,8 +57,8 @@ def test_requests_reuse_the_open_window_and_see_a_new_one(tmp_path: Path, admin)
 
 
 def test_a_window_load_that_fails_half_way_is_loaded_again(tmp_path: Path, admin) -> None:  # type: ignore[no-untyped-def]
-    """A storage failure while the server loads the open window (its texts come after its
-    row) is that request's 502; the next request loads the whole window again instead of
+    """A storage failure while the server loads the open window (its texts' hashes come
+    after its row) is that request's 502; the next request loads the whole window again instead of
     serving from a half-filled cache (a KeyError, a 500, on every later request)."""
     state = tmp_path / "state"
     corpus = tmp_path / "c.jsonl"
@@ -70,15 +70,15 @@ def test_a_window_load_that_fails_half_way_is_loaded_again(tmp_path: Path, admin
           "--rate-limit", "100")  # fmt: skip
     st = ServiceState(state, create=False)
     open_window(st)
-    texts = st.texts
+    hashes = st.content_hashes
     lost = [True]
 
     def fails_once(tenant: str, count: int):  # type: ignore[no-untyped-def]
         if lost.pop() if lost else False:
             raise BackendError("Lost the connection to the state; retry.")
-        return texts(tenant, count)
+        return hashes(tenant, count)
 
-    st.texts = fails_once  # type: ignore[method-assign]
+    st.content_hashes = fails_once  # type: ignore[method-assign]
     provider = ServiceProvider(st)
     with pytest.raises(BackendError):
         provider.retrieve("a", "gout")

@@ -202,14 +202,18 @@ def audit_window(
         account_policies, voting = None, None
     if policy is None or accounts is None:
         raise ConfigError("An audit window needs its commitments, or a policy and accounts.")
-    if texts is None:
-        texts = {t: state.texts(t, count)[1] for t, count in tenants.items()}
+    if texts is None:  # hashed block by block as they are read
+        contents = {t: state.content_hashes(t, count) for t, count in tenants.items()}
+    else:
+        contents = {
+            t: [hashlib.sha256(x.encode("utf-8")).hexdigest() for x in texts[t]] for t in tenants
+        }
     return AuditWindow(
         policy=policy,
-        tenants={t: state.embeddings(t, count) for t, count in tenants.items()},
-        contents={
-            t: [hashlib.sha256(x.encode("utf-8")).hexdigest() for x in texts[t]] for t in tenants
-        },
+        # read once, block by block, into each commitment's fixed-point rows (a pgvector
+        # table is read when needed): no float32 copy of a tenant beside them
+        tenants={t: state.embedding_source(t, count) for t, count in tenants.items()},
+        contents=contents,
         accounts=accounts,
         account_policies=account_policies,
         embedder=state.embedder(),
@@ -222,6 +226,34 @@ def audit_window(
         voting=voting,
         filters={t: np.asarray(v, dtype=np.float64) for t, v in (filters or {}).items()},
     )
+
+
+class StoredTexts(Mapping[str, str]):
+    """A tenant's document texts by id, read from the state when asked (:meth:`many` for
+    an answer's K at once): a worker keeps no copy of every text of the tenants it
+    serves. A window's documents stay as committed while it is open (removals wait for
+    it to close), so the texts read are the committed ones."""
+
+    def __init__(self, state: ServiceState, tenant: str) -> None:
+        self._state, self._tenant = state, tenant
+
+    def many(self, ids: Sequence[str]) -> dict[str, str]:
+        got = self._state.texts_of(self._tenant, ids)
+        if len(got) != len(set(ids)):
+            raise DataError(
+                f"Tenant {self._tenant!r}: a selected document is no longer stored; its "
+                "store changed while the window was open."
+            )
+        return got
+
+    def __getitem__(self, doc_id: str) -> str:
+        return self.many([doc_id])[doc_id]
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("A tenant's stored texts are read by id, not listed.")
+
+    def __len__(self) -> int:
+        raise TypeError("A tenant's stored texts are read by id, not counted.")
 
 
 def _published(
@@ -382,7 +414,6 @@ class ServiceProvider:
         self._window_id: str | None = None
         self._window: Window | None = None
         self._provider: AuditWindow | None = None
-        self._texts: dict[str, dict[str, str]] = {}
         self._voting: VotingTenants | None = None
         self._closed: dict[str, MerkleLog] = {}  # closed windows' ledgers, read-only
 
@@ -398,12 +429,6 @@ class ServiceProvider:
                 # everything is loaded before anything is kept: a load that fails half-way
                 # (a lost connection) leaves the cache as it was, for the next request
                 window = self.state.window(window_id)
-                texts: dict[str, dict[str, str]] = {}
-                ordered: dict[str, list[str]] = {}
-                for t, count in window.snapshot["tenants"].items():
-                    ids, bodies = self.state.texts(t, count)
-                    texts[t] = dict(zip(ids, bodies))
-                    ordered[t] = list(bodies)
                 voting = VotingTenants(
                     self.state,
                     window.window_id,
@@ -411,11 +436,11 @@ class ServiceProvider:
                     self.state.embedder(),
                     prompt_budget=self.prompt_budget,
                 )
-                provider = _published(self.state, window, ordered)
+                provider = _published(self.state, window)
                 if self._provider is not None:
                     self._provider.close()
                 self._provider, self._window_id, self._window = provider, window_id, window
-                self._texts, self._voting = texts, voting
+                self._voting = voting
             return self._window, self._provider
 
     def close(self) -> None:
@@ -510,7 +535,7 @@ class ServiceProvider:
         voting = self._voting_tenants()
         try:
             return voting.answer_audited(
-                provider, account, query, generator, self._texts[tenant], nonce=nonce
+                provider, account, query, generator, StoredTexts(self.state, tenant), nonce=nonce
             )
         except LogSealedError:
             raise WindowClosedError(
@@ -597,7 +622,7 @@ class ServiceProvider:
                 close_iterator(stream)
             done.clear()
             failed.clear()
-            texts = self._texts[tenant]
+            texts = StoredTexts(self.state, tenant).many(ids[:docs])
             prompt = Prompt(
                 Task.ANSWER, query, budget.fit([texts[i] for i in ids[:docs]]), options=options
             )
@@ -679,7 +704,7 @@ class ServiceProvider:
                 "again in the next window."
             ) from None
         keep = answer.ids[: k or len(answer.ids)]  # a shorter list is post-processing
-        texts = self._texts[tenant]
+        texts = StoredTexts(self.state, tenant).many(keep)
         return ServedAnswer(
             window_id=window.window_id,
             documents=tuple((i, texts[i]) for i in keep),

@@ -643,6 +643,33 @@ class ServiceState:
         )
         return [r[0] for r in rows], [r[1] for r in rows]
 
+    def texts_of(self, tenant: str, ids: Sequence[str]) -> dict[str, str]:
+        """The stored texts of documents ``ids`` of ``tenant``, by id (one read): what an
+        answer returns or prompts with, read when it is needed rather than kept for every
+        document of the tenant."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" * len(wanted))
+        rows = self._rows(
+            f"SELECT doc_id, text FROM documents WHERE tenant = ? AND doc_id IN ({marks})",
+            (tenant, *wanted),
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def content_hashes(self, tenant: str, count: int | None = None) -> list[str]:
+        """The hex SHA-256 of the texts of the first ``count`` documents of ``tenant``, in
+        index order (what a window commits beside each embedding), read block by block:
+        no text of the tenant is held once it is hashed."""
+        out: list[str] = []
+        for block in self._db.read_blocks(
+            "SELECT text FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
+            (tenant, _count(count)),
+            _READ_ROWS,
+        ):
+            out.extend(hashlib.sha256(r[0].encode("utf-8")).hexdigest() for r in block)
+        return out
+
     def embeddings(
         self, tenant: str, count: int | None = None
     ) -> tuple[list[str], FloatArray | EmbeddingSource]:
