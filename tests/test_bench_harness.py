@@ -197,7 +197,7 @@ SCRIPTS = sorted(p.stem.removeprefix("bench_") for p in BENCHMARKS.glob("bench_*
 
 
 def test_every_script_is_listed() -> None:
-    assert len(SCRIPTS) == 17 and "fastpaths" in SCRIPTS and "lazy_noise" in SCRIPTS
+    assert len(SCRIPTS) == 18 and "fastpaths" in SCRIPTS and "audited_retrieval" in SCRIPTS
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -1,6 +1,6 @@
 """Audited windows whose noise is derived lazily (``AuditPolicy.noise = "lazy"``).
 
-Tenants of 2,000 documents are large enough for :func:`ragprivacy.dp.lazy_suits` at the
+Tenants of 8,000 documents are large enough for :func:`ragprivacy.dp.lazy_suits` at the
 demo's calibration, so every record's z_q is the lazy derivation: the honest window
 PASSes with the same ε_audit, each per-record cheat still FAILs at the claim it breaks,
 and a window committed before the lazy derivation (no ``noise`` in C_policy) still
@@ -18,7 +18,7 @@ from ragprivacy.audit import AuditPolicy, QueryNoise, Verifier
 from ragprivacy.audit.demo import demo_window
 from ragprivacy.dp import query_input
 
-DOCS = 2000
+DOCS = 8000
 
 
 def _verify(w):  # type: ignore[no-untyped-def]

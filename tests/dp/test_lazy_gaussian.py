@@ -204,7 +204,9 @@ def test_the_lazy_path_is_chosen_from_public_parameters_and_then_certifies_at_on
     assert not lg.lazy_suits(10**6, 5, Fraction(width // 4), width, min_scored=64)
     assert not lg.lazy_suits(1000, 5, sigma, width, min_scored=64)
     for r in range(5):
-        drawn = lg.first_noise(10**5, 5, sigma, ChaCha20Bits.derived(bytes(32), r), min_scored=64)
+        drawn = lg.first_noise(
+            10**5, 5, sigma, ChaCha20Bits.derived(bytes(32), r), min_scored=64, width=width
+        )
         t0 = drawn.threshold
         pos = lg.lazy_select(drawn, 5, (-(2**20), 2**20), lambda p: p % 7, min_scored=64)
         assert drawn.threshold == t0 and not drawn.complete and len(set(pos.tolist())) == 5
@@ -328,3 +330,22 @@ def test_the_derivation_is_pinned() -> None:
     assert (wide.threshold, wide.positions.size, wide.bits.bytes_used) == (255277806, 177, 9448)
     assert wide.positions[:4].tolist() == [15925, 24243, 30199, 38751]
     assert int(wide.values.sum()) == 47986447823
+
+
+def test_a_range_as_wide_as_sigma_draws_more_slots_but_still_certifies_at_once() -> None:
+    """σ equal to the score range (10^6 slots): the first threshold sits one range below
+    the level about c slots clear, so the draw is larger (thousands of slots, still a
+    small fraction) and certifies without lowering; a range four times σ is refused."""
+    sigma, width = Fraction(50), 50
+    assert lg.lazy_suits(10**6, 5, sigma, width, min_scored=64)
+    assert not lg.lazy_suits(10**6, 5, sigma, 4 * width, min_scored=64)
+    scores = np.arange(10**6) % 51  # every score in [0, 50], the top tied many times
+    for r in range(3):
+        drawn = lg.first_noise(
+            10**6, 5, sigma, ChaCha20Bits.derived(bytes(32), ("wide", r)), min_scored=64,
+            width=width,
+        )  # fmt: skip
+        t0 = drawn.threshold
+        assert 192 < drawn.positions.size < 10**6 // 32
+        pos = lg.lazy_select(drawn, 5, (0, width), lambda p: scores[p], min_scored=64)
+        assert drawn.threshold == t0 and not drawn.complete and len(set(pos.tolist())) == 5

@@ -132,8 +132,14 @@ class QueryNoise:
             )
         )
         if self.lazy:
+            assert bounds is not None
             self._drawn = first_noise(
-                self.size, mechanism.k, sigma, bits, min_scored=self._min_scored
+                self.size,
+                mechanism.k,
+                sigma,
+                bits,
+                min_scored=self._min_scored,
+                width=bounds[1] - bounds[0],
             )
             order = np.argsort(self._drawn.positions, kind="stable")
             h = hashlib.sha256(b"lazy" + self._drawn.threshold.to_bytes(8, "little"))

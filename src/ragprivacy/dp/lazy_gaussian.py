@@ -55,9 +55,10 @@ slot is known to lie below T.
 every undrawn slot whatever the scores (z_(K) + lo ≥ T + hi, so the top K lie among the
 drawn slots), and scores the same candidates the full rule would, so its output has the
 law of the full mechanism's. The thresholds depend on public parameters only (n, K, σ,
-the score range): T is set so that about 3·``min_scored`` slots exceed it, then lowered
-by σ/4 at a time. Whether a query takes this path at all is :func:`lazy_suits`, a
-function of public parameters only, chosen so that the lowering almost never runs.
+the score range): T is set one score range below the level that about 3·``min_scored``
+slots exceed, then lowered by σ/4 at a time. Whether a query takes this path at all is
+:func:`lazy_suits`, a function of public parameters only, chosen so that the lowering
+almost never runs and the draw stays a small fraction of the slots.
 
 Deviation: the derivation differs from drawing all n values from the same bits, so an
 audited re-execution must run this same derivation (it is deterministic given the bits),
@@ -82,6 +83,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Final
 
 import numpy as np
 
@@ -712,16 +714,29 @@ def _certified(drawn: TopNoise, k: int, width: int, min_scored: int) -> bool:
 
 
 def first_noise(
-    n: int, k: int, sigma: Fraction, bits: ChaCha20Bits, *, min_scored: int
+    n: int, k: int, sigma: Fraction, bits: ChaCha20Bits, *, min_scored: int, width: int = 0
 ) -> TopNoise:
-    """The first draw of :func:`lazy_noise_first`: the slots above the threshold that about
-    c = 3·max(``min_scored``, K) of n slots exceed (:func:`first_threshold`), a function
-    of public parameters only. Everything after it reads the same bits on."""
-    return top_noise(n, sigma, first_threshold(n, sigma, _first_count(n, k, min_scored)), bits)
+    """The first draw of :func:`lazy_noise_first`: the slots above T₀ = T₁ − ``width``,
+    where T₁ is the threshold that about c = 3·max(``min_scored``, K) of n slots exceed
+    (:func:`first_threshold`) — a function of public parameters only (at least 1). About
+    c slots clear T₀ + width, so the draw certifies the selection at once where
+    :func:`lazy_suits` admits the parameters; ``width`` is the score range in grid units
+    (0: T₀ = T₁). Everything after it reads the same bits on."""
+    t0 = _first_draw_threshold(n, k, sigma, width, min_scored)
+    return top_noise(n, sigma, max(1, t0), bits)
 
 
 def _first_count(n: int, k: int, min_scored: int) -> int:
     return 3 * max(min_scored, min(k, n))
+
+
+def _first_draw_threshold(n: int, k: int, sigma: Fraction, width: int, min_scored: int) -> int:
+    return first_threshold(n, sigma, _first_count(n, k, min_scored)) - int(width)
+
+
+#: the lazy path draws at most about this fraction of the slots in expectation; past it
+#: drawing the slots one band at a time costs about what drawing every slot costs
+LAZY_MAX_FRACTION: Final[Fraction] = Fraction(1, 32)
 
 
 def lazy_suits(n: int, k: int, sigma: Fraction, width: int, *, min_scored: int) -> bool:
@@ -729,15 +744,17 @@ def lazy_suits(n: int, k: int, sigma: Fraction, width: int, *, min_scored: int) 
     units): a function of public parameters only, so the path a query takes says nothing
     about its data or its noise.
 
-    With c = 3·max(``min_scored``, K) and T₀ = :func:`first_threshold` (n, σ, c): lazy
-    when n ≥ 8c and 4·width·T₀ ≤ σ². The first draw then holds a Poisson number of slots
-    of mean at least about c, and each clears T₀ + width with probability above about
-    0.7 (P(Z ≥ T₀ + w | Z ≥ T₀) ≈ e^{−w·T₀/σ²}/(1 + w/T₀) with w·T₀ ≤ σ²/4); it
-    certifies unless fewer than ``min_scored`` = c/3 slots are drawn or fewer than K of
-    them clear T₀ + width, and Chernoff bounds put each below e^{−30} (c ≥ 192, K ≤
-    c/24). Only then does :func:`lazy_select` lower its threshold — the one time its work
-    depends on the noise beyond the number of slots drawn. Otherwise (σ not large against
-    the range, or few slots) the full derivation draws every slot."""
+    With c = 3·max(``min_scored``, K), T₁ = :func:`first_threshold` (n, σ, c) and
+    T₀ = T₁ − width (:func:`first_noise` draws the slots above T₀): lazy when n ≥ 8c,
+    T₀ ≥ 1 and the expected number of slots drawn, n·P(Z ≥ T₀) (bracketed exactly by
+    :class:`TailMass`), is at most :data:`LAZY_MAX_FRACTION` of n. The slots that clear
+    T₁ = T₀ + width are a Poisson number of mean at least about c; the draw certifies
+    unless fewer than K of them, or fewer than ``min_scored`` = c/3 slots in all, are
+    drawn, and Chernoff bounds put each below e^{−30} (c ≥ 192, K ≤ c/24). Only then
+    does :func:`lazy_select` lower its threshold — the one time its work depends on the
+    noise beyond the number of slots drawn. A wide range against σ costs more slots
+    drawn (about c·e^{width·T₁/σ²}), not a noise-dependent path; past the fraction (σ
+    small against the range, or few slots) the full derivation draws every slot."""
     return _lazy_suits(int(n), int(k), Fraction(sigma), int(width), int(min_scored))
 
 
@@ -746,8 +763,10 @@ def _lazy_suits(n: int, k: int, sigma: Fraction, width: int, min_scored: int) ->
     c = _first_count(n, k, min_scored)
     if n < 8 * c:
         return False
-    t0 = first_threshold(n, sigma, c)
-    return 4 * width * t0 <= sigma**2
+    t0 = _first_draw_threshold(n, k, sigma, width, min_scored)
+    if t0 < 1:
+        return False
+    return n * tail_mass(sigma).band(t0, None)[1] <= LAZY_MAX_FRACTION * n
 
 
 def lazy_select(
@@ -803,5 +822,5 @@ def lazy_noise_first(
     """TopK(clip(s) + z) over n slots with z drawn lazily: :func:`first_noise`, then
     :func:`lazy_select`. Returns the K positions (best first, ties to the lower position)
     and the drawn noise."""
-    drawn = first_noise(n, k, sigma, bits, min_scored=min_scored)
+    drawn = first_noise(n, k, sigma, bits, min_scored=min_scored, width=bounds[1] - bounds[0])
     return lazy_select(drawn, k, bounds, units_at, min_scored=min_scored), drawn
