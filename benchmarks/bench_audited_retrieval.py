@@ -22,9 +22,9 @@ searching. Rows:
   the witness's openings, the re-derived first draw, the lazy selection run again),
   against the same search.
 
-The HNSW index is built with 2 FAISS threads (a one-thread build at 10^6 takes minutes
-longer and is not what is compared) and kept under ``--cache`` (default
-``~/.cache/ragprivacy-bench``) for the next run at the same n.
+The HNSW index is built with 2 FAISS threads and searched with one, and kept under
+``--cache`` (default ``~/.cache/ragprivacy-bench``) for the next run over the same vectors
+(``_harness.hnsw_index``).
 
 Usage::
 
@@ -37,7 +37,6 @@ compare the ratios within one run.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +46,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, StageTimer, bench_parser, once, start, time_interleaved
+from _harness import (
+    DEFAULT_CACHE,
+    Row,
+    StageTimer,
+    bench_parser,
+    hnsw_index,
+    once,
+    start,
+    time_interleaved,
+)
 
 from ragprivacy.audit import AuditPolicy, AuditWindow, QueryNoise, Verifier
 from ragprivacy.audit.commitments import fixed_point
@@ -71,22 +79,6 @@ def _policy(sigma: float | None, rate: int) -> AuditPolicy:
     )  # fmt: skip
 
 
-def _hnsw(faiss: Any, docs: np.ndarray, cache: Path) -> Any:
-    path = cache / f"hnsw-m32-n{docs.shape[0]}-d{DIM}-seed0.faiss"
-    if path.exists():
-        index = faiss.read_index(str(path))
-    else:
-        faiss.omp_set_num_threads(2)
-        index = faiss.IndexHNSWFlat(DIM, 32, faiss.METRIC_INNER_PRODUCT)
-        index.add(docs)
-        cache.mkdir(parents=True, exist_ok=True)
-        faiss.write_index(index, str(path) + ".part")
-        os.replace(str(path) + ".part", path)
-    faiss.omp_set_num_threads(1)
-    index.hnsw.efSearch = 64
-    return index
-
-
 def _window(docs: np.ndarray, policy: AuditPolicy, accounts: int) -> AuditWindow:
     ids = [f"d{i}" for i in range(docs.shape[0])]
     w = AuditWindow(
@@ -102,11 +94,9 @@ def _window(docs: np.ndarray, policy: AuditPolicy, accounts: int) -> AuditWindow
 def run(
     n: int, queries: int, small_sigmas: list[float], cache: Path
 ) -> tuple[list[Row], dict[str, Any]]:
-    import faiss
-
     docs = _vectors(n, 0)
     qs = _vectors(queries, 1)
-    built = once(lambda: _hnsw(faiss, docs, cache))
+    built = once(lambda: hnsw_index(docs, cache))
     index = built.value
     rate = 20
     accounts = queries // rate + 2  # every timed query is a fresh record of some account
@@ -235,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--cache",
         type=Path,
-        default=Path.home() / ".cache" / "ragprivacy-bench",
+        default=DEFAULT_CACHE,
         help="where built HNSW indices are kept",
     )
     session = start("audited_retrieval", parser, argv)

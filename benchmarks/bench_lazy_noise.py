@@ -12,11 +12,13 @@ calibration: its σ and score range in grid units, ``AuditPolicy.mechanism``):
 - how many slots the lazy path drew per query (median), and the first draw's own time
   (``ragprivacy.dp.first_noise``, in the details as ``ms["draw"]``).
 
-The HNSW index is built on two threads (``faiss.omp_set_num_threads(2)``; a build at
-n = 10^6 takes about a quarter of an hour on one) and searched on one.
+The HNSW index is built on two threads and searched on one, and kept under ``--cache``
+for the next run over the same vectors (``_harness.hnsw_index``).
+
 Usage::
 
-    python benchmarks/bench_lazy_noise.py [--n 100000] [--queries 20] [--quick] [--json PATH]
+    python benchmarks/bench_lazy_noise.py [--n 100000] [--queries 20] [--cache DIR]
+        [--quick] [--json PATH]
 
 ``--quick``: at most n = 20,000 and 5 queries. Timings vary ±30 % on shared machines: compare the
 ratios within one run.
@@ -32,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, bench_parser, once, start, time_interleaved
+from _harness import DEFAULT_CACHE, Row, bench_parser, hnsw_index, once, start, time_interleaved
 
 from ragprivacy.audit import AuditPolicy
 from ragprivacy.audit.commitments import fixed_point, scoring_matrix
@@ -46,9 +48,9 @@ def _vectors(n: int, dim: int, seed: int) -> np.ndarray:
     return x
 
 
-def run(n: int, queries: int, dim: int = 384, k: int = 5) -> tuple[list[Row], dict[str, Any]]:
-    import faiss
-
+def run(
+    n: int, queries: int, dim: int = 384, k: int = 5, cache: Path | None = DEFAULT_CACHE
+) -> tuple[list[Row], dict[str, Any]]:
     policy = AuditPolicy(
         epsilon_acc=4.0, delta_acc=1e-6, rate_limit=20, k_max=4, delta_policy=5e-6,
         window_id="bench", window_start=0, window_end=2**62, top_k=k,
@@ -61,9 +63,7 @@ def run(n: int, queries: int, dim: int = 384, k: int = 5) -> tuple[list[Row], di
     qs = _vectors(queries, dim, 1)
     matrix = scoring_matrix(fixed_point(docs))
     q_fixed = fixed_point(qs)
-    faiss.omp_set_num_threads(2)  # the build only: every search runs on one thread
-    build = once(lambda: _hnsw(faiss, docs))
-    faiss.omp_set_num_threads(1)
+    build = once(lambda: hnsw_index(docs, cache))  # 2 threads to build, 1 to search
     index = build.value
     min_scored = noise_first_min_scored(k)
     drawn: list[int] = []
@@ -122,21 +122,17 @@ def run(n: int, queries: int, dim: int = 384, k: int = 5) -> tuple[list[Row], di
     return rows, details
 
 
-def _hnsw(faiss: Any, docs: np.ndarray) -> Any:
-    index = faiss.IndexHNSWFlat(docs.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efSearch = 64
-    index.add(docs)
-    return index
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = bench_parser(__doc__, repeats=None)
     parser.add_argument("--n", type=int, default=100_000, help="documents")
     parser.add_argument("--queries", type=int, default=20, help="queries (timed rounds)")
+    parser.add_argument(
+        "--cache", type=Path, default=DEFAULT_CACHE, help="where built HNSW indices are kept"
+    )
     session = start("lazy_noise", parser, argv)
     n = min(session.args.n, 20_000) if session.quick else session.args.n
     queries = min(session.args.queries, 5) if session.quick else session.args.queries
-    rows, details = run(n, queries)
+    rows, details = run(n, queries, cache=session.args.cache)
     print(f"slots drawn per query (median): {details['drawn_per_query_median']}")
     print(f"first draw alone (median): {details['ms']['draw']:.3f} ms")
     return session.finish(rows, details)
