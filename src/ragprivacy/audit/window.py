@@ -221,10 +221,10 @@ class AuditWindow:
             if len(ids) != rows:
                 raise ConfigError(f"Tenant {t!r}: give one id per embedding.")
             pt = self._alias("tenant", t)
-            self._ids[pt] = list(ids)
             self._index[pt] = TenantCommitment(
                 pt, vectors, ids, salt_key=index_salt_key(self.seed), contents=texts.get(t)
             )
+            self._ids[pt] = self._index[pt].ids  # one list of a tenant's ids, not two
         for a, t in accounts.items():
             if t not in tenants:
                 raise ConfigError(f"Account {a!r} names unknown tenant {t!r}.")
