@@ -471,11 +471,13 @@ def profile_query(state: Any, account: str, token: str, queries: Sequence[str]) 
 
 
 def bench_scores_fix(state: Any, repeats: int = 10) -> dict[str, float]:
-    """``integer_scores`` on the int32 fixed-point matrix (converted to float64 on every
-    query, as before the service kept the float64 copy) against the same exact product on
-    the kept :func:`scoring_matrix` (the service's path), and a float32 matmul (what a
-    plain retriever does)."""
-    from ragprivacy.audit.commitments import fixed_point, scoring_matrix
+    """Exact integer scores of every document, as the service computes them when a query
+    needs them all (a voting tenant, a full-derivation tenant): the int32 rows converted
+    block by block into one reused float64 buffer (``commitments._block_scores``, what
+    ``TenantCommitment.scores`` runs), against the float64 copy of the matrix that a
+    worker kept before (:func:`scoring_matrix`), the whole int32 matrix converted per
+    query, and a float32 matmul (what a plain retriever does)."""
+    from ragprivacy.audit.commitments import _block_scores, fixed_point, scoring_matrix
     from ragprivacy.audit.noise import integer_scores
 
     _, _, vectors = state.documents(TENANT)
@@ -486,8 +488,9 @@ def bench_scores_fix(state: Any, repeats: int = 10) -> dict[str, float]:
     def med(fn: Callable[[], object]) -> float:
         return 1e3 * time_call(fn, repeats=repeats).median
 
-    assert np.array_equal(integer_scores(fixed, q, 20), integer_scores(kept, q, 20))
+    assert np.array_equal(_block_scores(fixed, q, 20), integer_scores(kept, q, 20))
     return {
+        "block_scores_ms": med(lambda: _block_scores(fixed, q, 20)),
         "integer_scores_ms": med(lambda: integer_scores(fixed, q, 20)),
         "cached_float64_ms": med(lambda: integer_scores(kept, q, 20)),
         "float32_matmul_ms": med(lambda: vectors @ vectors[0]),
@@ -745,9 +748,10 @@ def markdown(res: dict[str, Any]) -> str:
         if fix:
             lines += [
                 "",
-                f"exact integer scores from the int32 matrix (float64 conversion per query) "
-                f"{fix['integer_scores_ms']:.1f} ms; from the kept float64 scoring matrix (the "
-                f"service's path) {fix['cached_float64_ms']:.1f} ms; a float32 matmul "
+                f"exact integer scores of every document, block by block (the service's "
+                f"path) {fix['block_scores_ms']:.1f} ms; from a kept float64 copy of the "
+                f"matrix (before) {fix['cached_float64_ms']:.1f} ms; the whole int32 matrix "
+                f"converted per query {fix['integer_scores_ms']:.1f} ms; a float32 matmul "
                 f"{fix['float32_matmul_ms']:.1f} ms",
             ]
         lines.append("")
@@ -798,8 +802,8 @@ def markdown(res: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------- main
 def rows(res: dict[str, Any]) -> list[Row]:
     """Private against plain requests per level of clients (throughput, p50 and p99
-    latency); the kept float64 scoring matrix against the per-query conversion; sampled
-    against full verification."""
+    latency); block-by-block exact scores against a kept float64 copy; sampled against
+    full verification."""
     out = []
     hnsw = res.get("args", {}).get("plain_index") == "hnsw"
     base = f"privacy off (plain {'HNSW ' if hnsw else ''}top-K, same HTTP stack)"
@@ -825,12 +829,12 @@ def rows(res: dict[str, Any]) -> list[Row]:
     if fix:
         out.append(
             Row(
-                name=f"exact integer scores of {res['docs']:,} documents, kept float64 matrix",
+                name=f"exact integer scores of {res['docs']:,} documents, block by block",
                 config={"docs": res["docs"]},
-                measured=fix["cached_float64_ms"],
+                measured=fix["block_scores_ms"],
                 unit="ms",
-                baseline="the int32 matrix converted to float64 per query",
-                baseline_measured=fix["integer_scores_ms"],
+                baseline="a kept float64 copy of the matrix (8 bytes an entry)",
+                baseline_measured=fix["cached_float64_ms"],
             )
         )
     ver = res.get("verify")
