@@ -142,7 +142,6 @@ def measure(directory: Path, setup: str, queries: int, full: int) -> dict[str, A
         "Merkle tree (packed)": int(commitment._tree.nbytes),
         "content hashes": len(contents) * 32 if not isinstance(contents, list) else _deep(contents),
         "ids (strings and the commitment's list)": _deep(commitment.ids),
-        "the window's list of ids": sys.getsizeof(window._ids[window.tenant_id(TENANT)]),
     }
     return {
         "n": commitment.size,

@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragprivacy.audit import EmbeddingSource, MerkleLog, TenantCommitment, verify_inclusion
+from ragprivacy.audit import (
+    EmbeddingSource,
+    MerkleLog,
+    PackedHashes,
+    TenantCommitment,
+    verify_inclusion,
+)
 from ragprivacy.audit.commitments import (
     _SCORE_BLOCK_BYTES,
     FIXED_BITS,
@@ -159,6 +165,11 @@ def test_content_hashes_read_back_as_given() -> None:
     packed = TenantCommitment("t", rows, ids, salt_key=KEY, contents=digests)
     plain = TenantCommitment("t", rows, ids, salt_key=KEY, contents=[d.upper() for d in digests])
     assert packed.root != plain.root  # the strings are committed as given
+    # raw digests handed over packed (a store hashing its texts) commit the same leaves
+    raw = PackedHashes(b"".join(bytes.fromhex(d) for d in digests))
+    given_packed = TenantCommitment("t", rows, ids, salt_key=KEY, contents=raw)
+    assert given_packed.contents is raw and list(raw) == digests
+    assert given_packed.root == packed.root
 
 
 @settings(max_examples=60, deadline=None)

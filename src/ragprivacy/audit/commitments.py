@@ -251,9 +251,11 @@ class EmbeddingSource(ABC):
 SOURCE_CHUNK = 1024
 
 
-class _Contents(Sequence[str]):
+class PackedHashes(Sequence[str]):
     """The committed content hashes of a tenant's documents, held as 32 bytes each (not a
-    64-character string each); an item reads as its hex string, as given."""
+    64-character string each); an item reads as its hex string, as given. A store that
+    hashes the texts itself hands one over (``packed``: the raw SHA-256 digests, in
+    index order), so no string per document is ever made."""
 
     def __init__(self, packed: bytes) -> None:
         self._packed = packed
@@ -295,6 +297,8 @@ def _packed_contents(contents: Sequence[str] | None, size: int) -> Sequence[str]
     when every one is a lower-case hex SHA-256, none when every one is "", else as given."""
     if contents is None:
         return _Blank(size)
+    if isinstance(contents, PackedHashes):
+        return contents
     packed = bytearray()
     for c in contents:
         try:
@@ -305,7 +309,7 @@ def _packed_contents(contents: Sequence[str] | None, size: int) -> Sequence[str]
             break
         packed += digest
     else:
-        return _Contents(bytes(packed)) if packed else list(contents)
+        return PackedHashes(bytes(packed)) if packed else list(contents)
     if not any(contents):
         return _Blank(len(contents))
     return list(contents)

@@ -41,6 +41,7 @@ from ragprivacy.audit import (
     AuditPolicy,
     EmbeddingSource,
     MerkleLog,
+    PackedHashes,
     ProviderKey,
     RecordWitness,
     WitnessStore,
@@ -657,18 +658,20 @@ class ServiceState:
         )
         return {r[0]: r[1] for r in rows}
 
-    def content_hashes(self, tenant: str, count: int | None = None) -> list[str]:
-        """The hex SHA-256 of the texts of the first ``count`` documents of ``tenant``, in
-        index order (what a window commits beside each embedding), read block by block:
-        no text of the tenant is held once it is hashed."""
-        out: list[str] = []
+    def content_hashes(self, tenant: str, count: int | None = None) -> PackedHashes:
+        """The SHA-256 of the texts of the first ``count`` documents of ``tenant``, in index
+        order (what a window commits beside each embedding; items read as hex strings),
+        read block by block and kept as 32 bytes each: no text, and no string per
+        document, is held once it is hashed."""
+        packed = bytearray()
         for block in self._db.read_blocks(
             "SELECT text FROM documents WHERE tenant = ? AND pos < ? ORDER BY pos",
             (tenant, _count(count)),
             _READ_ROWS,
         ):
-            out.extend(hashlib.sha256(r[0].encode("utf-8")).hexdigest() for r in block)
-        return out
+            for r in block:
+                packed += hashlib.sha256(r[0].encode("utf-8")).digest()
+        return PackedHashes(bytes(packed))
 
     def embeddings(
         self, tenant: str, count: int | None = None
