@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ragprivacy.errors import BackendError, WindowClosedError
+from ragprivacy.errors import BackendError, ChargedFailureError, WindowClosedError
+from ragprivacy.generate import create_generator
 from ragprivacy.service import ServiceState
 from ragprivacy.service.provider import ServiceProvider, close_window, open_window
 
@@ -84,4 +85,39 @@ def test_a_window_load_that_fails_half_way_is_loaded_again(tmp_path: Path, admin
         provider.retrieve("a", "gout")
     served = provider.retrieve("a", "gout")
     assert served.window_id == "W1" and len(served.documents) == 2
+    provider.close()
+
+
+def test_a_failure_to_read_the_chosen_texts_is_charged_with_its_receipt(
+    tmp_path: Path,
+    admin,  # type: ignore[no-untyped-def]
+) -> None:
+    """The worker reads an answer's texts once its documents are chosen. A storage
+    failure then comes after private data was read: it is charged like an answer (the
+    record appended, the receipt returned), never a free retry — for a retrieval
+    (after the append) and for a generated answer (before it)."""
+    state = tmp_path / "state"
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": f"r {i} gout"}) + "\n"
+                              for i in range(10)))  # fmt: skip
+    admin(state, "tenant", "create", "t", "--k", "2")
+    admin(state, "docs", "add", "t", str(corpus))
+    admin(state, "account", "create", "t", "a", "--eps", "4", "--delta", "1e-6",
+          "--rate-limit", "100")  # fmt: skip
+    st = ServiceState(state, create=False)
+    open_window(st)
+    provider = ServiceProvider(st)
+    provider.retrieve("a", "gout")  # the window is loaded; one record
+
+    def lost(tenant: str, ids):  # type: ignore[no-untyped-def]
+        raise BackendError("Lost the connection to the state; retry.")
+
+    st.texts_of = lost  # type: ignore[method-assign]
+    with pytest.raises(ChargedFailureError) as err:
+        provider.retrieve("a", "gout")
+    assert err.value.receipt is not None and err.value.receipt["seq"] == 2
+    with pytest.raises(ChargedFailureError) as err:
+        provider.answer("a", "gout", create_generator("reference"))
+    assert err.value.receipt is not None and err.value.receipt["seq"] == 3
+    assert provider.budget("a")["used"] == 3
     provider.close()

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ragprivacy._typing import IntArray
-from ragprivacy.audit.commitments import FIXED_BITS
+from ragprivacy.audit.commitments import FIXED_BITS, NOISE_DERIVATIONS
 from ragprivacy.dp import (
     GaussianNoisyTopK,
     derived_bits,
@@ -116,8 +116,11 @@ class QueryNoise:
         size: int,
         derivation: str = "full",
     ) -> None:
-        if derivation not in ("full", "lazy"):
-            raise ConfigError(f"Unknown noise derivation {derivation!r}; use full or lazy.")
+        if derivation not in NOISE_DERIVATIONS:
+            raise ConfigError(
+                f"Unknown noise derivation {derivation!r}; use one of "
+                f"{', '.join(NOISE_DERIVATIONS)}."
+            )
         self.mechanism = mechanism
         self.size = int(size)
         self._min_scored = noise_first_min_scored(mechanism.k)

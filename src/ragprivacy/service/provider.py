@@ -637,11 +637,13 @@ class ServiceProvider:
                 close_iterator(stream)
             done.clear()
             failed.clear()
-            texts = StoredTexts(self.state, tenant).many(ids[:docs])
-            prompt = Prompt(
-                Task.ANSWER, query, budget.fit([texts[i] for i in ids[:docs]]), options=options
-            )
             try:
+                # the texts are read once the documents are chosen: a failure to read them
+                # (a lost connection) is one after retrieval, charged like the generator's
+                texts = StoredTexts(self.state, tenant).many(ids[:docs])
+                prompt = Prompt(
+                    Task.ANSWER, query, budget.fit([texts[i] for i in ids[:docs]]), options=options
+                )
                 if streaming:
                     stream = generator.stream(prompt, max_tokens=max_tokens)
                     done.append(([next(stream)], stream))  # the generator answers: reached
@@ -719,11 +721,16 @@ class ServiceProvider:
                 "again in the next window."
             ) from None
         keep = answer.ids[: k or len(answer.ids)]  # a shorter list is post-processing
-        texts = StoredTexts(self.state, tenant).many(keep)
+        receipt = answer.receipt.to_dict()
+        try:
+            texts = StoredTexts(self.state, tenant).many(keep)
+        except Exception as exc:  # after the append: charged like an answer, with its receipt
+            paid = ServedAnswer(window.window_id, (), receipt, {}, {})
+            raise self.charged_after_append(paid, account, exc) from None
         return ServedAnswer(
             window_id=window.window_id,
             documents=tuple((i, texts[i]) for i in keep),
-            receipt=answer.receipt.to_dict(),
+            receipt=receipt,
             privacy=self._spent(account, provider),
             budget=self._budget(account, provider),
         )
